@@ -1,0 +1,387 @@
+//! The `cairn` command line: argument parsing, output formatting and exit codes.
+//!
+//! Exit codes: 0 success, 1 failure at run time, 2 bad input (arguments, config, manifests).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use serde_json::json;
+
+use crate::config::HostConfig;
+use crate::plugin::capabilities::{HostServices, describe_grants};
+use crate::plugin::kv::KvStore;
+use crate::plugin::manifest::{self, ManifestError};
+use crate::plugin::status::{self, StatusStore};
+use crate::plugin::{PluginHost, resolve};
+
+/// Cairn: a host process for AI agents with sandboxed WebAssembly plugins.
+#[derive(Parser, Debug)]
+#[command(name = "cairn", version, about)]
+pub struct Cli {
+    /// Host config file (default: ./cairn.yaml when present).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Data directory (overrides `data_dir` in the config and CAIRN_DATA_DIR).
+    #[arg(long, global = true, value_name = "DIR")]
+    data: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load the plugins of a directory and run until Ctrl-C or SIGTERM.
+    Run {
+        /// Directory of plugin manifests (*.yaml) and their components.
+        #[arg(long, value_name = "DIR")]
+        plugins: PathBuf,
+    },
+    /// Inspect a plugin directory without running it.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+    /// Show the plugins of the host on this data dir: state, restarts, quarantine.
+    Status {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List every setting with its environment variable and current value.
+    Config {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PluginsCommand {
+    /// Validate every manifest, resolve dependencies, print the start order and grants.
+    Check {
+        /// Plugin directory.
+        dir: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the plugins of a directory.
+    List {
+        /// Plugin directory.
+        dir: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Bad input from the user: reported, then the process exits with status 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadInput(String);
+
+/// Parse arguments, run the command and map the outcome to an exit code.
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            if error.downcast_ref::<BadInput>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+fn load_config(cli: &Cli) -> Result<HostConfig> {
+    HostConfig::load(cli.config.as_deref(), cli.data.as_deref()).map_err(|e| BadInput(e.to_string()).into())
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match &cli.command {
+        Command::Run { plugins } => {
+            let config = load_config(&cli)?;
+            init_tracing(&config.log);
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            runtime.block_on(run_host(config, plugins))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plugins {
+            command: PluginsCommand::Check { dir, json },
+        } => {
+            let config = load_config(&cli)?;
+            check(dir, &config.data_dir, *json)
+        }
+        Command::Plugins {
+            command: PluginsCommand::List { dir, json },
+        } => list(dir, *json),
+        Command::Status { json } => {
+            let config = load_config(&cli)?;
+            show_status(&config.data_dir, *json)
+        }
+        Command::Config { json } => {
+            let config = load_config(&cli)?;
+            let settings = config.settings();
+            if *json {
+                let rows: Vec<_> = settings
+                    .iter()
+                    .map(|(env, path, value)| json!({"setting": path, "env": env, "value": value}))
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for (env, path, value) in settings {
+                    println!("{path:<32} {env:<36} {value}");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn init_tracing(filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("warning: log filter `{filter}` is invalid ({e}); using `info`");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+fn manifest_errors(dir: &Path, errors: &[ManifestError]) -> anyhow::Error {
+    for error in errors {
+        eprintln!("{error}");
+    }
+    BadInput(format!(
+        "{} problem{} in plugin directory {}",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" },
+        dir.display()
+    ))
+    .into()
+}
+
+fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
+    match resolve::load(dir) {
+        Ok(set) => {
+            if json_output {
+                let plugins: Vec<_> = set
+                    .start_order()
+                    .iter()
+                    .map(|m| {
+                        json!({
+                            "id": m.id,
+                            "version": m.version.to_string(),
+                            "kind": m.kind,
+                            "api": m.api_version.version().to_string(),
+                            "component": m.component,
+                            "depends_on": m.depends_on.iter().map(|d| json!({"id": d.id, "version": d.version.to_string()})).collect::<Vec<_>>(),
+                            "grants": describe_grants(m, data_dir),
+                        })
+                    })
+                    .collect();
+                let ids: Vec<&str> = set.start_order().iter().map(|m| m.id.as_str()).collect();
+                let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins});
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!("{}: {} plugin(s), all valid", dir.display(), set.start_order().len());
+                for (position, m) in set.start_order().iter().enumerate() {
+                    let deps: Vec<String> = m.depends_on.iter().map(|d| format!("{} {}", d.id, d.version)).collect();
+                    println!(
+                        "{}. {} {} ({}, api {}){}",
+                        position + 1,
+                        m.id,
+                        m.version,
+                        m.kind,
+                        m.api_version.version(),
+                        if deps.is_empty() { String::new() } else { format!(" after {}", deps.join(", ")) }
+                    );
+                    for grant in describe_grants(m, data_dir) {
+                        println!("     {grant}");
+                    }
+                }
+                println!("stop order: {}", set.stop_order().join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) if json_output => {
+            let report = json!({"ok": false, "errors": errors});
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Err(BadInput(format!("{} problem(s) in plugin directory {}", errors.len(), dir.display())).into())
+        }
+        Err(errors) => Err(manifest_errors(dir, &errors)),
+    }
+}
+
+fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
+    let (manifests, errors) =
+        manifest::load_dir(dir).map_err(|e| BadInput(format!("{}: cannot read plugin directory: {e}", dir.display())))?;
+    if json_output {
+        let rows: Vec<_> = manifests
+            .iter()
+            .map(|m| {
+                json!({"id": m.id, "version": m.version.to_string(), "kind": m.kind, "api": m.api.to_string(),
+                       "description": m.description, "manifest": m.file})
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&json!({"plugins": rows, "errors": errors}))?);
+    } else {
+        println!("{:<24} {:<10} {:<15} {:<8} DESCRIPTION", "ID", "VERSION", "KIND", "API");
+        for m in &manifests {
+            println!(
+                "{:<24} {:<10} {:<15} {:<8} {}",
+                m.id,
+                m.version,
+                m.kind,
+                m.api.to_string(),
+                m.description.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else if json_output {
+        Err(BadInput(format!("{} problem(s) in plugin directory {}", errors.len(), dir.display())).into())
+    } else {
+        Err(manifest_errors(dir, &errors))
+    }
+}
+
+fn age(since_ms: i64) -> String {
+    let seconds = (crate::store::now_ms() - since_ms).max(0) / 1000;
+    match seconds {
+        s if s < 120 => format!("{s}s ago"),
+        s if s < 7200 => format!("{}m ago", s / 60),
+        s if s < 172_800 => format!("{}h ago", s / 3600),
+        s => format!("{}d ago", s / 86_400),
+    }
+}
+
+fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
+    let Some((run, plugins)) = status::read(data_dir)? else {
+        if json_output {
+            println!("{}", json!({"data_dir": data_dir, "host": null, "plugins": []}));
+        } else {
+            println!("no host has run on data dir {}", data_dir.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let running = run.as_ref().is_some_and(|r| r.stopped_at.is_none() && status::process_alive(r.pid));
+    if json_output {
+        let host = run.as_ref().map(|r| {
+            json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
+                   "stopped_at": r.stopped_at, "running": running})
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"data_dir": data_dir, "host": host, "plugins": plugins}))?
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &run {
+        Some(r) if running => println!("host: running (pid {}, started {}, plugins {})", r.pid, age(r.started_at), r.plugins_dir),
+        Some(r) => match r.stopped_at {
+            Some(stopped) => println!("host: stopped {} (plugins {})", age(stopped), r.plugins_dir),
+            None => println!("host: not running; the last run (pid {}) ended without a clean stop", r.pid),
+        },
+        None => println!("host: never ran on {}", data_dir.display()),
+    }
+    println!(
+        "{:<24} {:<10} {:<15} {:<12} {:>8} {:>6}  LAST ERROR",
+        "PLUGIN", "VERSION", "KIND", "STATE", "RESTARTS", "FAULTS"
+    );
+    for p in &plugins {
+        println!(
+            "{:<24} {:<10} {:<15} {:<12} {:>8} {:>6}  {}",
+            p.id,
+            p.version,
+            p.kind,
+            p.state,
+            p.restarts,
+            p.faults,
+            p.last_error.as_deref().unwrap_or("-")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Holds the data dir's lock file for the life of a host; a second host on the same data
+/// dir is refused.
+struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    fn acquire(data_dir: &Path) -> Result<Self> {
+        let path = data_dir.join("cairn.lock");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Self { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+                "another cairn host is running on data dir {} (lock {})",
+                data_dir.display(),
+                path.display()
+            ),
+            Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+        }
+    }
+}
+
+async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
+    let set = resolve::load(plugins_dir).map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let _lock = DataDirLock::acquire(&config.data_dir)?;
+    let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
+    let status = Arc::new(StatusStore::open(&config.data_dir)?);
+    status.begin_run(plugins_dir)?;
+    let services = Arc::new(HostServices { kv });
+    let host = PluginHost::start(&set, &config, services, status.clone()).await?;
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        plugins = set.start_order().len(),
+        "cairn is running; press Ctrl-C to stop"
+    );
+    wait_for_shutdown().await;
+    tracing::info!("stopping");
+    host.stop().await;
+    status.end_run()?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_shutdown() {
+    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(signal) => signal,
+        Err(e) => {
+            tracing::warn!("cannot listen for SIGTERM: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

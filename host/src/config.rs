@@ -1,0 +1,316 @@
+//! Host configuration (`cairn.yaml`): documented defaults, a YAML file, and `CAIRN_…`
+//! environment overrides for every setting.
+//!
+//! Every setting has a default, so a host runs with no file at all. A setting at path
+//! `section.key` is overridden by the environment variable `CAIRN_SECTION_KEY` (upper case,
+//! dots and dashes become underscores); its value is read as a YAML scalar, so
+//! `CAIRN_SUPERVISOR_RESTART_BUDGET=3` and `CAIRN_RUNTIME_POOLING=false` work as expected.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Why a configuration could not be loaded. Each case names the file or variable at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("{path}: cannot read config file: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The config file (or the defaults merged with overrides) did not match the schema.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// The file, or `environment` when an override was at fault.
+        origin: String,
+        /// What was wrong, naming the field and what was expected.
+        message: String,
+    },
+}
+
+/// The whole host configuration. Field names are the YAML keys.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HostConfig {
+    /// Where the databases, plugin files and compile cache live (default `.cairn`).
+    pub data_dir: PathBuf,
+    /// Log filter in `tracing` env-filter syntax (default `info`).
+    pub log: String,
+    /// Plugin runtime settings.
+    pub runtime: RuntimeConfig,
+    /// Plugin supervision settings.
+    pub supervisor: SupervisorConfig,
+    /// Plugin key/value store settings.
+    pub kv: KvConfig,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        Self {
+            data_dir: PathBuf::from(".cairn"),
+            log: "info".to_string(),
+            runtime: RuntimeConfig::default(),
+            supervisor: SupervisorConfig::default(),
+            kv: KvConfig::default(),
+        }
+    }
+}
+
+/// Settings of the WebAssembly runtime shared by all plugins.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeConfig {
+    /// Use wasmtime's pooling allocator when the machine allows it (default true).
+    pub pooling: bool,
+    /// How often the epoch advances, in ms; deadlines are rounded up to it (default 10).
+    pub epoch_tick_ms: u64,
+    /// Where compiled components are cached; relative paths are under `data_dir`
+    /// (default `cache`).
+    pub cache_dir: PathBuf,
+    /// Log lines per second a plugin may write before lines are dropped (default 50).
+    pub log_rate_per_sec: u32,
+    /// Log lines a plugin may write in a burst above the rate (default 200).
+    pub log_burst: u32,
+    /// Longest log line kept, in bytes; longer lines are cut (default 4096).
+    pub log_line_max_bytes: usize,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        Self {
+            pooling: true,
+            epoch_tick_ms: 10,
+            cache_dir: PathBuf::from("cache"),
+            log_rate_per_sec: 50,
+            log_burst: 200,
+            log_line_max_bytes: 4096,
+        }
+    }
+}
+
+/// How failing plugins are restarted and when they are given up on.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SupervisorConfig {
+    /// Restarts allowed inside `restart_window_secs` before a plugin is quarantined (default 5).
+    pub restart_budget: u32,
+    /// The window the restart budget counts over, in seconds (default 60).
+    pub restart_window_secs: u64,
+    /// Delay before the first restart, in ms; doubled on each further restart (default 100).
+    pub backoff_initial_ms: u64,
+    /// Cap of the restart delay, in ms (default 10000).
+    pub backoff_max_ms: u64,
+}
+
+impl Default for SupervisorConfig {
+    fn default() -> Self {
+        Self {
+            restart_budget: 5,
+            restart_window_secs: 60,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 10_000,
+        }
+    }
+}
+
+/// Limits of the plugin key/value store.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KvConfig {
+    /// Largest value a plugin may store under one key, in bytes (default 1 MiB).
+    pub max_value_bytes: usize,
+    /// Longest key, in bytes (default 512).
+    pub max_key_bytes: usize,
+}
+
+impl Default for KvConfig {
+    fn default() -> Self {
+        Self {
+            max_value_bytes: 1 << 20,
+            max_key_bytes: 512,
+        }
+    }
+}
+
+impl HostConfig {
+    /// Load the configuration: defaults, then `file` if given (or `./cairn.yaml` if it
+    /// exists), then `CAIRN_…` environment overrides, then `data_dir_override`.
+    pub fn load(file: Option<&Path>, data_dir_override: Option<&Path>) -> Result<Self, ConfigError> {
+        let default_file = Path::new("cairn.yaml");
+        let file = match file {
+            Some(path) => Some(path),
+            None if default_file.is_file() => Some(default_file),
+            None => None,
+        };
+        let mut value = serde_yaml::to_value(HostConfig::default()).map_err(|e| invalid("defaults", e))?;
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let origin = path.display().to_string();
+            // Parse into the typed schema first so unknown keys and wrong types are reported
+            // against the file, then merge the file's keys over the defaults.
+            let from_file: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| invalid(&origin, e))?;
+            if !from_file.is_null() {
+                serde_yaml::from_value::<HostConfig>(from_file.clone()).map_err(|e| invalid(&origin, e))?;
+                merge(&mut value, from_file);
+            }
+        }
+        apply_env_overrides(&mut value, "CAIRN", &|name| std::env::var(name).ok());
+        let mut config: HostConfig = serde_yaml::from_value(value).map_err(|e| invalid("environment (CAIRN_… variables)", e))?;
+        if let Some(dir) = data_dir_override {
+            config.data_dir = dir.to_path_buf();
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Check values that parse but make no sense.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let problem = |message: &str| {
+            Err(ConfigError::Invalid {
+                origin: "config".into(),
+                message: message.into(),
+            })
+        };
+        if self.runtime.epoch_tick_ms == 0 {
+            return problem("runtime.epoch_tick_ms: expected a positive number of milliseconds");
+        }
+        if self.supervisor.backoff_initial_ms == 0 || self.supervisor.backoff_max_ms < self.supervisor.backoff_initial_ms {
+            return problem("supervisor.backoff_initial_ms / backoff_max_ms: expected 0 < initial <= max");
+        }
+        if self.runtime.log_rate_per_sec == 0 {
+            return problem("runtime.log_rate_per_sec: expected a positive number");
+        }
+        Ok(())
+    }
+
+    /// Where compiled components are cached.
+    pub fn cache_dir(&self) -> PathBuf {
+        self.data_dir.join(&self.runtime.cache_dir)
+    }
+
+    /// The `(environment variable, YAML path, current value)` of every setting, for docs
+    /// and `--help`.
+    pub fn settings(&self) -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        if let Ok(value) = serde_yaml::to_value(self) {
+            collect_settings(&value, "CAIRN", "", &mut out);
+        }
+        out
+    }
+}
+
+fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid {
+        origin: origin.to_string(),
+        message: error.to_string(),
+    }
+}
+
+/// Overlay `overlay`'s mapping keys onto `base`, recursively.
+fn merge(base: &mut serde_yaml::Value, overlay: serde_yaml::Value) {
+    match (base, overlay) {
+        (serde_yaml::Value::Mapping(base), serde_yaml::Value::Mapping(overlay)) => {
+            for (key, value) in overlay {
+                match base.get_mut(&key) {
+                    Some(existing) => merge(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, overlay) => *base = overlay,
+    }
+}
+
+fn env_name(prefix: &str, key: &str) -> String {
+    format!("{prefix}_{}", key.to_uppercase().replace(['-', '.'], "_"))
+}
+
+/// Replace every scalar leaf of `value` whose environment variable is set.
+fn apply_env_overrides(value: &mut serde_yaml::Value, prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) {
+    if let serde_yaml::Value::Mapping(map) = value {
+        for (key, child) in map.iter_mut() {
+            let Some(key) = key.as_str() else { continue };
+            let name = env_name(prefix, key);
+            if child.is_mapping() {
+                apply_env_overrides(child, &name, lookup);
+            } else if let Some(raw) = lookup(&name) {
+                *child = serde_yaml::from_str(&raw).unwrap_or(serde_yaml::Value::String(raw));
+            }
+        }
+    }
+}
+
+fn collect_settings(value: &serde_yaml::Value, prefix: &str, path: &str, out: &mut Vec<(String, String, String)>) {
+    if let serde_yaml::Value::Mapping(map) = value {
+        for (key, child) in map {
+            let Some(key) = key.as_str() else { continue };
+            let name = env_name(prefix, key);
+            let child_path = if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+            if child.is_mapping() {
+                collect_settings(child, &name, &child_path, out);
+            } else {
+                let shown = serde_yaml::to_string(child).unwrap_or_default().trim().to_string();
+                out.push((name, child_path, shown));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_overrides_reach_nested_settings_with_typed_values() {
+        let mut value = serde_yaml::to_value(HostConfig::default()).expect("defaults serialise");
+        let env = |name: &str| match name {
+            "CAIRN_SUPERVISOR_RESTART_BUDGET" => Some("2".to_string()),
+            "CAIRN_RUNTIME_POOLING" => Some("false".to_string()),
+            "CAIRN_DATA_DIR" => Some("/tmp/x".to_string()),
+            _ => None,
+        };
+        apply_env_overrides(&mut value, "CAIRN", &env);
+        let config: HostConfig = serde_yaml::from_value(value).expect("overrides keep the schema");
+        assert_eq!(config.supervisor.restart_budget, 2);
+        assert!(!config.runtime.pooling);
+        assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
+        assert_eq!(config.supervisor.backoff_max_ms, 10_000);
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_name_the_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cairn.yaml");
+        std::fs::write(&path, "supervisor:\n  restart_budgt: 3\n").expect("write");
+        let err = HostConfig::load(Some(&path), None).expect_err("typo is rejected");
+        let text = err.to_string();
+        assert!(text.contains("restart_budgt"), "{text}");
+        assert!(text.contains("cairn.yaml"), "{text}");
+    }
+
+    #[test]
+    fn file_values_merge_over_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cairn.yaml");
+        std::fs::write(&path, "supervisor:\n  restart_budget: 9\n").expect("write");
+        let config = HostConfig::load(Some(&path), Some(dir.path())).expect("loads");
+        assert_eq!(config.supervisor.restart_budget, 9);
+        assert_eq!(config.supervisor.restart_window_secs, 60);
+        assert_eq!(config.data_dir, dir.path());
+    }
+
+    #[test]
+    fn every_setting_has_an_environment_name() {
+        let names: Vec<String> = HostConfig::default().settings().into_iter().map(|(n, _, _)| n).collect();
+        assert!(names.contains(&"CAIRN_RUNTIME_EPOCH_TICK_MS".to_string()), "{names:?}");
+        assert!(names.contains(&"CAIRN_KV_MAX_VALUE_BYTES".to_string()), "{names:?}");
+    }
+}

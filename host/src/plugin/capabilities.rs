@@ -1,0 +1,462 @@
+//! What a plugin's sandbox is granted, and the host side of every import.
+//!
+//! [`PluginContext`] is the data of a plugin's `Store`: its WASI context (built from the
+//! manifest's grants only), its memory limiter, and the host services behind the
+//! `cairn:plugin` imports. Each import checks the grant first and answers `denied` without
+//! one; interfaces whose subsystem is not part of this host yet answer `unavailable`.
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::v0_1::handler::cairn::plugin as wit;
+use super::bindings::v0_1::types::{Error as WitError, LogLevel};
+use super::kv::{KvError, KvStore};
+use super::logging::{Level, LogStream, PluginLog};
+use super::manifest::{FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target};
+
+/// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
+pub struct HostServices {
+    /// Plugin key/value state.
+    pub kv: Arc<KvStore>,
+}
+
+/// The import-level grants of a plugin, derived from its manifest.
+#[derive(Debug, Clone)]
+pub struct Grants {
+    /// The plugin's kind (buffer push is for channels, consolidation tools for consolidators).
+    pub kind: PluginKind,
+    /// `capabilities.kv`.
+    pub kv: bool,
+    /// `capabilities.memory`.
+    pub memory: Option<MemoryAccess>,
+    /// `capabilities.llm`.
+    pub llm: bool,
+    /// `capabilities.lifecycle`.
+    pub lifecycle: bool,
+    /// `events.emits`.
+    pub emits: BTreeSet<String>,
+}
+
+impl Grants {
+    /// The grants a manifest declares.
+    pub fn from_manifest(manifest: &Manifest) -> Self {
+        Self {
+            kind: manifest.kind,
+            kv: manifest.capabilities.kv,
+            memory: manifest.capabilities.memory,
+            llm: manifest.capabilities.llm,
+            lifecycle: manifest.capabilities.lifecycle,
+            emits: manifest.events.emits.iter().cloned().collect(),
+        }
+    }
+}
+
+/// A human-readable list of everything a manifest grants, for `cairn plugins check`.
+pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
+    let caps = &manifest.capabilities;
+    let mut out = Vec::new();
+    for grant in &caps.files {
+        let mode = match grant.mode {
+            FileMode::Ro => "read-only",
+            FileMode::Rw => "read-write",
+        };
+        out.push(format!(
+            "files: /{} -> {} ({mode})",
+            grant.name,
+            plugin_dir(data_dir, &manifest.id).join(&grant.name).display()
+        ));
+    }
+    if !caps.http.is_empty() {
+        out.push(format!("network: tcp connect to {}", caps.http.join(", ")));
+    }
+    if !caps.env.is_empty() {
+        out.push(format!("env: {}", caps.env.join(", ")));
+    }
+    if caps.stdio {
+        out.push("stdio: host stdin and stdout".into());
+    }
+    if manifest.kind == PluginKind::Channel {
+        out.push("buffer: push".into());
+    }
+    match caps.memory {
+        Some(MemoryAccess::Read) => out.push("memory: read".into()),
+        Some(MemoryAccess::ReadWrite) if manifest.kind == PluginKind::Consolidator => {
+            out.push("memory: read-write + consolidation tools".into())
+        }
+        Some(MemoryAccess::ReadWrite) => out.push("memory: read-write".into()),
+        None => {}
+    }
+    if caps.llm {
+        out.push("llm: complete".into());
+    }
+    if caps.kv {
+        out.push("kv: private key/value state".into());
+    }
+    if caps.lifecycle {
+        out.push("lifecycle: interrupted".into());
+    }
+    if !manifest.events.emits.is_empty() {
+        out.push(format!("journal: emit {}", manifest.events.emits.join(", ")));
+    }
+    if !manifest.events.subscribes.is_empty() {
+        out.push(format!("events: receive {}", manifest.events.subscribes.join(", ")));
+    }
+    out.push(format!(
+        "limits: {} MiB memory, {} ms per call",
+        manifest.limits.memory_mb, manifest.limits.timeout_ms
+    ));
+    out
+}
+
+/// The directory holding a plugin's granted directories: `<data>/plugins/<id>`.
+pub fn plugin_dir(data_dir: &Path, plugin_id: &str) -> PathBuf {
+    data_dir.join("plugins").join(plugin_id)
+}
+
+/// Why a plugin's sandbox could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A granted directory could not be created or opened.
+    #[error("capabilities.files: cannot prepare {path}: {message}")]
+    Files {
+        /// The host directory.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The data of a plugin's `Store`.
+pub struct PluginContext {
+    plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    grants: Arc<Grants>,
+    services: Arc<HostServices>,
+    log: Arc<PluginLog>,
+}
+
+/// Everything needed to build a plugin's sandbox, prepared once per plugin.
+pub struct Sandbox {
+    plugin: Arc<str>,
+    grants: Arc<Grants>,
+    log: Arc<PluginLog>,
+    stdio: bool,
+    env: Vec<(String, String)>,
+    preopens: Vec<(PathBuf, String, FileMode)>,
+    network: Option<Arc<BTreeSet<SocketAddr>>>,
+    memory_bytes: usize,
+}
+
+impl Sandbox {
+    /// Prepare the sandbox of a plugin: create its granted directories, read its granted
+    /// environment variables and resolve its allowed network destinations.
+    pub fn prepare(manifest: &Manifest, data_dir: &Path, log: Arc<PluginLog>) -> Result<Self, SandboxError> {
+        let caps = &manifest.capabilities;
+        let mut preopens = Vec::new();
+        for grant in &caps.files {
+            let path = plugin_dir(data_dir, &manifest.id).join(&grant.name);
+            std::fs::create_dir_all(&path).map_err(|e| SandboxError::Files {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            preopens.push((path, format!("/{}", grant.name), grant.mode));
+        }
+        let env = caps
+            .env
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        let network = (!caps.http.is_empty()).then(|| Arc::new(resolve_destinations(&manifest.id, &caps.http)));
+        Ok(Self {
+            plugin: manifest.id.as_str().into(),
+            grants: Arc::new(Grants::from_manifest(manifest)),
+            log,
+            stdio: caps.stdio,
+            env,
+            preopens,
+            network,
+            memory_bytes: (manifest.limits.memory_mb as usize) << 20,
+        })
+    }
+
+    /// A fresh store state: new WASI context, new resource table, new limiter.
+    pub fn new_state(&self, services: Arc<HostServices>) -> Result<PluginContext, SandboxError> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.arg(&*self.plugin);
+        if self.stdio {
+            wasi.inherit_stdin().inherit_stdout();
+        } else {
+            wasi.stdout(LogStream::new(self.log.clone(), "stdout", Level::Info));
+        }
+        wasi.stderr(LogStream::new(self.log.clone(), "stderr", Level::Warn));
+        wasi.envs(&self.env);
+        for (host, guest, mode) in &self.preopens {
+            let perms = match mode {
+                FileMode::Ro => FsPerms::ReadOnly,
+                FileMode::Rw => FsPerms::ReadWrite,
+            };
+            wasi.preopened_dir(host, guest, perms)
+                .map_err(|e| SandboxError::Files {
+                    path: host.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        match &self.network {
+            Some(allowed) => {
+                let allowed = allowed.clone();
+                wasi.allow_tcp(true).allow_udp(false).allow_ip_name_lookup(true);
+                wasi.socket_addr_check(move |addr, usage| {
+                    let permitted = matches!(usage, SocketAddrUse::TcpConnect) && allowed.contains(&addr);
+                    Box::pin(async move { permitted })
+                });
+            }
+            None => {
+                wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+                wasi.socket_addr_check(|_, _| Box::pin(async { false }));
+            }
+        }
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        Ok(PluginContext {
+            plugin: self.plugin.clone(),
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits,
+            grants: self.grants.clone(),
+            services,
+            log: self.log.clone(),
+        })
+    }
+}
+
+/// Resolve `host[:port]` destinations to socket addresses; a bare host allows 80 and 443.
+fn resolve_destinations(plugin: &str, targets: &[String]) -> BTreeSet<SocketAddr> {
+    let mut allowed = BTreeSet::new();
+    for target in targets {
+        let Some((host, port)) = parse_network_target(target) else { continue };
+        let ports = port.map(|p| vec![p]).unwrap_or_else(|| vec![80, 443]);
+        for port in ports {
+            match (host.as_str(), port).to_socket_addrs() {
+                Ok(addrs) => allowed.extend(addrs),
+                Err(e) => tracing::warn!(plugin, destination = %target, "cannot resolve granted destination: {e}"),
+            }
+        }
+    }
+    allowed
+}
+
+impl PluginContext {
+    /// The store's memory limiter.
+    pub fn limiter(&mut self) -> &mut StoreLimits {
+        &mut self.limits
+    }
+
+    /// The plugin id.
+    pub fn plugin(&self) -> &str {
+        &self.plugin
+    }
+}
+
+impl WasiView for PluginContext {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn denied(what: &str) -> WitError {
+    WitError::Denied(what.to_string())
+}
+
+fn unavailable(subsystem: &str) -> WitError {
+    WitError::Unavailable(format!("the {subsystem} is not available in this host"))
+}
+
+impl From<KvError> for WitError {
+    fn from(error: KvError) -> Self {
+        match error {
+            KvError::InvalidInput(message) => WitError::InvalidInput(message),
+            KvError::Storage(e) => WitError::Internal(format!("kv store: {e}")),
+        }
+    }
+}
+
+impl wit::types::Host for PluginContext {}
+
+impl wit::log::Host for PluginContext {
+    fn log(&mut self, level: LogLevel, message: String) {
+        let level = match level {
+            LogLevel::Trace => Level::Trace,
+            LogLevel::Debug => Level::Debug,
+            LogLevel::Info => Level::Info,
+            LogLevel::Warn => Level::Warn,
+            LogLevel::Error => Level::Error,
+        };
+        self.log.write(level, "log", &message);
+    }
+}
+
+impl wit::kv::Host for PluginContext {
+    fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, WitError> {
+        self.require_kv()?;
+        Ok(self.services.kv.get(&self.plugin, &key)?)
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), WitError> {
+        self.require_kv()?;
+        Ok(self.services.kv.set(&self.plugin, &key, &value)?)
+    }
+
+    fn delete(&mut self, key: String) -> Result<bool, WitError> {
+        self.require_kv()?;
+        Ok(self.services.kv.delete(&self.plugin, &key)?)
+    }
+
+    fn list_keys(&mut self, prefix: String) -> Result<Vec<String>, WitError> {
+        self.require_kv()?;
+        Ok(self.services.kv.list_keys(&self.plugin, &prefix)?)
+    }
+}
+
+impl PluginContext {
+    fn require_kv(&self) -> Result<(), WitError> {
+        if self.grants.kv {
+            Ok(())
+        } else {
+            Err(denied("kv: the manifest does not grant capabilities.kv"))
+        }
+    }
+
+    fn require_memory(&self, write: bool) -> Result<(), WitError> {
+        match self.grants.memory {
+            Some(MemoryAccess::ReadWrite) => Ok(()),
+            Some(MemoryAccess::Read) if !write => Ok(()),
+            Some(MemoryAccess::Read) => Err(denied("memory: the manifest grants capabilities.memory: read, not read-write")),
+            None => Err(denied("memory: the manifest does not grant capabilities.memory")),
+        }
+    }
+
+    fn require_consolidation(&self) -> Result<(), WitError> {
+        if self.grants.kind != PluginKind::Consolidator {
+            return Err(denied("memory: consolidation tools are only for plugins of kind consolidator"));
+        }
+        self.require_memory(true)
+    }
+}
+
+impl wit::buffer::Host for PluginContext {
+    fn push(&mut self, _message: wit::types::InboundMessage) -> Result<u64, WitError> {
+        if self.grants.kind != PluginKind::Channel {
+            return Err(denied("buffer: only channels may push messages"));
+        }
+        Err(unavailable("message buffer"))
+    }
+}
+
+impl wit::journal::Host for PluginContext {
+    fn emit(&mut self, topic: String, payload: String) -> Result<u64, WitError> {
+        if !is_valid_topic(&topic) {
+            return Err(WitError::InvalidInput(format!(
+                "topic: `{topic}` is not a topic; expected dot-separated segments of a-z 0-9 _ -"
+            )));
+        }
+        if !self.grants.emits.contains(&topic) {
+            return Err(denied(&format!("journal: `{topic}` is not listed in the manifest's events.emits")));
+        }
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(&payload) {
+            return Err(WitError::InvalidInput(format!("payload: expected JSON: {e}")));
+        }
+        Err(unavailable("event journal"))
+    }
+}
+
+impl wit::memory::Host for PluginContext {
+    fn store(&mut self, _entry: wit::types::NewMemory) -> Result<String, WitError> {
+        self.require_memory(true)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn recall(&mut self, _query: wit::types::RecallQuery) -> Result<Vec<wit::types::RecallHit>, WitError> {
+        self.require_memory(false)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn get(&mut self, _id: String) -> Result<wit::types::MemoryEntry, WitError> {
+        self.require_memory(false)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn list_entries(
+        &mut self,
+        _scope: wit::types::MemoryScope,
+        _kinds: Vec<wit::types::MemoryKind>,
+        _limit: u32,
+    ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
+        self.require_memory(false)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn forget(&mut self, _id: String) -> Result<bool, WitError> {
+        self.require_memory(true)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn count(&mut self, _scope: wit::types::MemoryScope) -> Result<u64, WitError> {
+        self.require_memory(false)?;
+        Err(unavailable("memory store"))
+    }
+
+    fn pending_sessions(&mut self, _limit: u32) -> Result<Vec<wit::memory::Session>, WitError> {
+        self.require_consolidation()?;
+        Err(unavailable("memory store"))
+    }
+
+    fn session_episodes(&mut self, _session_id: String) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
+        self.require_consolidation()?;
+        Err(unavailable("memory store"))
+    }
+
+    fn save_facts(&mut self, _session_id: String, _facts: Vec<wit::types::NewMemory>) -> Result<Vec<String>, WitError> {
+        self.require_consolidation()?;
+        Err(unavailable("memory store"))
+    }
+
+    fn mark_consolidated(&mut self, _session_id: String) -> Result<(), WitError> {
+        self.require_consolidation()?;
+        Err(unavailable("memory store"))
+    }
+
+    fn is_consolidated(&mut self, _session_id: String) -> Result<bool, WitError> {
+        self.require_consolidation()?;
+        Err(unavailable("memory store"))
+    }
+}
+
+impl wit::llm::Host for PluginContext {
+    fn complete(&mut self, _request: wit::types::CompletionRequest) -> Result<wit::types::Completion, WitError> {
+        if !self.grants.llm {
+            return Err(denied("llm: the manifest does not grant capabilities.llm"));
+        }
+        Err(unavailable("LLM provider"))
+    }
+}
+
+impl wit::lifecycle::Host for PluginContext {
+    fn interrupted(&mut self) -> bool {
+        // Without the lifecycle grant, or before the sleep subsystem exists, nothing interrupts.
+        false
+    }
+}

@@ -1,0 +1,199 @@
+//! Plugin output into the host's `tracing` log: the `log` import and guest stdout/stderr,
+//! tagged with the plugin id and rate-limited so a flooding plugin cannot drown the host.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+
+/// Severity of a plugin log line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    /// Very detailed.
+    Trace,
+    /// Debugging detail.
+    Debug,
+    /// Normal operation.
+    Info,
+    /// Something odd the plugin handled.
+    Warn,
+    /// Something failed.
+    Error,
+}
+
+struct Bucket {
+    tokens: f64,
+    refilled_at: Instant,
+    dropped: u64,
+}
+
+/// The rate-limited log of one plugin. Shared by its `log` import and its stdout/stderr.
+pub struct PluginLog {
+    plugin: Arc<str>,
+    rate_per_sec: f64,
+    burst: f64,
+    line_max_bytes: usize,
+    bucket: Mutex<Bucket>,
+}
+
+impl PluginLog {
+    /// A log for `plugin` allowing `rate_per_sec` lines per second with bursts of `burst`.
+    pub fn new(plugin: Arc<str>, rate_per_sec: u32, burst: u32, line_max_bytes: usize) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            plugin,
+            rate_per_sec: f64::from(rate_per_sec.max(1)),
+            burst,
+            line_max_bytes,
+            bucket: Mutex::new(Bucket {
+                tokens: burst,
+                refilled_at: Instant::now(),
+                dropped: 0,
+            }),
+        }
+    }
+
+    /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate.
+    pub fn write(&self, level: Level, stream: &str, line: &str) {
+        let suppressed = {
+            let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
+            let now = Instant::now();
+            let elapsed = now.duration_since(bucket.refilled_at).as_secs_f64();
+            bucket.tokens = (bucket.tokens + elapsed * self.rate_per_sec).min(self.burst);
+            bucket.refilled_at = now;
+            if bucket.tokens < 1.0 {
+                bucket.dropped += 1;
+                return;
+            }
+            bucket.tokens -= 1.0;
+            std::mem::take(&mut bucket.dropped)
+        };
+        let plugin = &*self.plugin;
+        if suppressed > 0 {
+            tracing::warn!(target: "cairn::plugin", plugin, suppressed, "plugin log rate exceeded: {suppressed} lines dropped");
+        }
+        let line = truncate(line, self.line_max_bytes);
+        match level {
+            Level::Trace => tracing::trace!(target: "cairn::plugin", plugin, stream, "{line}"),
+            Level::Debug => tracing::debug!(target: "cairn::plugin", plugin, stream, "{line}"),
+            Level::Info => tracing::info!(target: "cairn::plugin", plugin, stream, "{line}"),
+            Level::Warn => tracing::warn!(target: "cairn::plugin", plugin, stream, "{line}"),
+            Level::Error => tracing::error!(target: "cairn::plugin", plugin, stream, "{line}"),
+        }
+    }
+}
+
+fn truncate(line: &str, max: usize) -> &str {
+    if line.len() <= max {
+        return line;
+    }
+    let mut end = max;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    &line[..end]
+}
+
+/// A guest output stream (stdout or stderr) that turns written bytes into log lines.
+#[derive(Clone)]
+pub struct LogStream {
+    log: Arc<PluginLog>,
+    stream: &'static str,
+    level: Level,
+}
+
+impl LogStream {
+    /// Lines written to this stream are logged as `stream` at `level`.
+    pub fn new(log: Arc<PluginLog>, stream: &'static str, level: Level) -> Self {
+        Self { log, stream, level }
+    }
+}
+
+impl IsTerminal for LogStream {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for LogStream {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(LineWriter {
+            target: self.clone(),
+            pending: Vec::new(),
+        })
+    }
+}
+
+struct LineWriter {
+    target: LogStream,
+    pending: Vec<u8>,
+}
+
+impl LineWriter {
+    fn emit(&mut self, bytes: &[u8]) {
+        let text = String::from_utf8_lossy(bytes);
+        let line = text.trim_end_matches(['\n', '\r']);
+        self.target.log.write(self.target.level, self.target.stream, line);
+    }
+}
+
+impl AsyncWrite for LineWriter {
+    fn poll_write(mut self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        this.pending.extend_from_slice(buf);
+        while let Some(newline) = this.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = this.pending.drain(..=newline).collect();
+            this.emit(&line);
+        }
+        if this.pending.len() > this.target.log.line_max_bytes {
+            let line = std::mem::take(&mut this.pending);
+            this.emit(&line);
+        }
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.emit(&line);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl Drop for LineWriter {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            self.emit(&line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bucket_drops_lines_over_the_burst() {
+        let log = PluginLog::new("p".into(), 1, 3, 100);
+        for _ in 0..10 {
+            log.write(Level::Info, "log", "x");
+        }
+        let bucket = log.bucket.lock().expect("lock");
+        assert_eq!(bucket.dropped, 7);
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("hello", 10), "hello");
+    }
+}

@@ -1,0 +1,105 @@
+//! Plugins: manifests, dependency resolution, the sandboxed runtime, host imports and
+//! supervision. [`PluginHost`] ties them together for `cairn run`.
+
+pub mod bindings;
+pub mod capabilities;
+pub mod kv;
+pub mod logging;
+pub mod manifest;
+pub mod resolve;
+pub mod runtime;
+pub mod status;
+pub mod supervisor;
+
+use std::sync::Arc;
+
+use crate::config::HostConfig;
+use capabilities::HostServices;
+use resolve::PluginSet;
+use runtime::{Runtime, RuntimeError};
+use status::{PluginState, PluginStatus, StatusStore};
+use supervisor::{PluginHandle, Supervised};
+
+/// The running plugins of a host, in start order.
+pub struct PluginHost {
+    runtime: Arc<Runtime>,
+    plugins: Vec<Supervised>,
+}
+
+impl PluginHost {
+    /// Compile and link every plugin, then start them in dependency order, each `init`
+    /// finishing (or faulting) before the next plugin starts. A plugin that cannot be loaded
+    /// is recorded as failed and the others still start.
+    pub async fn start(
+        set: &PluginSet,
+        config: &HostConfig,
+        services: Arc<HostServices>,
+        status: Arc<StatusStore>,
+    ) -> Result<Self, RuntimeError> {
+        let max_memory_mb = set.start_order().iter().map(|m| m.limits.memory_mb).max().unwrap_or(1);
+        let runtime = Arc::new(Runtime::new(&config.runtime, &config.cache_dir(), max_memory_mb)?);
+        tracing::info!(pooling = runtime.pooling(), plugins = set.start_order().len(), "plugin runtime ready");
+        let mut plugins = Vec::new();
+        for manifest in set.start_order() {
+            let manifest = Arc::new(manifest.clone());
+            let runtime = runtime.clone();
+            let data_dir = config.data_dir.clone();
+            let prepare_manifest = manifest.clone();
+            let prepared = tokio::task::spawn_blocking(move || runtime.prepare(prepare_manifest, &data_dir))
+                .await
+                .map_err(|e| RuntimeError::Component {
+                    plugin: manifest.id.clone(),
+                    message: format!("loading panicked: {e}"),
+                })?;
+            let prepared = match prepared {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    tracing::error!(plugin = %manifest.id, "cannot load plugin: {error}");
+                    status.record(&PluginStatus {
+                        id: manifest.id.clone(),
+                        version: manifest.version.to_string(),
+                        kind: manifest.kind.to_string(),
+                        state: PluginState::Failed.as_str().into(),
+                        restarts: 0,
+                        faults: 0,
+                        last_error: Some(error.to_string()),
+                        updated_at: crate::store::now_ms(),
+                    });
+                    continue;
+                }
+            };
+            let (cache, load_time) = prepared.load_stats();
+            tracing::debug!(plugin = %manifest.id, ?cache, load_ms = load_time.as_millis() as u64, "component loaded");
+            let supervised = Supervised::spawn(prepared, services.clone(), status.clone(), config.supervisor.clone())
+                .map_err(|e| RuntimeError::Component {
+                    plugin: manifest.id.clone(),
+                    message: format!("cannot spawn supervisor thread: {e}"),
+                })?;
+            let state = supervised.start().await;
+            if state != PluginState::Running {
+                tracing::warn!(plugin = %manifest.id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
+            }
+            plugins.push(supervised);
+        }
+        Ok(Self { runtime, plugins })
+    }
+
+    /// A handle to a running plugin by id.
+    pub fn handle(&self, id: &str) -> Option<&PluginHandle> {
+        self.plugins.iter().map(Supervised::handle).find(|h| h.id() == id)
+    }
+
+    /// Whether the pooling allocator is in use.
+    pub fn pooling(&self) -> bool {
+        self.runtime.pooling()
+    }
+
+    /// Stop every plugin in reverse start order.
+    pub async fn stop(mut self) {
+        while let Some(plugin) = self.plugins.pop() {
+            let id = plugin.handle().id().to_string();
+            plugin.stop().await;
+            tracing::info!(plugin = %id, "plugin stopped");
+        }
+    }
+}

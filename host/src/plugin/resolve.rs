@@ -1,0 +1,253 @@
+//! Dependency resolution: from a directory's manifests to a start order.
+//!
+//! Duplicate ids, missing dependencies, unsatisfied version requirements and cycles are
+//! all reported together; otherwise plugins start dependencies first (ties broken by id,
+//! so the order is stable) and stop in reverse.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+use super::manifest::{self, Manifest, ManifestError};
+
+/// A resolved plugin directory: manifests in start order.
+#[derive(Debug, Clone)]
+pub struct PluginSet {
+    start_order: Vec<Manifest>,
+}
+
+impl PluginSet {
+    /// Manifests in the order their plugins start (every dependency before its dependents).
+    pub fn start_order(&self) -> &[Manifest] {
+        &self.start_order
+    }
+
+    /// Plugin ids in the order they stop: the reverse of the start order.
+    pub fn stop_order(&self) -> Vec<&str> {
+        self.start_order.iter().rev().map(|m| m.id.as_str()).collect()
+    }
+
+    /// The manifest of a plugin by id.
+    pub fn get(&self, id: &str) -> Option<&Manifest> {
+        self.start_order.iter().find(|m| m.id == id)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.start_order.is_empty()
+    }
+}
+
+/// Load and resolve a plugin directory, reporting every problem at once.
+pub fn load(dir: &Path) -> Result<PluginSet, Vec<ManifestError>> {
+    let (manifests, mut errors) = manifest::load_dir(dir).map_err(|e| {
+        vec![ManifestError {
+            file: dir.to_path_buf(),
+            field: String::new(),
+            message: format!("cannot read plugin directory: {e}"),
+        }]
+    })?;
+    match resolve(manifests) {
+        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(_) => Err(errors),
+        Err(mut more) => {
+            errors.append(&mut more);
+            Err(errors)
+        }
+    }
+}
+
+/// Order valid manifests by their dependencies.
+pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>> {
+    let mut errors = Vec::new();
+    let mut by_id: BTreeMap<String, Manifest> = BTreeMap::new();
+    for manifest in manifests {
+        if let Some(first) = by_id.get(&manifest.id) {
+            errors.push(ManifestError {
+                file: manifest.file.clone(),
+                field: "id".into(),
+                message: format!("duplicate plugin id `{}`, also declared in {}", manifest.id, first.file.display()),
+            });
+            continue;
+        }
+        by_id.insert(manifest.id.clone(), manifest);
+    }
+
+    for manifest in by_id.values() {
+        for (i, dep) in manifest.depends_on.iter().enumerate() {
+            match by_id.get(&dep.id) {
+                None => errors.push(ManifestError {
+                    file: manifest.file.clone(),
+                    field: format!("depends_on[{i}].id"),
+                    message: format!("`{}` depends on `{}`, which is not in the plugin directory", manifest.id, dep.id),
+                }),
+                Some(found) if !dep.version.matches(&found.version) => errors.push(ManifestError {
+                    file: manifest.file.clone(),
+                    field: format!("depends_on[{i}].version"),
+                    message: format!(
+                        "`{}` requires `{}` {} but the directory has version {} ({})",
+                        manifest.id,
+                        dep.id,
+                        dep.version,
+                        found.version,
+                        found.file.display()
+                    ),
+                }),
+                Some(_) => {}
+            }
+        }
+    }
+
+    for cycle in find_cycles(&by_id) {
+        let first = &by_id[&cycle[0]];
+        errors.push(ManifestError {
+            file: first.file.clone(),
+            field: "depends_on".into(),
+            message: format!("dependency cycle: {}", cycle.join(" -> ")),
+        });
+    }
+
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Ok(PluginSet {
+        start_order: topological_order(by_id),
+    })
+}
+
+/// Kahn's algorithm over present dependencies, smallest id first among the ready ones.
+fn topological_order(mut by_id: BTreeMap<String, Manifest>) -> Vec<Manifest> {
+    let mut waiting_on: BTreeMap<String, BTreeSet<String>> = by_id
+        .values()
+        .map(|m| {
+            let deps = m.depends_on.iter().map(|d| d.id.clone()).filter(|d| by_id.contains_key(d)).collect();
+            (m.id.clone(), deps)
+        })
+        .collect();
+    let mut order = Vec::with_capacity(by_id.len());
+    while let Some(ready) = waiting_on.iter().find(|(_, deps)| deps.is_empty()).map(|(id, _)| id.clone()) {
+        waiting_on.remove(&ready);
+        for deps in waiting_on.values_mut() {
+            deps.remove(&ready);
+        }
+        if let Some(manifest) = by_id.remove(&ready) {
+            order.push(manifest);
+        }
+    }
+    order
+}
+
+/// Every elementary cycle reachable by depth-first search, each once, written as
+/// `a -> b -> a` starting from its smallest id.
+fn find_cycles(by_id: &BTreeMap<String, Manifest>) -> Vec<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Unvisited,
+        OnStack,
+        Done,
+    }
+    fn visit(
+        id: &str,
+        by_id: &BTreeMap<String, Manifest>,
+        marks: &mut BTreeMap<String, Mark>,
+        stack: &mut Vec<String>,
+        cycles: &mut BTreeSet<Vec<String>>,
+    ) {
+        marks.insert(id.to_string(), Mark::OnStack);
+        stack.push(id.to_string());
+        if let Some(manifest) = by_id.get(id) {
+            for dep in &manifest.depends_on {
+                match marks.get(dep.id.as_str()).copied() {
+                    Some(Mark::Unvisited) => visit(&dep.id, by_id, marks, stack, cycles),
+                    Some(Mark::OnStack) => {
+                        let start = stack.iter().position(|s| *s == dep.id).unwrap_or(0);
+                        let mut cycle: Vec<String> = stack[start..].to_vec();
+                        let smallest = cycle.iter().enumerate().min_by_key(|(_, s)| *s).map(|(i, _)| i).unwrap_or(0);
+                        cycle.rotate_left(smallest);
+                        cycle.push(cycle[0].clone());
+                        cycles.insert(cycle);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        stack.pop();
+        marks.insert(id.to_string(), Mark::Done);
+    }
+
+    let mut marks: BTreeMap<String, Mark> = by_id.keys().map(|id| (id.clone(), Mark::Unvisited)).collect();
+    let mut cycles = BTreeSet::new();
+    for id in by_id.keys() {
+        if marks[id] == Mark::Unvisited {
+            visit(id, by_id, &mut marks, &mut Vec::new(), &mut cycles);
+        }
+    }
+    cycles.into_iter().collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::manifest::load_file;
+
+    fn dir_with(manifests: &[(&str, &str, &[(&str, &str)])]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("c.wasm"), [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]).expect("wasm");
+        for (id, version, deps) in manifests {
+            let mut body = format!("id: {id}\nversion: {version}\nkind: handler\ncomponent: c.wasm\napi: ^0.1\n");
+            if !deps.is_empty() {
+                body.push_str("depends_on:\n");
+                for (dep, req) in *deps {
+                    body.push_str(&format!("  - id: {dep}\n    version: '{req}'\n"));
+                }
+            }
+            std::fs::write(dir.path().join(format!("{id}.yaml")), body).expect("manifest");
+        }
+        dir
+    }
+
+    fn ids(set: &PluginSet) -> Vec<&str> {
+        set.start_order().iter().map(|m| m.id.as_str()).collect()
+    }
+
+    #[test]
+    fn dependencies_start_first_and_stop_last() {
+        let dir = dir_with(&[
+            ("app", "1.0.0", &[("store", "^2"), ("log", "*")]),
+            ("store", "2.1.0", &[("log", ">=1")]),
+            ("log", "1.0.0", &[]),
+            ("alone", "0.1.0", &[]),
+        ]);
+        let set = load(dir.path()).expect("resolves");
+        assert_eq!(ids(&set), ["alone", "log", "store", "app"]);
+        assert_eq!(set.stop_order(), ["app", "store", "log", "alone"]);
+    }
+
+    #[test]
+    fn all_resolution_problems_are_reported_together() {
+        let dir = dir_with(&[
+            ("a", "1.0.0", &[("b", "*")]),
+            ("b", "1.0.0", &[("c", "*")]),
+            ("c", "1.0.0", &[("a", "*")]),
+            ("d", "1.0.0", &[("ghost", "*")]),
+            ("e", "1.0.0", &[("d", "^2")]),
+        ]);
+        let errors = load(dir.path()).expect_err("invalid");
+        let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+        assert!(text.iter().any(|t| t.contains("dependency cycle: a -> b -> c -> a")), "{text:?}");
+        assert!(text.iter().any(|t| t.contains("`ghost`, which is not in the plugin directory")), "{text:?}");
+        assert!(text.iter().any(|t| t.contains("requires `d` ^2 but the directory has version 1.0.0")), "{text:?}");
+    }
+
+    #[test]
+    fn duplicate_ids_name_both_files() {
+        let dir = dir_with(&[("a", "1.0.0", &[])]);
+        let body = std::fs::read_to_string(dir.path().join("a.yaml")).expect("read");
+        std::fs::write(dir.path().join("z-copy.yaml"), body).expect("write");
+        let errors = load(dir.path()).expect_err("duplicate");
+        assert_eq!(errors.len(), 1);
+        assert!(errors[0].message.contains("duplicate plugin id `a`"), "{errors:?}");
+        assert!(errors[0].file.ends_with("z-copy.yaml"));
+        assert!(errors[0].message.contains("a.yaml"));
+        let _ = load_file(&dir.path().join("a.yaml")).expect("each alone is valid");
+    }
+}

@@ -1,0 +1,524 @@
+//! The WebAssembly runtime: one `Engine`, a disk cache of compiled components, one
+//! `InstancePre` per plugin, and instances whose every call runs under a memory limit and
+//! an epoch deadline.
+//!
+//! Knobs, all from [`RuntimeConfig`] and the plugin manifests:
+//! - component model on, `component-model-async` off (it doubles the cost of every call);
+//! - epoch interruption: a ticker thread advances the epoch every `epoch_tick_ms`, and each
+//!   call gets a deadline of `limits.timeout_ms`, so a runaway call traps instead of hanging;
+//! - the pooling allocator when `runtime.pooling` is on and the machine accepts its
+//!   reservations, on-demand allocation otherwise;
+//! - compiled components are cached under `cache_dir`, keyed by the component's SHA-256
+//!   and the engine's compatibility hash, so a second start deserialises instead of compiling.
+
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
+
+use super::bindings::v0_1::types::{Error as WitError, Event, HttpRequest, HttpResponse, OutboundMessage};
+use super::bindings::v0_1::{channel, handler, memory_backend};
+use super::capabilities::{HostServices, PluginContext, Sandbox, SandboxError};
+use super::logging::PluginLog;
+use super::manifest::{Manifest, World};
+use crate::config::RuntimeConfig;
+
+/// Why the runtime or a plugin could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The engine could not be created.
+    #[error("cannot create the wasmtime engine: {0:#}")]
+    Engine(wasmtime::Error),
+    /// The component file could not be read.
+    #[error("{path}: cannot read component: {source}")]
+    Read {
+        /// The component file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The component did not compile or link against the host's imports.
+    #[error("{plugin}: {message}")]
+    Component {
+        /// The plugin id.
+        plugin: String,
+        /// What failed, naming the world or import at fault.
+        message: String,
+    },
+    /// The sandbox could not be set up.
+    #[error("{plugin}: {source}")]
+    Sandbox {
+        /// The plugin id.
+        plugin: String,
+        /// What failed.
+        source: SandboxError,
+    },
+}
+
+/// Whether a component came from the cache or was compiled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheOutcome {
+    /// Deserialised from the disk cache.
+    Hit,
+    /// Compiled now (and written to the cache).
+    Compiled,
+}
+
+/// What kind of fault ended a call; the store is poisoned after any of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FaultKind {
+    /// The call ran past `limits.timeout_ms`.
+    Timeout,
+    /// The plugin tried to grow its memory past `limits.memory_mb`.
+    MemoryLimit,
+    /// Any other trap (unreachable, out-of-bounds, stack overflow, panic, ...).
+    Trap,
+    /// The plugin could not be instantiated.
+    Instantiate,
+    /// `init` returned an error.
+    InitFailed,
+}
+
+impl std::fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            FaultKind::Timeout => "timeout",
+            FaultKind::MemoryLimit => "memory limit",
+            FaultKind::Trap => "trap",
+            FaultKind::Instantiate => "instantiation failed",
+            FaultKind::InitFailed => "init failed",
+        })
+    }
+}
+
+/// A plugin fault: the instance must be dropped and rebuilt.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct Fault {
+    /// What happened.
+    pub kind: FaultKind,
+    /// Details for the operator.
+    pub message: String,
+}
+
+/// How a call into a plugin failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The plugin answered with an error; its instance is still healthy.
+    #[error("plugin returned an error: {0:?}")]
+    Plugin(WitError),
+    /// The plugin faulted; its instance is poisoned.
+    #[error(transparent)]
+    Fault(#[from] Fault),
+    /// The plugin's world has no such export.
+    #[error("a {0:?} plugin does not export this function")]
+    NotExported(World),
+}
+
+/// Settings of a plugin's calls derived from the runtime config and its manifest.
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    ticks: u64,
+}
+
+/// The one wasmtime engine of a host, with its linker and compile cache.
+pub struct Runtime {
+    engine: Engine,
+    linker: Linker<PluginContext>,
+    cache_dir: PathBuf,
+    epoch_tick: Duration,
+    pooling: bool,
+    ticker_stop: Arc<AtomicBool>,
+    config: RuntimeConfig,
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn base_config() -> Config {
+    let mut config = Config::new();
+    config.wasm_component_model(true);
+    config.epoch_interruption(true);
+    config.parallel_compilation(true);
+    config
+}
+
+fn pooling_config(max_memory_bytes: usize) -> PoolingAllocationConfig {
+    let mut pool = PoolingAllocationConfig::default();
+    pool.total_component_instances(256)
+        .total_core_instances(2048)
+        .total_memories(512)
+        .total_tables(512)
+        .max_memory_size(max_memory_bytes)
+        .max_core_instances_per_component(64)
+        .max_memories_per_component(16)
+        .max_tables_per_component(16)
+        .table_elements(200_000)
+        .max_component_instance_size(4 << 20)
+        .max_core_instance_size(4 << 20);
+    pool
+}
+
+impl Runtime {
+    /// Create the engine. `max_memory_mb` is the largest `limits.memory_mb` of the plugins
+    /// it will run (the pooling allocator sizes its slots by it).
+    pub fn new(config: &RuntimeConfig, cache_dir: &Path, max_memory_mb: u32) -> Result<Self, RuntimeError> {
+        let max_memory_bytes = (max_memory_mb.max(1) as usize) << 20;
+        let (engine, pooling) = if config.pooling {
+            let mut pooled = base_config();
+            pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling_config(max_memory_bytes)));
+            match Engine::new(&pooled) {
+                Ok(engine) => (engine, true),
+                Err(e) => {
+                    tracing::warn!("pooling allocator unavailable, using on-demand allocation: {e:#}");
+                    (Engine::new(&base_config()).map_err(RuntimeError::Engine)?, false)
+                }
+            }
+        } else {
+            (Engine::new(&base_config()).map_err(RuntimeError::Engine)?, false)
+        };
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(RuntimeError::Engine)?;
+        handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(&mut linker, |state| state)
+            .map_err(RuntimeError::Engine)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let epoch_tick = Duration::from_millis(config.epoch_tick_ms);
+        {
+            let engine = engine.clone();
+            let stop = ticker_stop.clone();
+            std::thread::Builder::new()
+                .name("cairn-epoch".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(epoch_tick);
+                        engine.increment_epoch();
+                    }
+                })
+                .map_err(|e| RuntimeError::Engine(wasmtime::Error::msg(format!("cannot start epoch ticker: {e}"))))?;
+        }
+        Ok(Self {
+            engine,
+            linker,
+            cache_dir: cache_dir.to_path_buf(),
+            epoch_tick,
+            pooling,
+            ticker_stop,
+            config: config.clone(),
+        })
+    }
+
+    /// Whether the pooling allocator is in use.
+    pub fn pooling(&self) -> bool {
+        self.pooling
+    }
+
+    /// The engine (for benchmarks and tools).
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Load a component, from the cache when it holds a compatible compiled copy.
+    pub fn load_component(&self, cache_name: &str, path: &Path) -> Result<(Component, CacheOutcome), RuntimeError> {
+        let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
+        let cached = self
+            .cache_dir
+            .join(format!("{cache_name}-{digest}-{}.cwasm", self.engine_fingerprint()));
+        if cached.is_file() {
+            // SAFETY: the cache holds only files this function wrote with `serialize` for an
+            // engine of the same compatibility hash (part of the name), renamed into place
+            // whole; wasmtime re-checks the header and rejects incompatible artifacts.
+            match unsafe { Component::deserialize_file(&self.engine, &cached) } {
+                Ok(component) => return Ok((component, CacheOutcome::Hit)),
+                Err(e) => tracing::warn!(file = %cached.display(), "discarding unusable cached component: {e:#}"),
+            }
+        }
+        let component = Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Component {
+            plugin: cache_name.to_string(),
+            message: format!("{}: not a valid component: {e:#}", path.display()),
+        })?;
+        self.write_cache(cache_name, &cached, &component);
+        Ok((component, CacheOutcome::Compiled))
+    }
+
+    /// Store a compiled component; a failure only costs a recompile next time.
+    fn write_cache(&self, cache_name: &str, cached: &Path, component: &Component) {
+        let result = (|| -> Result<(), Box<dyn std::error::Error>> {
+            std::fs::create_dir_all(&self.cache_dir)?;
+            let serialized = component.serialize()?;
+            let temp = cached.with_extension(format!("tmp{}", std::process::id()));
+            std::fs::write(&temp, serialized)?;
+            std::fs::rename(&temp, cached)?;
+            // Drop older compilations of the same plugin.
+            let prefix = format!("{cache_name}-");
+            for entry in std::fs::read_dir(&self.cache_dir)?.flatten() {
+                let path = entry.path();
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if path != cached && name.starts_with(&prefix) && name.ends_with(".cwasm") {
+                    let rest = &name[prefix.len()..];
+                    // Only `<id>-<digest>-<engine>.cwasm`, not another plugin whose id extends this one.
+                    if rest.split('-').count() == 2 {
+                        let _ = std::fs::remove_file(path);
+                    }
+                }
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            tracing::warn!(dir = %self.cache_dir.display(), "cannot write component cache: {e}");
+        }
+    }
+
+    fn engine_fingerprint(&self) -> String {
+        struct Sha(Sha256);
+        impl Hasher for Sha {
+            fn finish(&self) -> u64 {
+                let digest = self.0.clone().finalize();
+                u64::from_le_bytes(digest[..8].try_into().unwrap_or([0; 8]))
+            }
+            fn write(&mut self, bytes: &[u8]) {
+                self.0.update(bytes);
+            }
+        }
+        let mut hasher = Sha(Sha256::new());
+        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        format!("{:016x}", hasher.finish())
+    }
+
+    /// Compile (or load) a plugin's component, link it against the host imports and check
+    /// it implements its kind's world.
+    pub fn prepare(&self, manifest: Arc<Manifest>, data_dir: &Path) -> Result<PreparedPlugin, RuntimeError> {
+        let started = Instant::now();
+        let (component, cache) = self.load_component(&manifest.id, &manifest.component)?;
+        let load_time = started.elapsed();
+        let component_error = |message: String| RuntimeError::Component {
+            plugin: manifest.id.clone(),
+            message,
+        };
+        let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
+            component_error(format!(
+                "{} needs imports this host does not provide: {e:#}",
+                manifest.component.display()
+            ))
+        })?;
+        let world = manifest.kind.world();
+        let not_world = |e: wasmtime::Error| {
+            component_error(format!(
+                "{} does not implement the `{}` world that kind {} requires: {e:#}",
+                manifest.component.display(),
+                world_name(world),
+                manifest.kind
+            ))
+        };
+        let exports = match world {
+            World::Channel => WorldPre::Channel(channel::ChannelPre::new(instance_pre).map_err(not_world)?),
+            World::Handler => WorldPre::Handler(handler::HandlerPre::new(instance_pre).map_err(not_world)?),
+            World::MemoryBackend => {
+                WorldPre::MemoryBackend(memory_backend::MemoryBackendPre::new(instance_pre).map_err(not_world)?)
+            }
+        };
+        let log = Arc::new(PluginLog::new(
+            manifest.id.as_str().into(),
+            self.config.log_rate_per_sec,
+            self.config.log_burst,
+            self.config.log_line_max_bytes,
+        ));
+        let sandbox = Sandbox::prepare(&manifest, data_dir, log).map_err(|source| RuntimeError::Sandbox {
+            plugin: manifest.id.clone(),
+            source,
+        })?;
+        let tick_ms = self.epoch_tick.as_millis().max(1) as u64;
+        let deadline = Deadline {
+            ticks: manifest.limits.timeout_ms.div_ceil(tick_ms) + 1,
+        };
+        Ok(PreparedPlugin {
+            engine: self.engine.clone(),
+            manifest,
+            sandbox,
+            exports,
+            deadline,
+            cache,
+            load_time,
+        })
+    }
+}
+
+/// The WIT name of a world.
+pub fn world_name(world: World) -> &'static str {
+    match world {
+        World::Channel => "channel",
+        World::Handler => "handler",
+        World::MemoryBackend => "memory-backend",
+    }
+}
+
+enum WorldPre {
+    Channel(channel::ChannelPre<PluginContext>),
+    Handler(handler::HandlerPre<PluginContext>),
+    MemoryBackend(memory_backend::MemoryBackendPre<PluginContext>),
+}
+
+enum WorldInstance {
+    Channel(channel::Channel),
+    Handler(handler::Handler),
+    MemoryBackend(memory_backend::MemoryBackend),
+}
+
+/// A plugin ready to be instantiated any number of times: its `InstancePre` and sandbox.
+pub struct PreparedPlugin {
+    engine: Engine,
+    manifest: Arc<Manifest>,
+    sandbox: Sandbox,
+    exports: WorldPre,
+    deadline: Deadline,
+    cache: CacheOutcome,
+    load_time: Duration,
+}
+
+impl PreparedPlugin {
+    /// The plugin's manifest.
+    pub fn manifest(&self) -> &Arc<Manifest> {
+        &self.manifest
+    }
+
+    /// Whether the component came from the cache, and how long loading it took.
+    pub fn load_stats(&self) -> (CacheOutcome, Duration) {
+        (self.cache, self.load_time)
+    }
+
+    /// A fresh instance in a fresh store (the only way back from a fault).
+    pub fn instantiate(&self, services: Arc<HostServices>) -> Result<PluginInstance, Fault> {
+        let state = self.sandbox.new_state(services).map_err(|e| Fault {
+            kind: FaultKind::Instantiate,
+            message: e.to_string(),
+        })?;
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|state| state.limiter());
+        store.epoch_deadline_trap();
+        store.set_epoch_deadline(self.deadline.ticks);
+        let instantiated = match &self.exports {
+            WorldPre::Channel(pre) => pre.instantiate(&mut store).map(WorldInstance::Channel),
+            WorldPre::Handler(pre) => pre.instantiate(&mut store).map(WorldInstance::Handler),
+            WorldPre::MemoryBackend(pre) => pre.instantiate(&mut store).map(WorldInstance::MemoryBackend),
+        };
+        let exports = instantiated.map_err(|e| {
+            let mut fault = classify(&e);
+            if fault.kind == FaultKind::Trap {
+                fault.kind = FaultKind::Instantiate;
+            }
+            fault
+        })?;
+        Ok(PluginInstance {
+            store,
+            exports,
+            deadline: self.deadline,
+        })
+    }
+}
+
+/// Turn a wasmtime call error into a fault, naming timeouts and memory-limit hits.
+fn classify(error: &wasmtime::Error) -> Fault {
+    let message = format!("{error:#}");
+    let kind = if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
+        FaultKind::Timeout
+    } else if message.contains("forcing trap when growing memory") || message.contains("exceeds memory limits") {
+        FaultKind::MemoryLimit
+    } else {
+        FaultKind::Trap
+    };
+    Fault { kind, message }
+}
+
+/// A live plugin instance. Every call runs under the plugin's epoch deadline; a call that
+/// faults leaves the instance poisoned, and the caller must drop it.
+pub struct PluginInstance {
+    store: Store<PluginContext>,
+    exports: WorldInstance,
+    deadline: Deadline,
+}
+
+impl PluginInstance {
+    fn run<T>(
+        &mut self,
+        call: impl FnOnce(&WorldInstance, &mut Store<PluginContext>) -> Option<wasmtime::Result<Result<T, WitError>>>,
+    ) -> Result<T, CallError> {
+        self.store.set_epoch_deadline(self.deadline.ticks);
+        let world = match &self.exports {
+            WorldInstance::Channel(_) => World::Channel,
+            WorldInstance::Handler(_) => World::Handler,
+            WorldInstance::MemoryBackend(_) => World::MemoryBackend,
+        };
+        match call(&self.exports, &mut self.store) {
+            None => Err(CallError::NotExported(world)),
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(error))) => Err(CallError::Plugin(error)),
+            Some(Err(trap)) => Err(CallError::Fault(classify(&trap))),
+        }
+    }
+
+    /// Call `init` with the manifest's config as JSON.
+    pub fn init(&mut self, config: &str) -> Result<(), CallError> {
+        let config = config.to_owned();
+        let config = &config;
+        self.run(|exports, store| {
+            Some(match exports {
+                WorldInstance::Channel(c) => c.call_init(store, config),
+                WorldInstance::Handler(h) => h.call_init(store, config),
+                WorldInstance::MemoryBackend(m) => m.call_init(store, config),
+            })
+        })
+    }
+
+    /// Call a channel's `poll`.
+    pub fn poll(&mut self) -> Result<(), CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(c.call_poll(store)),
+            _ => None,
+        })
+    }
+
+    /// Call a channel's `deliver`.
+    pub fn deliver(&mut self, message: &OutboundMessage) -> Result<(), CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(c.call_deliver(store, message)),
+            _ => None,
+        })
+    }
+
+    /// Call a channel's `handle-webhook`.
+    pub fn handle_webhook(&mut self, request: &HttpRequest) -> Result<HttpResponse, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(c.call_handle_webhook(store, request).map(Ok)),
+            _ => None,
+        })
+    }
+
+    /// Call a handler's `on-event`.
+    pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::Handler(h) => Some(h.call_on_event(store, event)),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `health`.
+    pub fn health(&mut self) -> Result<String, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(m.call_health(store)),
+            _ => None,
+        })
+    }
+}

@@ -1,0 +1,183 @@
+//! The persisted state of a host's plugins (`host.db` tables `plugin_status` and
+//! `host_run`), written by the running host and read by `cairn status`.
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::Serialize;
+
+use crate::store::{self, StoreError};
+
+/// Lifecycle state of a supervised plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginState {
+    /// Being instantiated and initialised.
+    Starting,
+    /// Initialised and serving calls.
+    Running,
+    /// Faulted; waiting out its backoff before the next start.
+    Restarting,
+    /// Faulted more often than the restart budget allows; no longer started.
+    Quarantined,
+    /// Its component could not be loaded or linked; it is never started.
+    Failed,
+    /// Stopped with the host.
+    Stopped,
+}
+
+impl PluginState {
+    /// The state as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginState::Starting => "starting",
+            PluginState::Running => "running",
+            PluginState::Restarting => "restarting",
+            PluginState::Quarantined => "quarantined",
+            PluginState::Failed => "failed",
+            PluginState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One plugin's row in `cairn status`. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PluginStatus {
+    /// Plugin id.
+    pub id: String,
+    /// Plugin version.
+    pub version: String,
+    /// Plugin kind.
+    pub kind: String,
+    /// `starting`, `running`, `restarting`, `quarantined`, `failed` or `stopped`.
+    pub state: String,
+    /// How many times the supervisor restarted it since the host started.
+    pub restarts: u32,
+    /// How many faults (traps, timeouts, memory-limit hits, failed inits) it had.
+    pub faults: u32,
+    /// The last fault or load error, if any.
+    pub last_error: Option<String>,
+    /// When this row last changed (ms since the epoch).
+    pub updated_at: i64,
+}
+
+/// The host process that last ran on a data dir. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostRun {
+    /// Its process id.
+    pub pid: u32,
+    /// The plugin directory it ran.
+    pub plugins_dir: String,
+    /// When it started (ms since the epoch).
+    pub started_at: i64,
+    /// When it stopped cleanly; none while running or after a crash.
+    pub stopped_at: Option<i64>,
+}
+
+/// Writer of plugin and host status, shared by the supervisors of a host.
+pub struct StatusStore {
+    conn: Mutex<Connection>,
+}
+
+impl StatusStore {
+    /// Open `host.db` under the data dir.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let conn = store::open(&data_dir.join("host.db"), &store::HOST_MIGRATIONS)?;
+        Ok(Self { conn: Mutex::new(conn) })
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forget the plugins of an earlier run and record this host as running.
+    pub fn begin_run(&self, plugins_dir: &Path) -> Result<(), rusqlite::Error> {
+        let mut conn = self.conn();
+        let tx = conn.transaction()?;
+        tx.execute("DELETE FROM plugin_status", [])?;
+        tx.execute(
+            "INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
+             ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, plugins_dir = excluded.plugins_dir,
+                 started_at = excluded.started_at, stopped_at = NULL",
+            params![std::process::id(), plugins_dir.display().to_string(), store::now_ms()],
+        )?;
+        tx.commit()
+    }
+
+    /// Record a clean stop.
+    pub fn end_run(&self) -> Result<(), rusqlite::Error> {
+        self.conn()
+            .execute("UPDATE host_run SET stopped_at = ?1 WHERE id = 1", params![store::now_ms()])?;
+        Ok(())
+    }
+
+    /// Write one plugin's status. Failures are logged, never fatal: status is advisory.
+    pub fn record(&self, status: &PluginStatus) {
+        let result = self.conn().execute(
+            "INSERT INTO plugin_status (plugin_id, version, kind, state, restarts, faults, last_error, updated_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+             ON CONFLICT (plugin_id) DO UPDATE SET version = excluded.version, kind = excluded.kind,
+                 state = excluded.state, restarts = excluded.restarts, faults = excluded.faults,
+                 last_error = excluded.last_error, updated_at = excluded.updated_at",
+            params![
+                status.id,
+                status.version,
+                status.kind,
+                status.state,
+                status.restarts,
+                status.faults,
+                status.last_error,
+                status.updated_at
+            ],
+        );
+        if let Err(e) = result {
+            tracing::warn!(plugin = %status.id, "cannot record plugin status: {e}");
+        }
+    }
+}
+
+/// Read the recorded host run and plugin statuses; `None` when the data dir has no host.db.
+pub fn read(data_dir: &Path) -> Result<Option<(Option<HostRun>, Vec<PluginStatus>)>, StoreError> {
+    let path = data_dir.join("host.db");
+    let Some(conn) = store::open_read_only(&path)? else {
+        return Ok(None);
+    };
+    let query = || -> Result<(Option<HostRun>, Vec<PluginStatus>), rusqlite::Error> {
+        let run = conn
+            .query_row("SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1", [], |row| {
+                Ok(HostRun {
+                    pid: row.get(0)?,
+                    plugins_dir: row.get(1)?,
+                    started_at: row.get(2)?,
+                    stopped_at: row.get(3)?,
+                })
+            })
+            .optional()?;
+        let mut statement = conn.prepare(
+            "SELECT plugin_id, version, kind, state, restarts, faults, last_error, updated_at
+             FROM plugin_status ORDER BY plugin_id",
+        )?;
+        let plugins = statement
+            .query_map([], |row| {
+                Ok(PluginStatus {
+                    id: row.get(0)?,
+                    version: row.get(1)?,
+                    kind: row.get(2)?,
+                    state: row.get(3)?,
+                    restarts: row.get(4)?,
+                    faults: row.get(5)?,
+                    last_error: row.get(6)?,
+                    updated_at: row.get(7)?,
+                })
+            })?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((run, plugins))
+    };
+    query().map(Some).map_err(|source| StoreError::Open { path, source })
+}
+
+/// Whether a process with this id is alive (Linux: it has a `/proc` entry).
+pub fn process_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}

@@ -1,0 +1,157 @@
+//! SQLite plumbing shared by every store: opening a database durably and migrating it.
+//!
+//! Each database file (`host.db`, later `buffer.db`, `journal.db`, `memory.db`) has its
+//! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
+//! is kept in SQLite's `user_version`; migrations run in one transaction each.
+
+use std::path::{Path, PathBuf};
+
+use rusqlite::Connection;
+
+/// Why a database could not be opened or migrated.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite refused to open the file or apply a pragma.
+    #[error("{path}: {source}")]
+    Open {
+        /// The database file.
+        path: PathBuf,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// A migration failed; the database stays at the previous version.
+    #[error("{path}: migration {version} failed: {source}")]
+    Migrate {
+        /// The database file.
+        path: PathBuf,
+        /// The migration that failed (1-based).
+        version: usize,
+        /// SQLite's error.
+        source: rusqlite::Error,
+    },
+    /// The database was written by a newer Cairn with more migrations than this one knows.
+    #[error("{path}: schema version {found} is newer than this cairn supports ({known})")]
+    TooNew {
+        /// The database file.
+        path: PathBuf,
+        /// The version found in the file.
+        found: usize,
+        /// The newest version this build knows.
+        known: usize,
+    },
+}
+
+/// The ordered migrations of one database.
+pub struct Migrations {
+    /// Database name, for messages.
+    pub name: &'static str,
+    /// SQL scripts, applied in order; index + 1 is the schema version.
+    pub scripts: &'static [&'static str],
+}
+
+/// Migrations of `host.db`.
+pub const HOST_MIGRATIONS: Migrations = Migrations {
+    name: "host",
+    scripts: &[include_str!("../../../migrations/host/0001_init.sql")],
+};
+
+/// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
+pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StoreError> {
+    let open_err = |source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut conn = Connection::open(path).map_err(open_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
+    conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+    migrate(&mut conn, path, migrations)?;
+    Ok(conn)
+}
+
+/// Open an existing database read-only, without migrating; `None` when the file is missing.
+pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StoreError> {
+    if !path.exists() {
+        return Ok(None);
+    }
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(|source| StoreError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Ok(Some(conn))
+}
+
+fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Result<(), StoreError> {
+    let current: usize = conn
+        .pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?
+        .try_into()
+        .unwrap_or(0);
+    let known = migrations.scripts.len();
+    if current > known {
+        return Err(StoreError::TooNew {
+            path: path.to_path_buf(),
+            found: current,
+            known,
+        });
+    }
+    for (index, script) in migrations.scripts.iter().enumerate().skip(current) {
+        let version = index + 1;
+        let fail = |source| StoreError::Migrate {
+            path: path.to_path_buf(),
+            version,
+            source,
+        };
+        let tx = conn.transaction().map_err(fail)?;
+        tx.execute_batch(script).map_err(fail)?;
+        tx.pragma_update(None, "user_version", version as i64).map_err(fail)?;
+        tx.commit().map_err(fail)?;
+        tracing::debug!(database = migrations.name, version, "applied migration");
+    }
+    Ok(())
+}
+
+/// Milliseconds since the Unix epoch, the timestamp unit of every Cairn table.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_apply_once_and_set_wal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("host.db");
+        let conn = open(&path, &HOST_MIGRATIONS).expect("first open migrates");
+        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).expect("mode");
+        assert_eq!(mode, "wal");
+        drop(conn);
+        let conn = open(&path, &HOST_MIGRATIONS).expect("second open is a no-op");
+        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).expect("version");
+        assert_eq!(version, HOST_MIGRATIONS.scripts.len() as i64);
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("host.db");
+        let conn = open(&path, &HOST_MIGRATIONS).expect("open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = open(&path, &HOST_MIGRATIONS).expect_err("too new");
+        assert!(matches!(err, StoreError::TooNew { found: 99, .. }));
+    }
+}
