@@ -138,14 +138,18 @@ impl Default for KvConfig {
 impl HostConfig {
     /// Load the configuration: defaults, then `file` if given (or `./cairn.yaml` if it
     /// exists), then `CAIRN_…` environment overrides, then `data_dir_override`.
-    pub fn load(file: Option<&Path>, data_dir_override: Option<&Path>) -> Result<Self, ConfigError> {
+    pub fn load(
+        file: Option<&Path>,
+        data_dir_override: Option<&Path>,
+    ) -> Result<Self, ConfigError> {
         let default_file = Path::new("cairn.yaml");
         let file = match file {
             Some(path) => Some(path),
             None if default_file.is_file() => Some(default_file),
             None => None,
         };
-        let mut value = serde_yaml::to_value(HostConfig::default()).map_err(|e| invalid("defaults", e))?;
+        let mut value =
+            serde_yaml::to_value(HostConfig::default()).map_err(|e| invalid("defaults", e))?;
         if let Some(path) = file {
             let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
                 path: path.to_path_buf(),
@@ -154,14 +158,17 @@ impl HostConfig {
             let origin = path.display().to_string();
             // Parse into the typed schema first so unknown keys and wrong types are reported
             // against the file, then merge the file's keys over the defaults.
-            let from_file: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|e| invalid(&origin, e))?;
+            let from_file: serde_yaml::Value =
+                serde_yaml::from_str(&text).map_err(|e| invalid(&origin, e))?;
             if !from_file.is_null() {
-                serde_yaml::from_value::<HostConfig>(from_file.clone()).map_err(|e| invalid(&origin, e))?;
+                serde_yaml::from_value::<HostConfig>(from_file.clone())
+                    .map_err(|e| invalid(&origin, e))?;
                 merge(&mut value, from_file);
             }
         }
         apply_env_overrides(&mut value, "CAIRN", &|name| std::env::var(name).ok());
-        let mut config: HostConfig = serde_yaml::from_value(value).map_err(|e| invalid("environment (CAIRN_… variables)", e))?;
+        let mut config: HostConfig = serde_yaml::from_value(value)
+            .map_err(|e| invalid("environment (CAIRN_… variables)", e))?;
         if let Some(dir) = data_dir_override {
             config.data_dir = dir.to_path_buf();
         }
@@ -180,8 +187,12 @@ impl HostConfig {
         if self.runtime.epoch_tick_ms == 0 {
             return problem("runtime.epoch_tick_ms: expected a positive number of milliseconds");
         }
-        if self.supervisor.backoff_initial_ms == 0 || self.supervisor.backoff_max_ms < self.supervisor.backoff_initial_ms {
-            return problem("supervisor.backoff_initial_ms / backoff_max_ms: expected 0 < initial <= max");
+        if self.supervisor.backoff_initial_ms == 0
+            || self.supervisor.backoff_max_ms < self.supervisor.backoff_initial_ms
+        {
+            return problem(
+                "supervisor.backoff_initial_ms / backoff_max_ms: expected 0 < initial <= max",
+            );
         }
         if self.runtime.log_rate_per_sec == 0 {
             return problem("runtime.log_rate_per_sec: expected a positive number");
@@ -234,7 +245,11 @@ fn env_name(prefix: &str, key: &str) -> String {
 }
 
 /// Replace every scalar leaf of `value` whose environment variable is set.
-fn apply_env_overrides(value: &mut serde_yaml::Value, prefix: &str, lookup: &dyn Fn(&str) -> Option<String>) {
+fn apply_env_overrides(
+    value: &mut serde_yaml::Value,
+    prefix: &str,
+    lookup: &dyn Fn(&str) -> Option<String>,
+) {
     if let serde_yaml::Value::Mapping(map) = value {
         for (key, child) in map.iter_mut() {
             let Some(key) = key.as_str() else { continue };
@@ -248,16 +263,28 @@ fn apply_env_overrides(value: &mut serde_yaml::Value, prefix: &str, lookup: &dyn
     }
 }
 
-fn collect_settings(value: &serde_yaml::Value, prefix: &str, path: &str, out: &mut Vec<(String, String, String)>) {
+fn collect_settings(
+    value: &serde_yaml::Value,
+    prefix: &str,
+    path: &str,
+    out: &mut Vec<(String, String, String)>,
+) {
     if let serde_yaml::Value::Mapping(map) = value {
         for (key, child) in map {
             let Some(key) = key.as_str() else { continue };
             let name = env_name(prefix, key);
-            let child_path = if path.is_empty() { key.to_string() } else { format!("{path}.{key}") };
+            let child_path = if path.is_empty() {
+                key.to_string()
+            } else {
+                format!("{path}.{key}")
+            };
             if child.is_mapping() {
                 collect_settings(child, &name, &child_path, out);
             } else {
-                let shown = serde_yaml::to_string(child).unwrap_or_default().trim().to_string();
+                let shown = serde_yaml::to_string(child)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_string();
                 out.push((name, child_path, shown));
             }
         }
@@ -309,8 +336,18 @@ mod tests {
 
     #[test]
     fn every_setting_has_an_environment_name() {
-        let names: Vec<String> = HostConfig::default().settings().into_iter().map(|(n, _, _)| n).collect();
-        assert!(names.contains(&"CAIRN_RUNTIME_EPOCH_TICK_MS".to_string()), "{names:?}");
-        assert!(names.contains(&"CAIRN_KV_MAX_VALUE_BYTES".to_string()), "{names:?}");
+        let names: Vec<String> = HostConfig::default()
+            .settings()
+            .into_iter()
+            .map(|(n, _, _)| n)
+            .collect();
+        assert!(
+            names.contains(&"CAIRN_RUNTIME_EPOCH_TICK_MS".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"CAIRN_KV_MAX_VALUE_BYTES".to_string()),
+            "{names:?}"
+        );
     }
 }

@@ -1,1 +1,293 @@
+//! Helpers for the integration tests: plugin directories assembled from the built guest
+//! components, and the real `cairn` binary run as a child process whose log is captured.
 
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The directory of the built Rust guest components (`<name>.wasm`).
+pub fn guests_dir() -> PathBuf {
+    PathBuf::from(env!("CAIRN_GUESTS_DIR"))
+}
+
+/// The built Python test plugin.
+pub fn python_plugin() -> PathBuf {
+    PathBuf::from(env!("CAIRN_PYTHON_PLUGIN"))
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CAIRN_WORKSPACE_ROOT"))
+}
+
+/// The `cairn` binary of the current build profile (built by `cargo xtask test` first).
+pub fn cairn_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> -> target/<profile>/cairn
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join("cairn");
+    assert!(
+        bin.is_file(),
+        "{} is missing: build it first (`cargo build -p cairn`, or run the tests with `cargo xtask test`)",
+        bin.display()
+    );
+    bin
+}
+
+/// A compile cache shared by all tests, so each component compiles once per test run.
+pub fn shared_cache_dir() -> PathBuf {
+    workspace_root().join("target").join("test-cache")
+}
+
+/// A plugin directory under construction, in a temporary folder.
+pub struct PluginDir {
+    dir: tempfile::TempDir,
+}
+
+impl Default for PluginDir {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PluginDir {
+    /// An empty plugin directory.
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp plugin dir"),
+        }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Copy a built guest component (`hostile`, `steady`, `counter`, ...) into the directory.
+    pub fn component(&self, name: &str) -> &Self {
+        let source = if name == "python-kv" {
+            python_plugin()
+        } else {
+            guests_dir().join(format!("{name}.wasm"))
+        };
+        std::fs::copy(&source, self.dir.path().join(format!("{name}.wasm")))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", source.display()));
+        self
+    }
+
+    /// Write a manifest file `<id>.yaml` with this YAML body.
+    pub fn manifest(&self, id: &str, yaml: &str) -> &Self {
+        std::fs::write(self.dir.path().join(format!("{id}.yaml")), yaml).expect("write manifest");
+        self
+    }
+
+    /// Add a plugin: copy `component` and write a manifest with the standard header plus `extra`.
+    pub fn plugin(&self, id: &str, kind: &str, component: &str, extra: &str) -> &Self {
+        self.component(component);
+        self.manifest(
+            id,
+            &format!("id: {id}\nversion: 1.0.0\nkind: {kind}\ncomponent: {component}.wasm\napi: ^0.1\n{extra}"),
+        )
+    }
+}
+
+/// A running `cairn run` process with its log captured.
+pub struct Host {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Environment every test host gets: fast supervision and the shared compile cache.
+pub fn test_env() -> Vec<(String, String)> {
+    vec![
+        (
+            "CAIRN_RUNTIME_CACHE_DIR".into(),
+            shared_cache_dir().display().to_string(),
+        ),
+        ("CAIRN_LOG".into(), "info".into()),
+        ("CAIRN_SUPERVISOR_BACKOFF_INITIAL_MS".into(), "20".into()),
+        ("CAIRN_SUPERVISOR_BACKOFF_MAX_MS".into(), "200".into()),
+    ]
+}
+
+impl Host {
+    /// Start `cairn run --plugins DIR --data DATA` with the test environment plus `env`.
+    pub fn start(plugins: &Path, data: &Path, env: &[(&str, &str)]) -> Self {
+        let mut command = Command::new(cairn_bin());
+        command
+            .arg("run")
+            .arg("--plugins")
+            .arg(plugins)
+            .arg("--data")
+            .arg(data)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (key, value) in test_env() {
+            command.env(key, value);
+        }
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("spawn cairn run");
+        let log = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        let stdout = child.stdout.take().expect("stdout");
+        let stderr = child.stderr.take().expect("stderr");
+        for stream in [
+            Box::new(stdout) as Box<dyn std::io::Read + Send>,
+            Box::new(stderr),
+        ] {
+            let log = log.clone();
+            readers.push(std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    let mut log = log.lock().expect("log lock");
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            }));
+        }
+        Self {
+            child,
+            log,
+            readers,
+        }
+    }
+
+    /// Everything the host has logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().expect("log lock").clone()
+    }
+
+    /// Wait until the log contains `needle`; panics with the log after `timeout`.
+    pub fn wait_for(&mut self, needle: &str, timeout: Duration) {
+        self.wait_until(timeout, &format!("log line containing {needle:?}"), |log| {
+            log.contains(needle)
+        });
+    }
+
+    /// Wait until `condition` holds for the log; panics with the log after `timeout`.
+    pub fn wait_until(&mut self, timeout: Duration, what: &str, condition: impl Fn(&str) -> bool) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if condition(&self.log()) {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "cairn exited ({status}) while waiting for {what}; log:\n{}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                panic!("timed out waiting for {what}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Send SIGTERM and wait for a clean exit; returns the exit status and the whole log.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "cairn did not stop within 30 s of SIGTERM; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        let log = self.log();
+        (status, log)
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run the `cairn` binary to completion with the test environment.
+pub fn cairn(args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(cairn_bin());
+    command.args(args).stdin(Stdio::null());
+    for (key, value) in test_env() {
+        command.env(key, value);
+    }
+    command.output().expect("run cairn")
+}
+
+/// `cairn status --json --data DIR`, parsed.
+pub fn status_json(data: &Path) -> serde_json::Value {
+    let output = cairn(&["status", "--json", "--data", &data.display().to_string()]);
+    assert!(
+        output.status.success(),
+        "cairn status failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("status --json is JSON")
+}
+
+/// The status row of one plugin from `cairn status --json`.
+pub fn plugin_status(data: &Path, id: &str) -> Option<serde_json::Value> {
+    status_json(data)["plugins"]
+        .as_array()
+        .and_then(|plugins| plugins.iter().find(|p| p["id"] == id).cloned())
+}
+
+/// Poll `cairn status` until `id` is in `state`; panics after `timeout` with the host log.
+pub fn wait_for_state(
+    host: &mut Host,
+    data: &Path,
+    id: &str,
+    state: &str,
+    timeout: Duration,
+) -> serde_json::Value {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(row) = plugin_status(data, id)
+            && row["state"] == state
+        {
+            return row;
+        }
+        if !host.is_running() || Instant::now() > deadline {
+            panic!(
+                "{id} never reached state {state}; status: {:?}\nlog:\n{}",
+                plugin_status(data, id),
+                host.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Count log lines containing `needle`.
+pub fn count_lines(log: &str, needle: &str) -> usize {
+    log.lines().filter(|line| line.contains(needle)).count()
+}

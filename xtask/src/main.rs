@@ -1,1 +1,173 @@
-fn main() {}
+//! `cargo xtask <command>`: build, run, test and benchmark automation for Cairn.
+//!
+//! - `build-plugins`: build the bundled plugins for wasm32-wasip2 and assemble
+//!   `target/plugins/` (manifests + components), ready for `cairn run --plugins`.
+//! - `run [ARGS...]`: build the plugins and the host, then `cairn run --plugins target/plugins`.
+//! - `test`: install the guest toolchains if missing, then build and run every test.
+//! - `bench`: build everything in release mode and run the benchmark harness, which prints a
+//!   table and writes JSON under `target/bench/`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+const WASM_TARGET: &str = "wasm32-wasip2";
+/// The componentize-py release the Python test plugin is built with.
+pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+
+fn main() -> Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = workspace_root();
+    match args.first().map(String::as_str) {
+        Some("build-plugins") => build_plugins(&root).map(|_| ()),
+        Some("run") => run(&root, &args[1..]),
+        Some("test") => test(&root, &args[1..]),
+        Some("bench") => bench(&root, &args[1..]),
+        Some("install-tools") => install_tools(),
+        _ => {
+            eprintln!(
+                "usage: cargo xtask <command>\n\n\
+                 commands:\n  \
+                 build-plugins   build bundled plugins and assemble target/plugins/\n  \
+                 run [ARGS...]   build plugins + host and run `cairn run --plugins target/plugins ARGS...`\n  \
+                 test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
+                 bench           run the benchmark harness (release build), write target/bench/\n  \
+                 install-tools   install the wasm32-wasip2 target and componentize-py if missing"
+            );
+            std::process::exit(2);
+        }
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn status(command: &mut Command) -> Result<()> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .with_context(|| format!("cannot run {shown}"))?;
+    if !status.success() {
+        bail!("{shown} failed with {status}");
+    }
+    Ok(())
+}
+
+/// Add the wasm32-wasip2 target and componentize-py when they are missing.
+fn install_tools() -> Result<()> {
+    let installed = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .context("cannot run rustup")?;
+    if !String::from_utf8_lossy(&installed.stdout)
+        .lines()
+        .any(|l| l.trim() == WASM_TARGET)
+    {
+        status(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
+    }
+    let has_componentize = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("0.25.1"))
+        .unwrap_or(false);
+    if !has_componentize {
+        status(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
+        // Under pyenv a new script needs a shim before it is on PATH.
+        let _ = Command::new("pyenv").arg("rehash").status();
+    }
+    Ok(())
+}
+
+/// Build a guest workspace for wasm32-wasip2 into `target/guests`.
+fn build_guests(root: &Path, manifest: &str) -> Result<PathBuf> {
+    let target_dir = root.join("target/guests");
+    status(
+        cargo()
+            .args([
+                "build",
+                "--release",
+                "--target",
+                WASM_TARGET,
+                "--manifest-path",
+            ])
+            .arg(root.join(manifest))
+            .arg("--target-dir")
+            .arg(&target_dir),
+    )?;
+    Ok(target_dir.join(WASM_TARGET).join("release"))
+}
+
+/// Build the bundled plugins and copy their manifests and components to `target/plugins`.
+fn build_plugins(root: &Path) -> Result<PathBuf> {
+    install_tools()?;
+    let built = build_guests(root, "plugins/Cargo.toml")?;
+    let out = root.join("target/plugins");
+    std::fs::create_dir_all(&out)?;
+    for entry in std::fs::read_dir(root.join("manifests"))? {
+        let path = entry?.path();
+        if path.extension().and_then(|e| e.to_str()) != Some("yaml") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path)?;
+        let component = text
+            .lines()
+            .find_map(|line| line.strip_prefix("component:"))
+            .map(|c| c.trim().trim_matches('"').to_string())
+            .with_context(|| format!("{}: no `component:` line", path.display()))?;
+        let source = built.join(&component);
+        if !source.is_file() {
+            bail!(
+                "{}: component {} was not built (looked in {})",
+                path.display(),
+                component,
+                built.display()
+            );
+        }
+        std::fs::copy(&source, out.join(&component))?;
+        std::fs::copy(&path, out.join(path.file_name().context("manifest name")?))?;
+    }
+    println!("plugins assembled in {}", out.display());
+    Ok(out)
+}
+
+fn run(root: &Path, extra: &[String]) -> Result<()> {
+    let plugins = build_plugins(root)?;
+    status(
+        cargo()
+            .args(["run", "--quiet", "-p", "cairn", "--", "run", "--plugins"])
+            .arg(plugins)
+            .args(extra),
+    )
+}
+
+fn test(root: &Path, extra: &[String]) -> Result<()> {
+    install_tools()?;
+    // The integration tests run the real binary: build it before the test binaries run.
+    status(cargo().args(["build", "-p", "cairn"]).current_dir(root))?;
+    status(
+        cargo()
+            .args(["test", "--workspace"])
+            .args(extra)
+            .current_dir(root),
+    )
+}
+
+fn bench(root: &Path, extra: &[String]) -> Result<()> {
+    install_tools()?;
+    build_plugins(root)?;
+    status(
+        cargo()
+            .args(["run", "--release", "-p", "cairn-tests", "--bin", "cairn-bench", "--"])
+            .args(extra)
+            .current_dir(root),
+    )
+}

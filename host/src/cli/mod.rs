@@ -89,7 +89,11 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match run(cli) {
@@ -106,7 +110,8 @@ pub fn main() -> ExitCode {
 }
 
 fn load_config(cli: &Cli) -> Result<HostConfig> {
-    HostConfig::load(cli.config.as_deref(), cli.data.as_deref()).map_err(|e| BadInput(e.to_string()).into())
+    HostConfig::load(cli.config.as_deref(), cli.data.as_deref())
+        .map_err(|e| BadInput(e.to_string()).into())
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
@@ -158,8 +163,10 @@ fn init_tracing(filter: &str) {
         eprintln!("warning: log filter `{filter}` is invalid ({e}); using `info`");
         tracing_subscriber::EnvFilter::new("info")
     });
+    use std::io::IsTerminal;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
 }
@@ -200,9 +207,17 @@ fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
                 let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins});
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
-                println!("{}: {} plugin(s), all valid", dir.display(), set.start_order().len());
+                println!(
+                    "{}: {} plugin(s), all valid",
+                    dir.display(),
+                    set.start_order().len()
+                );
                 for (position, m) in set.start_order().iter().enumerate() {
-                    let deps: Vec<String> = m.depends_on.iter().map(|d| format!("{} {}", d.id, d.version)).collect();
+                    let deps: Vec<String> = m
+                        .depends_on
+                        .iter()
+                        .map(|d| format!("{} {}", d.id, d.version))
+                        .collect();
                     println!(
                         "{}. {} {} ({}, api {}){}",
                         position + 1,
@@ -210,7 +225,11 @@ fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
                         m.version,
                         m.kind,
                         m.api_version.version(),
-                        if deps.is_empty() { String::new() } else { format!(" after {}", deps.join(", ")) }
+                        if deps.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" after {}", deps.join(", "))
+                        }
                     );
                     for grant in describe_grants(m, data_dir) {
                         println!("     {grant}");
@@ -223,15 +242,24 @@ fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         Err(errors) if json_output => {
             let report = json!({"ok": false, "errors": errors});
             println!("{}", serde_json::to_string_pretty(&report)?);
-            Err(BadInput(format!("{} problem(s) in plugin directory {}", errors.len(), dir.display())).into())
+            Err(BadInput(format!(
+                "{} problem(s) in plugin directory {}",
+                errors.len(),
+                dir.display()
+            ))
+            .into())
         }
         Err(errors) => Err(manifest_errors(dir, &errors)),
     }
 }
 
 fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
-    let (manifests, errors) =
-        manifest::load_dir(dir).map_err(|e| BadInput(format!("{}: cannot read plugin directory: {e}", dir.display())))?;
+    let (manifests, errors) = manifest::load_dir(dir).map_err(|e| {
+        BadInput(format!(
+            "{}: cannot read plugin directory: {e}",
+            dir.display()
+        ))
+    })?;
     if json_output {
         let rows: Vec<_> = manifests
             .iter()
@@ -240,9 +268,15 @@ fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
                        "description": m.description, "manifest": m.file})
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&json!({"plugins": rows, "errors": errors}))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"plugins": rows, "errors": errors}))?
+        );
     } else {
-        println!("{:<24} {:<10} {:<15} {:<8} DESCRIPTION", "ID", "VERSION", "KIND", "API");
+        println!(
+            "{:<24} {:<10} {:<15} {:<8} DESCRIPTION",
+            "ID", "VERSION", "KIND", "API"
+        );
         for m in &manifests {
             println!(
                 "{:<24} {:<10} {:<15} {:<8} {}",
@@ -257,7 +291,12 @@ fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
     if errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else if json_output {
-        Err(BadInput(format!("{} problem(s) in plugin directory {}", errors.len(), dir.display())).into())
+        Err(BadInput(format!(
+            "{} problem(s) in plugin directory {}",
+            errors.len(),
+            dir.display()
+        ))
+        .into())
     } else {
         Err(manifest_errors(dir, &errors))
     }
@@ -274,15 +313,20 @@ fn age(since_ms: i64) -> String {
 }
 
 fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
-    let Some((run, plugins)) = status::read(data_dir)? else {
+    let Some(status::StatusReport { host: run, plugins }) = status::read(data_dir)? else {
         if json_output {
-            println!("{}", json!({"data_dir": data_dir, "host": null, "plugins": []}));
+            println!(
+                "{}",
+                json!({"data_dir": data_dir, "host": null, "plugins": []})
+            );
         } else {
             println!("no host has run on data dir {}", data_dir.display());
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let running = run.as_ref().is_some_and(|r| r.stopped_at.is_none() && status::process_alive(r.pid));
+    let running = run
+        .as_ref()
+        .is_some_and(|r| r.stopped_at.is_none() && status::process_alive(r.pid));
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
@@ -290,15 +334,25 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         });
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"data_dir": data_dir, "host": host, "plugins": plugins}))?
+            serde_json::to_string_pretty(
+                &json!({"data_dir": data_dir, "host": host, "plugins": plugins})
+            )?
         );
         return Ok(ExitCode::SUCCESS);
     }
     match &run {
-        Some(r) if running => println!("host: running (pid {}, started {}, plugins {})", r.pid, age(r.started_at), r.plugins_dir),
+        Some(r) if running => println!(
+            "host: running (pid {}, started {}, plugins {})",
+            r.pid,
+            age(r.started_at),
+            r.plugins_dir
+        ),
         Some(r) => match r.stopped_at {
             Some(stopped) => println!("host: stopped {} (plugins {})", age(stopped), r.plugins_dir),
-            None => println!("host: not running; the last run (pid {}) ended without a clean stop", r.pid),
+            None => println!(
+                "host: not running; the last run (pid {}) ended without a clean stop",
+                r.pid
+            ),
         },
         None => println!("host: never ran on {}", data_dir.display()),
     }
@@ -343,7 +397,9 @@ impl DataDirLock {
                 data_dir.display(),
                 path.display()
             ),
-            Err(std::fs::TryLockError::Error(e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+            Err(std::fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("cannot lock {}", path.display()))
+            }
         }
     }
 }
@@ -372,14 +428,15 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
 }
 
 async fn wait_for_shutdown() {
-    let mut terminate = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(signal) => signal,
-        Err(e) => {
-            tracing::warn!("cannot listen for SIGTERM: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate.recv() => {}

@@ -19,7 +19,9 @@ use super::bindings::v0_1::handler::cairn::plugin as wit;
 use super::bindings::v0_1::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, KvStore};
 use super::logging::{Level, LogStream, PluginLog};
-use super::manifest::{FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target};
+use super::manifest::{
+    FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target,
+};
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
@@ -70,7 +72,9 @@ pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
         out.push(format!(
             "files: /{} -> {} ({mode})",
             grant.name,
-            plugin_dir(data_dir, &manifest.id).join(&grant.name).display()
+            plugin_dir(data_dir, &manifest.id)
+                .join(&grant.name)
+                .display()
         ));
     }
     if !caps.http.is_empty() {
@@ -103,10 +107,16 @@ pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
         out.push("lifecycle: interrupted".into());
     }
     if !manifest.events.emits.is_empty() {
-        out.push(format!("journal: emit {}", manifest.events.emits.join(", ")));
+        out.push(format!(
+            "journal: emit {}",
+            manifest.events.emits.join(", ")
+        ));
     }
     if !manifest.events.subscribes.is_empty() {
-        out.push(format!("events: receive {}", manifest.events.subscribes.join(", ")));
+        out.push(format!(
+            "events: receive {}",
+            manifest.events.subscribes.join(", ")
+        ));
     }
     out.push(format!(
         "limits: {} MiB memory, {} ms per call",
@@ -159,7 +169,11 @@ pub struct Sandbox {
 impl Sandbox {
     /// Prepare the sandbox of a plugin: create its granted directories, read its granted
     /// environment variables and resolve its allowed network destinations.
-    pub fn prepare(manifest: &Manifest, data_dir: &Path, log: Arc<PluginLog>) -> Result<Self, SandboxError> {
+    pub fn prepare(
+        manifest: &Manifest,
+        data_dir: &Path,
+        log: Arc<PluginLog>,
+    ) -> Result<Self, SandboxError> {
         let caps = &manifest.capabilities;
         let mut preopens = Vec::new();
         for grant in &caps.files {
@@ -175,7 +189,8 @@ impl Sandbox {
             .iter()
             .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
             .collect();
-        let network = (!caps.http.is_empty()).then(|| Arc::new(resolve_destinations(&manifest.id, &caps.http)));
+        let network = (!caps.http.is_empty())
+            .then(|| Arc::new(resolve_destinations(&manifest.id, &caps.http)));
         Ok(Self {
             plugin: manifest.id.as_str().into(),
             grants: Arc::new(Grants::from_manifest(manifest)),
@@ -213,14 +228,24 @@ impl Sandbox {
         match &self.network {
             Some(allowed) => {
                 let allowed = allowed.clone();
-                wasi.allow_tcp(true).allow_udp(false).allow_ip_name_lookup(true);
+                wasi.allow_tcp(true)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(true);
                 wasi.socket_addr_check(move |addr, usage| {
-                    let permitted = matches!(usage, SocketAddrUse::TcpConnect) && allowed.contains(&addr);
+                    // Outbound TCP only: connect to a granted destination, plus the implicit
+                    // wildcard bind that precedes a connect. No listening, no UDP.
+                    let permitted = match usage {
+                        SocketAddrUse::TcpConnect => allowed.contains(&addr),
+                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                        _ => false,
+                    };
                     Box::pin(async move { permitted })
                 });
             }
             None => {
-                wasi.allow_tcp(false).allow_udp(false).allow_ip_name_lookup(false);
+                wasi.allow_tcp(false)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(false);
                 wasi.socket_addr_check(|_, _| Box::pin(async { false }));
             }
         }
@@ -244,12 +269,16 @@ impl Sandbox {
 fn resolve_destinations(plugin: &str, targets: &[String]) -> BTreeSet<SocketAddr> {
     let mut allowed = BTreeSet::new();
     for target in targets {
-        let Some((host, port)) = parse_network_target(target) else { continue };
+        let Some((host, port)) = parse_network_target(target) else {
+            continue;
+        };
         let ports = port.map(|p| vec![p]).unwrap_or_else(|| vec![80, 443]);
         for port in ports {
             match (host.as_str(), port).to_socket_addrs() {
                 Ok(addrs) => allowed.extend(addrs),
-                Err(e) => tracing::warn!(plugin, destination = %target, "cannot resolve granted destination: {e}"),
+                Err(e) => {
+                    tracing::warn!(plugin, destination = %target, "cannot resolve granted destination: {e}")
+                }
             }
         }
     }
@@ -344,14 +373,20 @@ impl PluginContext {
         match self.grants.memory {
             Some(MemoryAccess::ReadWrite) => Ok(()),
             Some(MemoryAccess::Read) if !write => Ok(()),
-            Some(MemoryAccess::Read) => Err(denied("memory: the manifest grants capabilities.memory: read, not read-write")),
-            None => Err(denied("memory: the manifest does not grant capabilities.memory")),
+            Some(MemoryAccess::Read) => Err(denied(
+                "memory: the manifest grants capabilities.memory: read, not read-write",
+            )),
+            None => Err(denied(
+                "memory: the manifest does not grant capabilities.memory",
+            )),
         }
     }
 
     fn require_consolidation(&self) -> Result<(), WitError> {
         if self.grants.kind != PluginKind::Consolidator {
-            return Err(denied("memory: consolidation tools are only for plugins of kind consolidator"));
+            return Err(denied(
+                "memory: consolidation tools are only for plugins of kind consolidator",
+            ));
         }
         self.require_memory(true)
     }
@@ -374,10 +409,14 @@ impl wit::journal::Host for PluginContext {
             )));
         }
         if !self.grants.emits.contains(&topic) {
-            return Err(denied(&format!("journal: `{topic}` is not listed in the manifest's events.emits")));
+            return Err(denied(&format!(
+                "journal: `{topic}` is not listed in the manifest's events.emits"
+            )));
         }
         if let Err(e) = serde_json::from_str::<serde_json::Value>(&payload) {
-            return Err(WitError::InvalidInput(format!("payload: expected JSON: {e}")));
+            return Err(WitError::InvalidInput(format!(
+                "payload: expected JSON: {e}"
+            )));
         }
         Err(unavailable("event journal"))
     }
@@ -389,7 +428,10 @@ impl wit::memory::Host for PluginContext {
         Err(unavailable("memory store"))
     }
 
-    fn recall(&mut self, _query: wit::types::RecallQuery) -> Result<Vec<wit::types::RecallHit>, WitError> {
+    fn recall(
+        &mut self,
+        _query: wit::types::RecallQuery,
+    ) -> Result<Vec<wit::types::RecallHit>, WitError> {
         self.require_memory(false)?;
         Err(unavailable("memory store"))
     }
@@ -424,12 +466,19 @@ impl wit::memory::Host for PluginContext {
         Err(unavailable("memory store"))
     }
 
-    fn session_episodes(&mut self, _session_id: String) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
+    fn session_episodes(
+        &mut self,
+        _session_id: String,
+    ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
         self.require_consolidation()?;
         Err(unavailable("memory store"))
     }
 
-    fn save_facts(&mut self, _session_id: String, _facts: Vec<wit::types::NewMemory>) -> Result<Vec<String>, WitError> {
+    fn save_facts(
+        &mut self,
+        _session_id: String,
+        _facts: Vec<wit::types::NewMemory>,
+    ) -> Result<Vec<String>, WitError> {
         self.require_consolidation()?;
         Err(unavailable("memory store"))
     }
@@ -446,7 +495,10 @@ impl wit::memory::Host for PluginContext {
 }
 
 impl wit::llm::Host for PluginContext {
-    fn complete(&mut self, _request: wit::types::CompletionRequest) -> Result<wit::types::Completion, WitError> {
+    fn complete(
+        &mut self,
+        _request: wit::types::CompletionRequest,
+    ) -> Result<wit::types::Completion, WitError> {
         if !self.grants.llm {
             return Err(denied("llm: the manifest does not grant capabilities.llm"));
         }

@@ -41,12 +41,16 @@ impl KvStore {
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
         // A panic while holding the lock cannot leave SQLite half-written (statements are
         // atomic), so a poisoned lock is safe to keep using.
-        self.conn.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.conn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn check_key(&self, key: &str) -> Result<(), KvError> {
         if key.is_empty() {
-            return Err(KvError::InvalidInput("key: expected a non-empty string".into()));
+            return Err(KvError::InvalidInput(
+                "key: expected a non-empty string".into(),
+            ));
         }
         if key.len() > self.limits.max_key_bytes {
             return Err(KvError::InvalidInput(format!(
@@ -63,7 +67,11 @@ impl KvStore {
         self.check_key(key)?;
         Ok(self
             .conn()
-            .query_row("SELECT value FROM kv WHERE plugin_id = ?1 AND key = ?2", params![plugin, key], |row| row.get(0))
+            .query_row(
+                "SELECT value FROM kv WHERE plugin_id = ?1 AND key = ?2",
+                params![plugin, key],
+                |row| row.get(0),
+            )
             .optional()?)
     }
 
@@ -88,9 +96,10 @@ impl KvStore {
     /// Remove `key` for `plugin`; whether it existed.
     pub fn delete(&self, plugin: &str, key: &str) -> Result<bool, KvError> {
         self.check_key(key)?;
-        let removed = self
-            .conn()
-            .execute("DELETE FROM kv WHERE plugin_id = ?1 AND key = ?2", params![plugin, key])?;
+        let removed = self.conn().execute(
+            "DELETE FROM kv WHERE plugin_id = ?1 AND key = ?2",
+            params![plugin, key],
+        )?;
         Ok(removed > 0)
     }
 
@@ -138,9 +147,18 @@ mod tests {
             max_key_bytes: 3,
         };
         let kv = KvStore::open(dir.path(), limits).expect("open");
-        assert!(matches!(kv.set("a", "", b"1"), Err(KvError::InvalidInput(_))));
-        assert!(matches!(kv.set("a", "long", b"1"), Err(KvError::InvalidInput(_))));
-        assert!(matches!(kv.set("a", "k", b"12345"), Err(KvError::InvalidInput(_))));
+        assert!(matches!(
+            kv.set("a", "", b"1"),
+            Err(KvError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            kv.set("a", "long", b"1"),
+            Err(KvError::InvalidInput(_))
+        ));
+        assert!(matches!(
+            kv.set("a", "k", b"12345"),
+            Err(KvError::InvalidInput(_))
+        ));
         assert_eq!(kv.get("a", "k").expect("nothing written"), None);
     }
 

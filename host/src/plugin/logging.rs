@@ -136,12 +136,18 @@ impl LineWriter {
     fn emit(&mut self, bytes: &[u8]) {
         let text = String::from_utf8_lossy(bytes);
         let line = text.trim_end_matches(['\n', '\r']);
-        self.target.log.write(self.target.level, self.target.stream, line);
+        self.target
+            .log
+            .write(self.target.level, self.target.stream, line);
     }
 }
 
 impl AsyncWrite for LineWriter {
-    fn poll_write(mut self: Pin<&mut Self>, _cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         let this = &mut *self;
         this.pending.extend_from_slice(buf);
         while let Some(newline) = this.pending.iter().position(|b| *b == b'\n') {

@@ -30,7 +30,13 @@ impl fmt::Display for ManifestError {
         if self.field.is_empty() {
             write!(f, "{}: {}", self.file.display(), self.message)
         } else {
-            write!(f, "{}: {}: {}", self.file.display(), self.field, self.message)
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.field,
+                self.message
+            )
         }
     }
 }
@@ -71,7 +77,9 @@ impl PluginKind {
         match self {
             PluginKind::Channel => World::Channel,
             PluginKind::MemoryBackend => World::MemoryBackend,
-            PluginKind::Consolidator | PluginKind::SleepHandler | PluginKind::Handler => World::Handler,
+            PluginKind::Consolidator | PluginKind::SleepHandler | PluginKind::Handler => {
+                World::Handler
+            }
         }
     }
 
@@ -321,7 +329,9 @@ pub fn is_valid_id(id: &str) -> bool {
         && bytes[0].is_ascii_lowercase()
         && !id.ends_with('-')
         && !id.contains("--")
-        && bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
 }
 
 fn is_topic_segment(segment: &str) -> bool {
@@ -349,7 +359,9 @@ fn is_valid_env_name(name: &str) -> bool {
     let bytes = name.as_bytes();
     !bytes.is_empty()
         && !bytes[0].is_ascii_digit()
-        && bytes.iter().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
 }
 
 fn is_valid_dir_name(name: &str) -> bool {
@@ -363,7 +375,9 @@ fn is_valid_dir_name(name: &str) -> bool {
 /// Parse `host` or `host:port` into its parts; the host is a DNS name or an IP literal.
 pub fn parse_network_target(target: &str) -> Option<(String, Option<u16>)> {
     let (host, port) = match target.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => (host, Some(port.parse::<u16>().ok().filter(|p| *p != 0)?)),
+        Some((host, port)) if !host.contains(':') => {
+            (host, Some(port.parse::<u16>().ok().filter(|p| *p != 0)?))
+        }
         Some(_) => return None,
         None => (target, None),
     };
@@ -374,7 +388,9 @@ pub fn parse_network_target(target: &str) -> Option<(String, Option<u16>)> {
                 !label.is_empty()
                     && label.len() <= 63
                     && !label.starts_with('-')
-                    && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             }));
     host_ok.then(|| (host.to_ascii_lowercase(), port))
 }
@@ -395,12 +411,17 @@ const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x0
 
 fn check_component_file(path: &Path) -> Result<(), String> {
     let mut header = [0u8; 8];
-    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
         return Err(format!("{} is not a file", path.display()));
     }
-    file.read_exact(&mut header)
-        .map_err(|_| format!("{} is not a WebAssembly component (too short)", path.display()))?;
+    file.read_exact(&mut header).map_err(|_| {
+        format!(
+            "{} is not a WebAssembly component (too short)",
+            path.display()
+        )
+    })?;
     if header == COMPONENT_HEADER {
         Ok(())
     } else if header[..4] == COMPONENT_HEADER[..4] {
@@ -468,18 +489,35 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
         );
     }
     let version = Version::parse(&raw.version)
-        .map_err(|e| problems.add("version", format!("`{}` is not a semver version like 1.2.3: {e}", raw.version)))
+        .map_err(|e| {
+            problems.add(
+                "version",
+                format!("`{}` is not a semver version like 1.2.3: {e}", raw.version),
+            )
+        })
         .ok();
     let api = VersionReq::parse(&raw.api)
-        .map_err(|e| problems.add("api", format!("`{}` is not a semver requirement like ^0.1: {e}", raw.api)))
+        .map_err(|e| {
+            problems.add(
+                "api",
+                format!("`{}` is not a semver requirement like ^0.1: {e}", raw.api),
+            )
+        })
         .ok();
     let api_version = api.as_ref().and_then(|req| {
         let found = ApiVersion::newest_matching(req);
         if found.is_none() {
-            let supported: Vec<String> = SUPPORTED_APIS.iter().map(|a| a.version().to_string()).collect();
+            let supported: Vec<String> = SUPPORTED_APIS
+                .iter()
+                .map(|a| a.version().to_string())
+                .collect();
             problems.add(
                 "api",
-                format!("`{}` matches no API this host supports (supported: {})", raw.api, supported.join(", ")),
+                format!(
+                    "`{}` matches no API this host supports (supported: {})",
+                    raw.api,
+                    supported.join(", ")
+                ),
             );
         }
         found
@@ -488,7 +526,10 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
     let base = file.parent().unwrap_or(Path::new("."));
     let component = base.join(&raw.component);
     if raw.component.as_os_str().is_empty() {
-        problems.add("component", "expected a path to a .wasm component, relative to the manifest");
+        problems.add(
+            "component",
+            "expected a path to a .wasm component, relative to the manifest",
+        );
     } else if let Err(message) = check_component_file(&component) {
         problems.add("component", message);
     }
@@ -497,11 +538,20 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
     let mut seen_deps = BTreeSet::new();
     for (i, dep) in raw.depends_on.iter().enumerate() {
         if !is_valid_id(&dep.id) {
-            problems.add(format!("depends_on[{i}].id"), format!("`{}` is not a valid plugin id", dep.id));
+            problems.add(
+                format!("depends_on[{i}].id"),
+                format!("`{}` is not a valid plugin id", dep.id),
+            );
         } else if dep.id == raw.id {
-            problems.add(format!("depends_on[{i}].id"), "a plugin cannot depend on itself");
+            problems.add(
+                format!("depends_on[{i}].id"),
+                "a plugin cannot depend on itself",
+            );
         } else if !seen_deps.insert(dep.id.clone()) {
-            problems.add(format!("depends_on[{i}].id"), format!("`{}` is listed twice", dep.id));
+            problems.add(
+                format!("depends_on[{i}].id"),
+                format!("`{}` is listed twice", dep.id),
+            );
         }
         match VersionReq::parse(&dep.version) {
             Ok(req) => depends_on.push(Dependency {
@@ -510,7 +560,10 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
             }),
             Err(e) => problems.add(
                 format!("depends_on[{i}].version"),
-                format!("`{}` is not a semver requirement like ^1.2: {e}", dep.version),
+                format!(
+                    "`{}` is not a semver requirement like ^1.2: {e}",
+                    dep.version
+                ),
             ),
         }
     }
@@ -519,12 +572,21 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
     validate_capabilities(&raw, problems);
 
     if raw.limits.memory_mb == 0 || raw.limits.memory_mb > 4096 {
-        problems.add("limits.memory_mb", format!("{} is out of range; expected 1 to 4096", raw.limits.memory_mb));
+        problems.add(
+            "limits.memory_mb",
+            format!(
+                "{} is out of range; expected 1 to 4096",
+                raw.limits.memory_mb
+            ),
+        );
     }
     if raw.limits.timeout_ms == 0 || raw.limits.timeout_ms > 600_000 {
         problems.add(
             "limits.timeout_ms",
-            format!("{} is out of range; expected 1 to 600000", raw.limits.timeout_ms),
+            format!(
+                "{} is out of range; expected 1 to 600000",
+                raw.limits.timeout_ms
+            ),
         );
     }
 
@@ -533,7 +595,10 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
         Some(value) => match serde_json::to_value(&value) {
             Ok(json) => json,
             Err(e) => {
-                problems.add("config", format!("expected JSON-compatible YAML (string keys): {e}"));
+                problems.add(
+                    "config",
+                    format!("expected JSON-compatible YAML (string keys): {e}"),
+                );
                 serde_json::Value::Null
             }
         },
@@ -580,7 +645,10 @@ fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
                 format!("events.emits[{i}]"),
                 format!("`{topic}` is not a topic; expected dot-separated segments of a-z 0-9 _ - (no patterns)"),
             );
-        } else if HOST_TOPICS.contains(&topic.as_str()) || topic.starts_with("schedule.") || topic.starts_with("plugin.") {
+        } else if HOST_TOPICS.contains(&topic.as_str())
+            || topic.starts_with("schedule.")
+            || topic.starts_with("plugin.")
+        {
             problems.add(
                 format!("events.emits[{i}]"),
                 format!("`{topic}` is a host topic; plugins may subscribe to it but not emit it"),
@@ -595,16 +663,25 @@ fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
                 format!("`{}` is not a valid name; expected a-z 0-9 _ -", entry.name),
             );
         } else if !names.insert(entry.name.as_str()) {
-            problems.add(format!("schedule[{i}].name"), format!("`{}` is used twice", entry.name));
+            problems.add(
+                format!("schedule[{i}].name"),
+                format!("`{}` is used twice", entry.name),
+            );
         }
         if let Err(message) = check_cron(&entry.cron) {
-            problems.add(format!("schedule[{i}].cron"), format!("`{}` is not a valid cron expression: {message}", entry.cron));
+            problems.add(
+                format!("schedule[{i}].cron"),
+                format!("`{}` is not a valid cron expression: {message}", entry.cron),
+            );
         }
     }
     if !raw.schedule.is_empty() && world != World::Handler {
         problems.add(
             "schedule",
-            format!("a {} cannot have schedules; expected kind handler, consolidator or sleep-handler", raw.kind),
+            format!(
+                "a {} cannot have schedules; expected kind handler, consolidator or sleep-handler",
+                raw.kind
+            ),
         );
     }
 }
@@ -612,15 +689,24 @@ fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
 fn validate_capabilities(raw: &RawManifest, problems: &mut Problems<'_>) {
     let caps = &raw.capabilities;
     if raw.channel.is_some() && raw.kind != PluginKind::Channel {
-        problems.add("channel", format!("channel options are for kind channel, not {}", raw.kind));
+        problems.add(
+            "channel",
+            format!("channel options are for kind channel, not {}", raw.kind),
+        );
     }
     if let Some(channel) = &raw.channel
         && channel.poll_interval_ms == Some(0)
     {
-        problems.add("channel.poll_interval_ms", "expected a positive number of milliseconds");
+        problems.add(
+            "channel.poll_interval_ms",
+            "expected a positive number of milliseconds",
+        );
     }
     if caps.stdio && raw.kind != PluginKind::Channel {
-        problems.add("capabilities.stdio", format!("only channels may use the host's stdio, not a {}", raw.kind));
+        problems.add(
+            "capabilities.stdio",
+            format!("only channels may use the host's stdio, not a {}", raw.kind),
+        );
     }
     if caps.memory.is_some() && raw.kind == PluginKind::MemoryBackend {
         problems.add(
@@ -633,10 +719,16 @@ fn validate_capabilities(raw: &RawManifest, problems: &mut Problems<'_>) {
         if !is_valid_dir_name(&grant.name) {
             problems.add(
                 format!("capabilities.files[{i}].name"),
-                format!("`{}` is not a directory name; expected a-z 0-9 - _ (no slashes or dots)", grant.name),
+                format!(
+                    "`{}` is not a directory name; expected a-z 0-9 - _ (no slashes or dots)",
+                    grant.name
+                ),
             );
         } else if !dir_names.insert(grant.name.as_str()) {
-            problems.add(format!("capabilities.files[{i}].name"), format!("`{}` is granted twice", grant.name));
+            problems.add(
+                format!("capabilities.files[{i}].name"),
+                format!("`{}` is granted twice", grant.name),
+            );
         }
     }
     for (i, target) in caps.http.iter().enumerate() {
@@ -662,7 +754,11 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<Manifest>, Vec<ManifestError>), std::
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| {
-            path.is_file() && matches!(path.extension().and_then(|e| e.to_str()), Some("yaml") | Some("yml"))
+            path.is_file()
+                && matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("yaml") | Some("yml")
+                )
         })
         .collect();
     files.sort();
@@ -688,7 +784,8 @@ mod tests {
         path
     }
 
-    const GOOD: &str = "id: counter\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.1\n";
+    const GOOD: &str =
+        "id: counter\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.1\n";
 
     #[test]
     fn a_good_manifest_loads_with_defaults() {
@@ -708,8 +805,16 @@ mod tests {
         let path = write_manifest(dir.path(), "p.yaml", &body);
         let errors = load_file(&path).expect_err("unknown key");
         assert_eq!(errors.len(), 1);
-        assert!(errors[0].field.starts_with("capabilities.files[0]"), "{:?}", errors[0]);
-        assert!(errors[0].message.contains("unknown field `mod`"), "{:?}", errors[0]);
+        assert!(
+            errors[0].field.starts_with("capabilities.files[0]"),
+            "{:?}",
+            errors[0]
+        );
+        assert!(
+            errors[0].message.contains("unknown field `mod`"),
+            "{:?}",
+            errors[0]
+        );
     }
 
     #[test]
@@ -738,7 +843,10 @@ mod tests {
             "capabilities.files[0].name",
             "limits.memory_mb",
         ] {
-            assert!(fields.contains(&expected), "missing {expected} in {fields:?}");
+            assert!(
+                fields.contains(&expected),
+                "missing {expected} in {fields:?}"
+            );
         }
         assert!(errors.iter().all(|e| e.file == path));
     }
@@ -746,10 +854,17 @@ mod tests {
     #[test]
     fn a_core_module_is_not_a_component() {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("core.wasm"), [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00]).expect("write");
+        std::fs::write(
+            dir.path().join("core.wasm"),
+            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+        )
+        .expect("write");
         let path = write_manifest(dir.path(), "p.yaml", &GOOD.replace("ok.wasm", "core.wasm"));
         let errors = load_file(&path).expect_err("core module");
-        assert!(errors[0].message.contains("core WebAssembly module"), "{errors:?}");
+        assert!(
+            errors[0].message.contains("core WebAssembly module"),
+            "{errors:?}"
+        );
     }
 
     #[test]
@@ -764,8 +879,14 @@ mod tests {
 
     #[test]
     fn network_targets() {
-        assert_eq!(parse_network_target("api.example.com"), Some(("api.example.com".into(), None)));
-        assert_eq!(parse_network_target("127.0.0.1:8080"), Some(("127.0.0.1".into(), Some(8080))));
+        assert_eq!(
+            parse_network_target("api.example.com"),
+            Some(("api.example.com".into(), None))
+        );
+        assert_eq!(
+            parse_network_target("127.0.0.1:8080"),
+            Some(("127.0.0.1".into(), Some(8080)))
+        );
         assert_eq!(parse_network_target("host:0"), None);
         assert_eq!(parse_network_target("-bad.com"), None);
     }

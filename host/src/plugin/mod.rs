@@ -20,6 +20,9 @@ use runtime::{Runtime, RuntimeError};
 use status::{PluginState, PluginStatus, StatusStore};
 use supervisor::{PluginHandle, Supervised};
 
+/// Compiled components unused for this long are removed from the cache.
+const CACHE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
+
 /// The running plugins of a host, in start order.
 pub struct PluginHost {
     runtime: Arc<Runtime>,
@@ -36,21 +39,35 @@ impl PluginHost {
         services: Arc<HostServices>,
         status: Arc<StatusStore>,
     ) -> Result<Self, RuntimeError> {
-        let max_memory_mb = set.start_order().iter().map(|m| m.limits.memory_mb).max().unwrap_or(1);
-        let runtime = Arc::new(Runtime::new(&config.runtime, &config.cache_dir(), max_memory_mb)?);
-        tracing::info!(pooling = runtime.pooling(), plugins = set.start_order().len(), "plugin runtime ready");
+        let max_memory_mb = set
+            .start_order()
+            .iter()
+            .map(|m| m.limits.memory_mb)
+            .max()
+            .unwrap_or(1);
+        let runtime = Arc::new(Runtime::new(
+            &config.runtime,
+            &config.cache_dir(),
+            max_memory_mb,
+        )?);
+        tracing::info!(
+            pooling = runtime.pooling(),
+            plugins = set.start_order().len(),
+            "plugin runtime ready"
+        );
         let mut plugins = Vec::new();
         for manifest in set.start_order() {
             let manifest = Arc::new(manifest.clone());
             let runtime = runtime.clone();
             let data_dir = config.data_dir.clone();
             let prepare_manifest = manifest.clone();
-            let prepared = tokio::task::spawn_blocking(move || runtime.prepare(prepare_manifest, &data_dir))
-                .await
-                .map_err(|e| RuntimeError::Component {
-                    plugin: manifest.id.clone(),
-                    message: format!("loading panicked: {e}"),
-                })?;
+            let prepared =
+                tokio::task::spawn_blocking(move || runtime.prepare(prepare_manifest, &data_dir))
+                    .await
+                    .map_err(|e| RuntimeError::Component {
+                        plugin: manifest.id.clone(),
+                        message: format!("loading panicked: {e}"),
+                    })?;
             let prepared = match prepared {
                 Ok(prepared) => prepared,
                 Err(error) => {
@@ -69,24 +86,41 @@ impl PluginHost {
                 }
             };
             let (cache, load_time) = prepared.load_stats();
-            tracing::debug!(plugin = %manifest.id, ?cache, load_ms = load_time.as_millis() as u64, "component loaded");
-            let supervised = Supervised::spawn(prepared, services.clone(), status.clone(), config.supervisor.clone())
-                .map_err(|e| RuntimeError::Component {
-                    plugin: manifest.id.clone(),
-                    message: format!("cannot spawn supervisor thread: {e}"),
-                })?;
+            let load_ms = load_time.as_millis() as u64;
+            match cache {
+                runtime::CacheOutcome::Compiled => {
+                    tracing::info!(plugin = %manifest.id, load_ms, "component compiled and cached")
+                }
+                runtime::CacheOutcome::Hit => {
+                    tracing::debug!(plugin = %manifest.id, load_ms, "component loaded from cache")
+                }
+            }
+            let supervised = Supervised::spawn(
+                prepared,
+                services.clone(),
+                status.clone(),
+                config.supervisor.clone(),
+            )
+            .map_err(|e| RuntimeError::Component {
+                plugin: manifest.id.clone(),
+                message: format!("cannot spawn supervisor thread: {e}"),
+            })?;
             let state = supervised.start().await;
             if state != PluginState::Running {
                 tracing::warn!(plugin = %manifest.id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
             }
             plugins.push(supervised);
         }
+        runtime.prune_cache(CACHE_MAX_AGE);
         Ok(Self { runtime, plugins })
     }
 
     /// A handle to a running plugin by id.
     pub fn handle(&self, id: &str) -> Option<&PluginHandle> {
-        self.plugins.iter().map(Supervised::handle).find(|h| h.id() == id)
+        self.plugins
+            .iter()
+            .map(Supervised::handle)
+            .find(|h| h.id() == id)
     }
 
     /// Whether the pooling allocator is in use.

@@ -23,7 +23,11 @@ impl PluginSet {
 
     /// Plugin ids in the order they stop: the reverse of the start order.
     pub fn stop_order(&self) -> Vec<&str> {
-        self.start_order.iter().rev().map(|m| m.id.as_str()).collect()
+        self.start_order
+            .iter()
+            .rev()
+            .map(|m| m.id.as_str())
+            .collect()
     }
 
     /// The manifest of a plugin by id.
@@ -65,7 +69,11 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
             errors.push(ManifestError {
                 file: manifest.file.clone(),
                 field: "id".into(),
-                message: format!("duplicate plugin id `{}`, also declared in {}", manifest.id, first.file.display()),
+                message: format!(
+                    "duplicate plugin id `{}`, also declared in {}",
+                    manifest.id,
+                    first.file.display()
+                ),
             });
             continue;
         }
@@ -78,7 +86,10 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
                 None => errors.push(ManifestError {
                     file: manifest.file.clone(),
                     field: format!("depends_on[{i}].id"),
-                    message: format!("`{}` depends on `{}`, which is not in the plugin directory", manifest.id, dep.id),
+                    message: format!(
+                        "`{}` depends on `{}`, which is not in the plugin directory",
+                        manifest.id, dep.id
+                    ),
                 }),
                 Some(found) if !dep.version.matches(&found.version) => errors.push(ManifestError {
                     file: manifest.file.clone(),
@@ -119,12 +130,21 @@ fn topological_order(mut by_id: BTreeMap<String, Manifest>) -> Vec<Manifest> {
     let mut waiting_on: BTreeMap<String, BTreeSet<String>> = by_id
         .values()
         .map(|m| {
-            let deps = m.depends_on.iter().map(|d| d.id.clone()).filter(|d| by_id.contains_key(d)).collect();
+            let deps = m
+                .depends_on
+                .iter()
+                .map(|d| d.id.clone())
+                .filter(|d| by_id.contains_key(d))
+                .collect();
             (m.id.clone(), deps)
         })
         .collect();
     let mut order = Vec::with_capacity(by_id.len());
-    while let Some(ready) = waiting_on.iter().find(|(_, deps)| deps.is_empty()).map(|(id, _)| id.clone()) {
+    while let Some(ready) = waiting_on
+        .iter()
+        .find(|(_, deps)| deps.is_empty())
+        .map(|(id, _)| id.clone())
+    {
         waiting_on.remove(&ready);
         for deps in waiting_on.values_mut() {
             deps.remove(&ready);
@@ -161,7 +181,12 @@ fn find_cycles(by_id: &BTreeMap<String, Manifest>) -> Vec<Vec<String>> {
                     Some(Mark::OnStack) => {
                         let start = stack.iter().position(|s| *s == dep.id).unwrap_or(0);
                         let mut cycle: Vec<String> = stack[start..].to_vec();
-                        let smallest = cycle.iter().enumerate().min_by_key(|(_, s)| *s).map(|(i, _)| i).unwrap_or(0);
+                        let smallest = cycle
+                            .iter()
+                            .enumerate()
+                            .min_by_key(|(_, s)| *s)
+                            .map(|(i, _)| i)
+                            .unwrap_or(0);
                         cycle.rotate_left(smallest);
                         cycle.push(cycle[0].clone());
                         cycles.insert(cycle);
@@ -174,7 +199,10 @@ fn find_cycles(by_id: &BTreeMap<String, Manifest>) -> Vec<Vec<String>> {
         marks.insert(id.to_string(), Mark::Done);
     }
 
-    let mut marks: BTreeMap<String, Mark> = by_id.keys().map(|id| (id.clone(), Mark::Unvisited)).collect();
+    let mut marks: BTreeMap<String, Mark> = by_id
+        .keys()
+        .map(|id| (id.clone(), Mark::Unvisited))
+        .collect();
     let mut cycles = BTreeSet::new();
     for id in by_id.keys() {
         if marks[id] == Mark::Unvisited {
@@ -189,11 +217,20 @@ mod tests {
     use super::*;
     use crate::plugin::manifest::load_file;
 
-    fn dir_with(manifests: &[(&str, &str, &[(&str, &str)])]) -> tempfile::TempDir {
+    /// A test plugin: id, version and `(dependency id, requirement)` pairs.
+    type TestPlugin<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+    fn dir_with(manifests: &[TestPlugin<'_>]) -> tempfile::TempDir {
         let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("c.wasm"), [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00]).expect("wasm");
+        std::fs::write(
+            dir.path().join("c.wasm"),
+            [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00],
+        )
+        .expect("wasm");
         for (id, version, deps) in manifests {
-            let mut body = format!("id: {id}\nversion: {version}\nkind: handler\ncomponent: c.wasm\napi: ^0.1\n");
+            let mut body = format!(
+                "id: {id}\nversion: {version}\nkind: handler\ncomponent: c.wasm\napi: ^0.1\n"
+            );
             if !deps.is_empty() {
                 body.push_str("depends_on:\n");
                 for (dep, req) in *deps {
@@ -233,9 +270,21 @@ mod tests {
         ]);
         let errors = load(dir.path()).expect_err("invalid");
         let text: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-        assert!(text.iter().any(|t| t.contains("dependency cycle: a -> b -> c -> a")), "{text:?}");
-        assert!(text.iter().any(|t| t.contains("`ghost`, which is not in the plugin directory")), "{text:?}");
-        assert!(text.iter().any(|t| t.contains("requires `d` ^2 but the directory has version 1.0.0")), "{text:?}");
+        assert!(
+            text.iter()
+                .any(|t| t.contains("dependency cycle: a -> b -> c -> a")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("`ghost`, which is not in the plugin directory")),
+            "{text:?}"
+        );
+        assert!(
+            text.iter()
+                .any(|t| t.contains("requires `d` ^2 but the directory has version 1.0.0")),
+            "{text:?}"
+        );
     }
 
     #[test]
@@ -245,7 +294,10 @@ mod tests {
         std::fs::write(dir.path().join("z-copy.yaml"), body).expect("write");
         let errors = load(dir.path()).expect_err("duplicate");
         assert_eq!(errors.len(), 1);
-        assert!(errors[0].message.contains("duplicate plugin id `a`"), "{errors:?}");
+        assert!(
+            errors[0].message.contains("duplicate plugin id `a`"),
+            "{errors:?}"
+        );
         assert!(errors[0].file.ends_with("z-copy.yaml"));
         assert!(errors[0].message.contains("a.yaml"));
         let _ = load_file(&dir.path().join("a.yaml")).expect("each alone is valid");

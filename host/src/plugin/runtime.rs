@@ -11,17 +11,20 @@
 //! - compiled components are cached under `cache_dir`, keyed by the component's SHA-256
 //!   and the engine's compatibility hash, so a second start deserialises instead of compiling.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
-use super::bindings::v0_1::types::{Error as WitError, Event, HttpRequest, HttpResponse, OutboundMessage};
+use super::bindings::v0_1::types::{
+    Error as WitError, Event, HttpRequest, HttpResponse, OutboundMessage,
+};
 use super::bindings::v0_1::{channel, handler, memory_backend};
 use super::capabilities::{HostServices, PluginContext, Sandbox, SandboxError};
 use super::logging::PluginLog;
@@ -136,6 +139,8 @@ pub struct Runtime {
     pooling: bool,
     ticker_stop: Arc<AtomicBool>,
     config: RuntimeConfig,
+    fingerprint: String,
+    loaded: Mutex<HashMap<String, Component>>,
 }
 
 impl Drop for Runtime {
@@ -171,25 +176,42 @@ fn pooling_config(max_memory_bytes: usize) -> PoolingAllocationConfig {
 impl Runtime {
     /// Create the engine. `max_memory_mb` is the largest `limits.memory_mb` of the plugins
     /// it will run (the pooling allocator sizes its slots by it).
-    pub fn new(config: &RuntimeConfig, cache_dir: &Path, max_memory_mb: u32) -> Result<Self, RuntimeError> {
+    pub fn new(
+        config: &RuntimeConfig,
+        cache_dir: &Path,
+        max_memory_mb: u32,
+    ) -> Result<Self, RuntimeError> {
         let max_memory_bytes = (max_memory_mb.max(1) as usize) << 20;
         let (engine, pooling) = if config.pooling {
             let mut pooled = base_config();
-            pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling_config(max_memory_bytes)));
+            pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pooling_config(
+                max_memory_bytes,
+            )));
             match Engine::new(&pooled) {
                 Ok(engine) => (engine, true),
                 Err(e) => {
-                    tracing::warn!("pooling allocator unavailable, using on-demand allocation: {e:#}");
-                    (Engine::new(&base_config()).map_err(RuntimeError::Engine)?, false)
+                    tracing::warn!(
+                        "pooling allocator unavailable, using on-demand allocation: {e:#}"
+                    );
+                    (
+                        Engine::new(&base_config()).map_err(RuntimeError::Engine)?,
+                        false,
+                    )
                 }
             }
         } else {
-            (Engine::new(&base_config()).map_err(RuntimeError::Engine)?, false)
+            (
+                Engine::new(&base_config()).map_err(RuntimeError::Engine)?,
+                false,
+            )
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(RuntimeError::Engine)?;
-        handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(&mut linker, |state| state)
-            .map_err(RuntimeError::Engine)?;
+        handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(
+            &mut linker,
+            |state| state,
+        )
+        .map_err(RuntimeError::Engine)?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let epoch_tick = Duration::from_millis(config.epoch_tick_ms);
@@ -204,16 +226,22 @@ impl Runtime {
                         engine.increment_epoch();
                     }
                 })
-                .map_err(|e| RuntimeError::Engine(wasmtime::Error::msg(format!("cannot start epoch ticker: {e}"))))?;
+                .map_err(|e| {
+                    RuntimeError::Engine(wasmtime::Error::msg(format!(
+                        "cannot start epoch ticker: {e}"
+                    )))
+                })?;
         }
         Ok(Self {
-            engine,
             linker,
             cache_dir: cache_dir.to_path_buf(),
             epoch_tick,
             pooling,
             ticker_stop,
             config: config.clone(),
+            fingerprint: Self::engine_fingerprint(&engine),
+            loaded: Mutex::new(HashMap::new()),
+            engine,
         })
     }
 
@@ -227,54 +255,56 @@ impl Runtime {
         &self.engine
     }
 
-    /// Load a component, from the cache when it holds a compatible compiled copy.
-    pub fn load_component(&self, cache_name: &str, path: &Path) -> Result<(Component, CacheOutcome), RuntimeError> {
+    /// Load a component, from this run's memory or the disk cache when they hold a
+    /// compiled copy of the same bytes for this engine; compile it otherwise.
+    pub fn load_component(&self, path: &Path) -> Result<(Component, CacheOutcome), RuntimeError> {
         let bytes = std::fs::read(path).map_err(|source| RuntimeError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        let digest = hex::encode(&Sha256::digest(&bytes)[..16]);
+        let digest = hex::encode(Sha256::digest(&bytes));
+        let mut loaded = self.loaded.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(component) = loaded.get(&digest) {
+            return Ok((component.clone(), CacheOutcome::Hit));
+        }
         let cached = self
             .cache_dir
-            .join(format!("{cache_name}-{digest}-{}.cwasm", self.engine_fingerprint()));
+            .join(format!("{digest}-{}.cwasm", self.fingerprint));
         if cached.is_file() {
             // SAFETY: the cache holds only files this function wrote with `serialize` for an
             // engine of the same compatibility hash (part of the name), renamed into place
             // whole; wasmtime re-checks the header and rejects incompatible artifacts.
             match unsafe { Component::deserialize_file(&self.engine, &cached) } {
-                Ok(component) => return Ok((component, CacheOutcome::Hit)),
-                Err(e) => tracing::warn!(file = %cached.display(), "discarding unusable cached component: {e:#}"),
+                Ok(component) => {
+                    touch(&cached);
+                    loaded.insert(digest, component.clone());
+                    return Ok((component, CacheOutcome::Hit));
+                }
+                Err(e) => {
+                    tracing::warn!(file = %cached.display(), "discarding unusable cached component: {e:#}")
+                }
             }
         }
-        let component = Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Component {
-            plugin: cache_name.to_string(),
-            message: format!("{}: not a valid component: {e:#}", path.display()),
+        let component = Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Read {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a valid component: {e:#}"),
+            ),
         })?;
-        self.write_cache(cache_name, &cached, &component);
+        self.write_cache(&cached, &component);
+        loaded.insert(digest, component.clone());
         Ok((component, CacheOutcome::Compiled))
     }
 
     /// Store a compiled component; a failure only costs a recompile next time.
-    fn write_cache(&self, cache_name: &str, cached: &Path, component: &Component) {
+    fn write_cache(&self, cached: &Path, component: &Component) {
         let result = (|| -> Result<(), Box<dyn std::error::Error>> {
             std::fs::create_dir_all(&self.cache_dir)?;
             let serialized = component.serialize()?;
             let temp = cached.with_extension(format!("tmp{}", std::process::id()));
             std::fs::write(&temp, serialized)?;
             std::fs::rename(&temp, cached)?;
-            // Drop older compilations of the same plugin.
-            let prefix = format!("{cache_name}-");
-            for entry in std::fs::read_dir(&self.cache_dir)?.flatten() {
-                let path = entry.path();
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if path != cached && name.starts_with(&prefix) && name.ends_with(".cwasm") {
-                    let rest = &name[prefix.len()..];
-                    // Only `<id>-<digest>-<engine>.cwasm`, not another plugin whose id extends this one.
-                    if rest.split('-').count() == 2 {
-                        let _ = std::fs::remove_file(path);
-                    }
-                }
-            }
             Ok(())
         })();
         if let Err(e) = result {
@@ -282,7 +312,31 @@ impl Runtime {
         }
     }
 
-    fn engine_fingerprint(&self) -> String {
+    /// Remove cached compilations unused for `max_age`, or made by another engine build.
+    pub fn prune_cache(&self, max_age: Duration) {
+        let Ok(entries) = std::fs::read_dir(&self.cache_dir) else {
+            return;
+        };
+        let suffix = format!("-{}.cwasm", self.fingerprint);
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".cwasm") {
+                continue;
+            }
+            let stale = !name.ends_with(&suffix)
+                || entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|modified| modified.elapsed().ok())
+                    .is_some_and(|age| age > max_age);
+            if stale {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+
+    fn engine_fingerprint(engine: &Engine) -> String {
         struct Sha(Sha256);
         impl Hasher for Sha {
             fn finish(&self) -> u64 {
@@ -294,15 +348,19 @@ impl Runtime {
             }
         }
         let mut hasher = Sha(Sha256::new());
-        self.engine.precompile_compatibility_hash().hash(&mut hasher);
+        engine.precompile_compatibility_hash().hash(&mut hasher);
         format!("{:016x}", hasher.finish())
     }
 
     /// Compile (or load) a plugin's component, link it against the host imports and check
     /// it implements its kind's world.
-    pub fn prepare(&self, manifest: Arc<Manifest>, data_dir: &Path) -> Result<PreparedPlugin, RuntimeError> {
+    pub fn prepare(
+        &self,
+        manifest: Arc<Manifest>,
+        data_dir: &Path,
+    ) -> Result<PreparedPlugin, RuntimeError> {
         let started = Instant::now();
-        let (component, cache) = self.load_component(&manifest.id, &manifest.component)?;
+        let (component, cache) = self.load_component(&manifest.component)?;
         let load_time = started.elapsed();
         let component_error = |message: String| RuntimeError::Component {
             plugin: manifest.id.clone(),
@@ -324,11 +382,15 @@ impl Runtime {
             ))
         };
         let exports = match world {
-            World::Channel => WorldPre::Channel(channel::ChannelPre::new(instance_pre).map_err(not_world)?),
-            World::Handler => WorldPre::Handler(handler::HandlerPre::new(instance_pre).map_err(not_world)?),
-            World::MemoryBackend => {
-                WorldPre::MemoryBackend(memory_backend::MemoryBackendPre::new(instance_pre).map_err(not_world)?)
+            World::Channel => {
+                WorldPre::Channel(channel::ChannelPre::new(instance_pre).map_err(not_world)?)
             }
+            World::Handler => {
+                WorldPre::Handler(handler::HandlerPre::new(instance_pre).map_err(not_world)?)
+            }
+            World::MemoryBackend => WorldPre::MemoryBackend(
+                memory_backend::MemoryBackendPre::new(instance_pre).map_err(not_world)?,
+            ),
         };
         let log = Arc::new(PluginLog::new(
             manifest.id.as_str().into(),
@@ -336,10 +398,11 @@ impl Runtime {
             self.config.log_burst,
             self.config.log_line_max_bytes,
         ));
-        let sandbox = Sandbox::prepare(&manifest, data_dir, log).map_err(|source| RuntimeError::Sandbox {
-            plugin: manifest.id.clone(),
-            source,
-        })?;
+        let sandbox =
+            Sandbox::prepare(&manifest, data_dir, log).map_err(|source| RuntimeError::Sandbox {
+                plugin: manifest.id.clone(),
+                source,
+            })?;
         let tick_ms = self.epoch_tick.as_millis().max(1) as u64;
         let deadline = Deadline {
             ticks: manifest.limits.timeout_ms.div_ceil(tick_ms) + 1,
@@ -412,7 +475,9 @@ impl PreparedPlugin {
         let instantiated = match &self.exports {
             WorldPre::Channel(pre) => pre.instantiate(&mut store).map(WorldInstance::Channel),
             WorldPre::Handler(pre) => pre.instantiate(&mut store).map(WorldInstance::Handler),
-            WorldPre::MemoryBackend(pre) => pre.instantiate(&mut store).map(WorldInstance::MemoryBackend),
+            WorldPre::MemoryBackend(pre) => pre
+                .instantiate(&mut store)
+                .map(WorldInstance::MemoryBackend),
         };
         let exports = instantiated.map_err(|e| {
             let mut fault = classify(&e);
@@ -429,12 +494,23 @@ impl PreparedPlugin {
     }
 }
 
-/// Turn a wasmtime call error into a fault, naming timeouts and memory-limit hits.
+/// Mark a cached file as used now, so pruning keeps it.
+fn touch(path: &Path) {
+    if let Ok(file) = std::fs::File::options().append(true).open(path) {
+        let _ = file.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Turn a wasmtime call error into a fault, naming timeouts and memory-limit hits. The
+/// message is the root cause; the wasm backtrace goes to the debug log.
 fn classify(error: &wasmtime::Error) -> Fault {
-    let message = format!("{error:#}");
+    tracing::debug!("plugin fault: {error:?}");
+    let message = error.root_cause().to_string();
     let kind = if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         FaultKind::Timeout
-    } else if message.contains("forcing trap when growing memory") || message.contains("exceeds memory limits") {
+    } else if message.contains("forcing trap when growing memory")
+        || message.contains("exceeds memory limits")
+    {
         FaultKind::MemoryLimit
     } else {
         FaultKind::Trap
@@ -453,7 +529,10 @@ pub struct PluginInstance {
 impl PluginInstance {
     fn run<T>(
         &mut self,
-        call: impl FnOnce(&WorldInstance, &mut Store<PluginContext>) -> Option<wasmtime::Result<Result<T, WitError>>>,
+        call: impl FnOnce(
+            &WorldInstance,
+            &mut Store<PluginContext>,
+        ) -> Option<wasmtime::Result<Result<T, WitError>>>,
     ) -> Result<T, CallError> {
         self.store.set_epoch_deadline(self.deadline.ticks);
         let world = match &self.exports {
@@ -475,9 +554,15 @@ impl PluginInstance {
         let config = &config;
         self.run(|exports, store| {
             Some(match exports {
-                WorldInstance::Channel(c) => c.call_init(store, config),
-                WorldInstance::Handler(h) => h.call_init(store, config),
-                WorldInstance::MemoryBackend(m) => m.call_init(store, config),
+                WorldInstance::Channel(c) => {
+                    c.cairn_plugin_channel_plugin().call_init(store, config)
+                }
+                WorldInstance::Handler(h) => {
+                    h.cairn_plugin_handler_plugin().call_init(store, config)
+                }
+                WorldInstance::MemoryBackend(m) => m
+                    .cairn_plugin_memory_backend_plugin()
+                    .call_init(store, config),
             })
         })
     }
@@ -485,7 +570,7 @@ impl PluginInstance {
     /// Call a channel's `poll`.
     pub fn poll(&mut self) -> Result<(), CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(c.call_poll(store)),
+            WorldInstance::Channel(c) => Some(c.cairn_plugin_channel_plugin().call_poll(store)),
             _ => None,
         })
     }
@@ -493,7 +578,9 @@ impl PluginInstance {
     /// Call a channel's `deliver`.
     pub fn deliver(&mut self, message: &OutboundMessage) -> Result<(), CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(c.call_deliver(store, message)),
+            WorldInstance::Channel(c) => {
+                Some(c.cairn_plugin_channel_plugin().call_deliver(store, message))
+            }
             _ => None,
         })
     }
@@ -501,7 +588,11 @@ impl PluginInstance {
     /// Call a channel's `handle-webhook`.
     pub fn handle_webhook(&mut self, request: &HttpRequest) -> Result<HttpResponse, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(c.call_handle_webhook(store, request).map(Ok)),
+            WorldInstance::Channel(c) => Some(
+                c.cairn_plugin_channel_plugin()
+                    .call_handle_webhook(store, request)
+                    .map(Ok),
+            ),
             _ => None,
         })
     }
@@ -509,7 +600,9 @@ impl PluginInstance {
     /// Call a handler's `on-event`.
     pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::Handler(h) => Some(h.call_on_event(store, event)),
+            WorldInstance::Handler(h) => {
+                Some(h.cairn_plugin_handler_plugin().call_on_event(store, event))
+            }
             _ => None,
         })
     }
@@ -517,7 +610,9 @@ impl PluginInstance {
     /// Call a memory backend's `health`.
     pub fn health(&mut self) -> Result<String, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(m.call_health(store)),
+            WorldInstance::MemoryBackend(m) => {
+                Some(m.cairn_plugin_memory_backend_plugin().call_health(store))
+            }
             _ => None,
         })
     }

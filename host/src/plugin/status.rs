@@ -84,7 +84,9 @@ impl StatusStore {
     /// Open `host.db` under the data dir.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
         let conn = store::open(&data_dir.join("host.db"), &store::HOST_MIGRATIONS)?;
-        Ok(Self { conn: Mutex::new(conn) })
+        Ok(Self {
+            conn: Mutex::new(conn),
+        })
     }
 
     fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
@@ -107,8 +109,10 @@ impl StatusStore {
 
     /// Record a clean stop.
     pub fn end_run(&self) -> Result<(), rusqlite::Error> {
-        self.conn()
-            .execute("UPDATE host_run SET stopped_at = ?1 WHERE id = 1", params![store::now_ms()])?;
+        self.conn().execute(
+            "UPDATE host_run SET stopped_at = ?1 WHERE id = 1",
+            params![store::now_ms()],
+        )?;
         Ok(())
     }
 
@@ -137,22 +141,39 @@ impl StatusStore {
     }
 }
 
-/// Read the recorded host run and plugin statuses; `None` when the data dir has no host.db.
-pub fn read(data_dir: &Path) -> Result<Option<(Option<HostRun>, Vec<PluginStatus>)>, StoreError> {
+/// What `cairn status` reads from a data dir.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// The host that last ran here, if any.
+    pub host: Option<HostRun>,
+    /// Its plugins, by id.
+    pub plugins: Vec<PluginStatus>,
+}
+
+/// Read the recorded host run and plugin statuses; `None` when no host has run here.
+pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
     let path = data_dir.join("host.db");
     let Some(conn) = store::open_read_only(&path)? else {
         return Ok(None);
     };
-    let query = || -> Result<(Option<HostRun>, Vec<PluginStatus>), rusqlite::Error> {
+    if !store::is_initialised(&conn) {
+        // A host is creating the file right now; it has nothing to report yet.
+        return Ok(None);
+    }
+    let query = || -> Result<StatusReport, rusqlite::Error> {
         let run = conn
-            .query_row("SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1", [], |row| {
-                Ok(HostRun {
-                    pid: row.get(0)?,
-                    plugins_dir: row.get(1)?,
-                    started_at: row.get(2)?,
-                    stopped_at: row.get(3)?,
-                })
-            })
+            .query_row(
+                "SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1",
+                [],
+                |row| {
+                    Ok(HostRun {
+                        pid: row.get(0)?,
+                        plugins_dir: row.get(1)?,
+                        started_at: row.get(2)?,
+                        stopped_at: row.get(3)?,
+                    })
+                },
+            )
             .optional()?;
         let mut statement = conn.prepare(
             "SELECT plugin_id, version, kind, state, restarts, faults, last_error, updated_at
@@ -172,9 +193,11 @@ pub fn read(data_dir: &Path) -> Result<Option<(Option<HostRun>, Vec<PluginStatus
                 })
             })?
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((run, plugins))
+        Ok(StatusReport { host: run, plugins })
     };
-    query().map(Some).map_err(|source| StoreError::Open { path, source })
+    query()
+        .map(Some)
+        .map_err(|source| StoreError::Open { path, source })
 }
 
 /// Whether a process with this id is alive (Linux: it has a `/proc` entry).

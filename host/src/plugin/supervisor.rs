@@ -53,7 +53,9 @@ impl PluginHandle {
         let job: Job = Box::new(move |instance| {
             let (result, fault) = match instance {
                 None => (
-                    Err(CallError::Plugin(WitError::Unavailable(format!("plugin {plugin} is not running")))),
+                    Err(CallError::Plugin(WitError::Unavailable(format!(
+                        "plugin {plugin} is not running"
+                    )))),
                     None,
                 ),
                 Some(instance) => {
@@ -75,7 +77,10 @@ impl PluginHandle {
     }
 
     fn stopped(&self) -> CallError {
-        CallError::Plugin(WitError::Unavailable(format!("plugin {} has stopped", self.id)))
+        CallError::Plugin(WitError::Unavailable(format!(
+            "plugin {} has stopped",
+            self.id
+        )))
     }
 }
 
@@ -193,7 +198,10 @@ impl Supervisor {
                 }
                 Ok(Command::Stop(reply)) => {
                     self.instance = None;
-                    self.publish(PluginState::Stopped);
+                    // A quarantined plugin stays visibly quarantined after the host stops.
+                    if self.state != PluginState::Quarantined {
+                        self.publish(PluginState::Stopped);
+                    }
                     let _ = reply.send(());
                     return;
                 }
@@ -208,7 +216,11 @@ impl Supervisor {
         if self.retry_at.is_some_and(|at| at <= now) {
             self.retry_at = None;
             self.restarts += 1;
-            tracing::info!(plugin = self.id(), restarts = self.restarts, "restarting plugin");
+            tracing::info!(
+                plugin = self.id(),
+                restarts = self.restarts,
+                "restarting plugin"
+            );
             self.start();
         }
         if self.next_poll.is_some_and(|at| at <= now) {
@@ -269,7 +281,11 @@ impl Supervisor {
         let now = Instant::now();
         let window = Duration::from_secs(self.config.restart_window_secs);
         self.fault_times.push_back(now);
-        while self.fault_times.front().is_some_and(|t| now.duration_since(*t) > window) {
+        while self
+            .fault_times
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
             self.fault_times.pop_front();
         }
         let recent = self.fault_times.len() as u32;
@@ -290,7 +306,11 @@ impl Supervisor {
             .backoff_initial_ms
             .saturating_mul(1 << exponent)
             .min(self.config.backoff_max_ms);
-        tracing::warn!(plugin = self.id(), backoff_ms = backoff, "plugin faulted ({fault}); restarting after backoff");
+        tracing::warn!(
+            plugin = self.id(),
+            backoff_ms = backoff,
+            "plugin faulted ({fault}); restarting after backoff"
+        );
         self.retry_at = Some(now + Duration::from_millis(backoff));
         self.publish(PluginState::Restarting);
     }

@@ -62,10 +62,14 @@ pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StoreErr
         source,
     };
     let mut conn = Connection::open(path).map_err(open_err)?;
-    conn.pragma_update(None, "journal_mode", "WAL").map_err(open_err)?;
-    conn.pragma_update(None, "synchronous", "FULL").map_err(open_err)?;
-    conn.pragma_update(None, "foreign_keys", "ON").map_err(open_err)?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(open_err)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(open_err)?;
+    conn.pragma_update(None, "foreign_keys", "ON")
+        .map_err(open_err)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(open_err)?;
     migrate(&mut conn, path, migrations)?;
     Ok(conn)
 }
@@ -75,15 +79,23 @@ pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StoreError> {
     if !path.exists() {
         return Ok(None);
     }
-    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).map_err(|source| StoreError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    conn.busy_timeout(std::time::Duration::from_secs(5)).map_err(|source| StoreError::Open {
-        path: path.to_path_buf(),
-        source,
-    })?;
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(|source| StoreError::Open {
+            path: path.to_path_buf(),
+            source,
+        })?;
     Ok(Some(conn))
+}
+
+/// Whether a database has been created and migrated at least once.
+pub fn is_initialised(conn: &Connection) -> bool {
+    conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+        .is_ok_and(|version| version > 0)
 }
 
 fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Result<(), StoreError> {
@@ -112,7 +124,8 @@ fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Resul
         };
         let tx = conn.transaction().map_err(fail)?;
         tx.execute_batch(script).map_err(fail)?;
-        tx.pragma_update(None, "user_version", version as i64).map_err(fail)?;
+        tx.pragma_update(None, "user_version", version as i64)
+            .map_err(fail)?;
         tx.commit().map_err(fail)?;
         tracing::debug!(database = migrations.name, version, "applied migration");
     }
@@ -136,11 +149,15 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("host.db");
         let conn = open(&path, &HOST_MIGRATIONS).expect("first open migrates");
-        let mode: String = conn.pragma_query_value(None, "journal_mode", |r| r.get(0)).expect("mode");
+        let mode: String = conn
+            .pragma_query_value(None, "journal_mode", |r| r.get(0))
+            .expect("mode");
         assert_eq!(mode, "wal");
         drop(conn);
         let conn = open(&path, &HOST_MIGRATIONS).expect("second open is a no-op");
-        let version: i64 = conn.pragma_query_value(None, "user_version", |r| r.get(0)).expect("version");
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .expect("version");
         assert_eq!(version, HOST_MIGRATIONS.scripts.len() as i64);
     }
 

@@ -29,6 +29,10 @@ impl ApiVersion {
 
     /// The newest supported version matching a manifest's requirement.
     pub fn newest_matching(requirement: &VersionReq) -> Option<Self> {
-        SUPPORTED_APIS.iter().rev().copied().find(|api| requirement.matches(&api.version()))
+        SUPPORTED_APIS
+            .iter()
+            .rev()
+            .copied()
+            .find(|api| requirement.matches(&api.version()))
     }
 }

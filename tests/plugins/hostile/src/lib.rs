@@ -1,0 +1,120 @@
+//! A test handler that misbehaves on purpose, chosen by its config's `mode`:
+//!
+//! - `trap-init`: panics (traps) in `init`;
+//! - `error-init`: `init` returns an error;
+//! - `loop-init`: spins forever in `init`;
+//! - `memory-bomb`: allocates until it hits its memory limit;
+//! - `fs-escape`: tries to read and write outside its preopened directory;
+//! - `env-snoop`: reads environment variables it was not granted;
+//! - `net-connect`: opens a TCP connection to `config.target`;
+//! - `log-flood`: writes tens of thousands of log and stdout lines;
+//! - `trap-event`: starts cleanly and traps on every event.
+//!
+//! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
+//! integration tests read from the host's log.
+
+wit_bindgen::generate!({
+    path: "../../../wit/v0.1",
+    world: "handler",
+});
+
+use std::hint::black_box;
+use std::io::Write;
+
+use cairn::plugin::log;
+use cairn::plugin::types::LogLevel;
+
+use exports::cairn::plugin::handler_plugin::Guest;
+use cairn::plugin::types::{Error, Event};
+
+struct Hostile;
+
+fn say(message: &str) {
+    log::log(LogLevel::Info, message);
+}
+
+fn probe<T: std::fmt::Debug, E: std::fmt::Display>(name: &str, result: Result<T, E>) {
+    match result {
+        Ok(value) => say(&format!("probe {name}: ok {value:?}")),
+        Err(error) => say(&format!("probe {name}: denied {error}")),
+    }
+}
+
+fn fs_escape() {
+    probe("granted-read", std::fs::read_to_string("/data/hello.txt"));
+    probe("etc-passwd", std::fs::read_to_string("/etc/passwd"));
+    probe("dotdot", std::fs::read_to_string("/data/../../../../etc/passwd"));
+    probe("dotdot-secret", std::fs::read_to_string("/data/../secret.txt"));
+    probe("symlink-absolute", std::fs::read_to_string("/data/link-absolute"));
+    probe("symlink-relative", std::fs::read_to_string("/data/link-relative"));
+    probe("root-listing", std::fs::read_dir("/").map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>()));
+    probe(
+        "write-read-only",
+        std::fs::File::create("/data/written.txt").and_then(|mut f| f.write_all(b"x")),
+    );
+}
+
+fn env_snoop() {
+    probe("env-granted", std::env::var("CAIRN_TEST_GRANTED"));
+    probe("env-secret", std::env::var("CAIRN_TEST_SECRET"));
+    probe("env-home", std::env::var("HOME"));
+    let all: Vec<String> = std::env::vars().map(|(k, v)| format!("{k}={v}")).collect();
+    say(&format!("probe env-all: ok {all:?}"));
+}
+
+fn net_connect(target: &str) {
+    probe("net-connect", std::net::TcpStream::connect(target).map(|s| s.peer_addr().ok()));
+}
+
+fn memory_bomb() {
+    let mut hoard: Vec<Vec<u8>> = Vec::new();
+    loop {
+        let chunk = vec![0xa5u8; 1 << 20];
+        hoard.push(black_box(chunk));
+        if hoard.len() % 16 == 0 {
+            say(&format!("memory-bomb: holding {} MiB", hoard.len()));
+        }
+    }
+}
+
+fn log_flood() {
+    for i in 0..50_000 {
+        log::log(LogLevel::Info, &format!("flood line {i}"));
+    }
+    for i in 0..10_000 {
+        println!("flood stdout {i}");
+    }
+}
+
+impl Guest for Hostile {
+    fn init(config: String) -> Result<(), Error> {
+        let config: serde_json::Value =
+            serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        let mode = config.get("mode").and_then(|m| m.as_str()).unwrap_or("ok");
+        say(&format!("hostile: init in mode {mode}"));
+        match mode {
+            "trap-init" => panic!("hostile: trapping in init on purpose"),
+            "error-init" => return Err(Error::Internal("hostile: refusing to start".into())),
+            "loop-init" => {
+                let mut spins: u64 = 0;
+                loop {
+                    spins = black_box(spins.wrapping_add(1));
+                }
+            }
+            "memory-bomb" => memory_bomb(),
+            "fs-escape" => fs_escape(),
+            "env-snoop" => env_snoop(),
+            "net-connect" => net_connect(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
+            "log-flood" => log_flood(),
+            _ => {}
+        }
+        say("hostile: init finished");
+        Ok(())
+    }
+
+    fn on_event(event: Event) -> Result<(), Error> {
+        panic!("hostile: trapping on event {}", event.seq)
+    }
+}
+
+export!(Hostile);

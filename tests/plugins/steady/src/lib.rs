@@ -1,0 +1,58 @@
+//! A well-behaved test channel: each `poll` adds one to a kv counter and logs
+//! `steady: tick N`, so tests can see it keep working beside hostile plugins.
+//! With config `mode: trap-poll` it starts cleanly and then traps on every poll.
+
+wit_bindgen::generate!({
+    path: "../../../wit/v0.1",
+    world: "channel",
+});
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cairn::plugin::types::LogLevel;
+use cairn::plugin::{kv, log};
+
+static TRAP_ON_POLL: AtomicBool = AtomicBool::new(false);
+
+use exports::cairn::plugin::channel_plugin::Guest;
+use cairn::plugin::types::{Error, HttpRequest, HttpResponse, OutboundMessage};
+
+struct Steady;
+
+impl Guest for Steady {
+    fn init(config: String) -> Result<(), Error> {
+        let config: serde_json::Value =
+            serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        TRAP_ON_POLL.store(config.get("mode").and_then(|m| m.as_str()) == Some("trap-poll"), Ordering::Relaxed);
+        log::log(LogLevel::Info, "steady: init");
+        Ok(())
+    }
+
+    fn poll() -> Result<(), Error> {
+        if TRAP_ON_POLL.load(Ordering::Relaxed) {
+            panic!("steady: trapping in poll on purpose");
+        }
+        let ticks = match kv::get("ticks")? {
+            Some(bytes) => String::from_utf8_lossy(&bytes).parse::<u64>().unwrap_or(0) + 1,
+            None => 1,
+        };
+        kv::set("ticks", ticks.to_string().as_bytes())?;
+        log::log(LogLevel::Info, &format!("steady: tick {ticks}"));
+        Ok(())
+    }
+
+    fn deliver(message: OutboundMessage) -> Result<(), Error> {
+        log::log(LogLevel::Info, &format!("steady: deliver to {}", message.conversation));
+        Ok(())
+    }
+
+    fn handle_webhook(_request: HttpRequest) -> HttpResponse {
+        HttpResponse {
+            status: 204,
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+    }
+}
+
+export!(Steady);

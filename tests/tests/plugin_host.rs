@@ -1,0 +1,473 @@
+//! The plugin host through the real `cairn` binary and real components: the bundled
+//! example, a Python plugin, hostile plugins contained by the sandbox and the supervisor,
+//! and manifest errors reported all at once.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use cairn_tests::{
+    Host, PluginDir, cairn, count_lines, plugin_status, status_json, wait_for_state,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn steady(dir: &PluginDir) {
+    dir.plugin(
+        "steady",
+        "channel",
+        "steady",
+        "channel: {poll_interval_ms: 50}\ncapabilities: {kv: true}\n",
+    );
+}
+
+fn hostile(dir: &PluginDir, id: &str, mode: &str, extra: &str) {
+    dir.plugin(
+        id,
+        "handler",
+        "hostile",
+        &format!("limits: {{memory_mb: 32, timeout_ms: 300}}\nconfig: {{mode: {mode}}}\n{extra}"),
+    );
+}
+
+fn steady_ticks(log: &str) -> usize {
+    count_lines(log, "steady: tick")
+}
+
+#[test]
+fn the_bundled_counter_counts_its_starts_across_runs() {
+    let dir = PluginDir::new();
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(
+        root.join("manifests/counter.yaml"),
+        dir.path().join("counter.yaml"),
+    )
+    .expect("manifest");
+    dir.component("counter");
+    let data = tempfile::tempdir().expect("data");
+
+    for run in 1..=2 {
+        let mut host = Host::start(dir.path(), data.path(), &[]);
+        host.wait_for(&format!("hello from counter: started {run} time(s)"), LONG);
+        let row = wait_for_state(&mut host, data.path(), "counter", "running", LONG);
+        assert_eq!(row["faults"], 0);
+        let (status, _) = host.stop();
+        assert!(status.success(), "clean stop exits 0, got {status}");
+    }
+    let status = status_json(data.path());
+    assert_eq!(status["host"]["running"], false);
+    assert_eq!(
+        plugin_status(data.path(), "counter").expect("row")["state"],
+        "stopped"
+    );
+}
+
+#[test]
+fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
+    let dir = PluginDir::new();
+    steady(&dir);
+    hostile(&dir, "trap-init", "trap-init", "");
+    hostile(&dir, "error-init", "error-init", "");
+    hostile(&dir, "loop-init", "loop-init", "");
+    hostile(&dir, "memory-bomb", "memory-bomb", "");
+    dir.plugin(
+        "trap-poll",
+        "channel",
+        "steady",
+        "channel: {poll_interval_ms: 20}\nconfig: {mode: trap-poll}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_SUPERVISOR_RESTART_BUDGET", "2")],
+    );
+
+    let expected_errors = [
+        ("trap-init", "trap: "),
+        ("error-init", "init failed: "),
+        ("loop-init", "timeout: "),
+        ("memory-bomb", "memory limit: "),
+        ("trap-poll", "trap: "),
+    ];
+    for (id, error_prefix) in expected_errors {
+        let row = wait_for_state(&mut host, data.path(), id, "quarantined", LONG);
+        assert_eq!(
+            row["faults"], 3,
+            "{id}: budget 2 means the third fault quarantines: {row}"
+        );
+        assert_eq!(row["restarts"], 2, "{id}: {row}");
+        let last_error = row["last_error"].as_str().unwrap_or_default();
+        assert!(
+            last_error.starts_with(error_prefix),
+            "{id}: last_error {last_error:?}"
+        );
+    }
+    assert!(
+        host.log()
+            .contains("memory limit: forcing trap when growing memory")
+    );
+
+    // After every hostile plugin is quarantined, the steady one still ticks.
+    let ticks_then = steady_ticks(&host.log());
+    host.wait_until(LONG, "more steady ticks", |log| {
+        steady_ticks(log) >= ticks_then + 5
+    });
+    assert_eq!(
+        plugin_status(data.path(), "steady").expect("row")["state"],
+        "running"
+    );
+    assert_eq!(
+        plugin_status(data.path(), "steady").expect("row")["faults"],
+        0
+    );
+
+    let status = status_json(data.path());
+    assert_eq!(status["host"]["running"], true);
+    let (exit, _) = host.stop();
+    assert!(
+        exit.success(),
+        "host exits cleanly after containing every fault: {exit}"
+    );
+    // Quarantine stays visible after the host stops.
+    assert_eq!(
+        plugin_status(data.path(), "loop-init").expect("row")["state"],
+        "quarantined"
+    );
+}
+
+#[test]
+fn the_sandbox_grants_exactly_what_the_manifest_declares() {
+    let dir = PluginDir::new();
+    let data = tempfile::tempdir().expect("data");
+    let plugin_root = data.path().join("plugins").join("fs-escape");
+    let granted = plugin_root.join("data");
+    std::fs::create_dir_all(&granted).expect("granted dir");
+    std::fs::write(granted.join("hello.txt"), "granted-content").expect("granted file");
+    let secret = plugin_root.join("secret.txt");
+    std::fs::write(&secret, "TOP-SECRET-FILE").expect("secret");
+    std::os::unix::fs::symlink(&secret, granted.join("link-absolute")).expect("symlink");
+    std::os::unix::fs::symlink("../secret.txt", granted.join("link-relative")).expect("symlink");
+
+    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let target = listener.local_addr().expect("addr").to_string();
+
+    hostile(
+        &dir,
+        "fs-escape",
+        "fs-escape",
+        "capabilities:\n  files: [{name: data, mode: ro}]\n",
+    );
+    hostile(
+        &dir,
+        "env-snoop",
+        "env-snoop",
+        "capabilities:\n  env: [CAIRN_TEST_GRANTED]\n",
+    );
+    dir.plugin(
+        "net-denied",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: net-connect, target: '{target}'}}\n"),
+    );
+    dir.plugin(
+        "net-granted",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: net-connect, target: '{target}'}}\ncapabilities:\n  http: ['{target}']\n"),
+    );
+    steady(&dir);
+
+    let env = [
+        ("CAIRN_TEST_GRANTED", "visible-value"),
+        ("CAIRN_TEST_SECRET", "TOP-SECRET-ENV"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    for id in ["fs-escape", "env-snoop", "net-denied", "net-granted"] {
+        wait_for_state(&mut host, data.path(), id, "running", LONG);
+    }
+    host.wait_for("steady: tick", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+
+    let probe = |plugin: &str, name: &str| -> String {
+        log.lines()
+            .find(|l| {
+                l.contains(&format!("probe {name}:")) && l.contains(&format!("plugin=\"{plugin}\""))
+            })
+            .unwrap_or_else(|| panic!("no probe {name} from {plugin} in log:\n{log}"))
+            .to_string()
+    };
+    // What was granted works...
+    assert!(
+        probe("fs-escape", "granted-read").contains(r#"ok "granted-content""#),
+        "{log}"
+    );
+    assert!(
+        probe("env-snoop", "env-granted").contains(r#"ok "visible-value""#),
+        "{log}"
+    );
+    assert!(
+        probe("net-granted", "net-connect").contains(": ok"),
+        "{log}"
+    );
+    // ...and nothing else does.
+    for name in [
+        "etc-passwd",
+        "dotdot",
+        "dotdot-secret",
+        "symlink-absolute",
+        "symlink-relative",
+        "write-read-only",
+    ] {
+        assert!(
+            probe("fs-escape", name).contains(": denied"),
+            "{name}: {}",
+            probe("fs-escape", name)
+        );
+    }
+    assert!(probe("env-snoop", "env-secret").contains(": denied"));
+    assert!(probe("env-snoop", "env-home").contains(": denied"));
+    assert!(probe("net-denied", "net-connect").contains(": denied"));
+    assert!(!log.contains("TOP-SECRET"), "a secret leaked:\n{log}");
+    assert!(!log.contains("root:x:0"), "/etc/passwd leaked:\n{log}");
+    assert!(
+        !granted.join("written.txt").exists(),
+        "a read-only grant was written to"
+    );
+
+    // Exactly one connection reached the listener: the granted plugin's.
+    let mut accepted = 0;
+    while let Ok((mut stream, _)) = listener.accept() {
+        let mut sink = Vec::new();
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+        let _ = stream.read_to_end(&mut sink);
+        accepted += 1;
+    }
+    assert_eq!(accepted, 1, "only the granted plugin may connect");
+}
+
+#[test]
+fn a_log_flood_is_rate_limited_and_does_not_stall_the_host() {
+    let dir = PluginDir::new();
+    hostile(&dir, "flood", "log-flood", "");
+    steady(&dir);
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    wait_for_state(&mut host, data.path(), "flood", "running", LONG);
+    let ticks_then = steady_ticks(&host.log());
+    host.wait_until(LONG, "steady ticks after the flood", |log| {
+        steady_ticks(log) >= ticks_then + 5
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    let kept = count_lines(&log, "flood line") + count_lines(&log, "flood stdout");
+    assert!(
+        kept <= 400,
+        "60000 lines written, {kept} kept: the limit (burst 200 + 50/s) did not hold"
+    );
+    assert!(kept >= 150, "the burst should pass ({kept} kept)");
+    assert!(
+        log.contains("lines dropped"),
+        "drops are reported:\n{}",
+        &log[..log.len().min(4000)]
+    );
+}
+
+#[test]
+fn a_python_plugin_uses_kv_and_loads_from_the_compile_cache() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "python-kv",
+        "handler",
+        "python-kv",
+        "capabilities: {kv: true}\nconfig: {greeting: hi}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let private_cache = data.path().join("own-cache");
+    let cache_env = private_cache.display().to_string();
+    let env = [("CAIRN_RUNTIME_CACHE_DIR", cache_env.as_str())];
+
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("hi from python: started 1 time(s)", LONG);
+    let (_, first) = host.stop();
+    assert!(
+        first.contains("component compiled and cached"),
+        "first start compiles:\n{first}"
+    );
+    assert!(
+        std::fs::read_dir(&private_cache)
+            .expect("cache dir")
+            .flatten()
+            .any(|e| e.path().extension().is_some_and(|x| x == "cwasm")),
+        "the compiled component is on disk"
+    );
+
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("hi from python: started 2 time(s)", LONG);
+    let (_, second) = host.stop();
+    assert!(
+        !second.contains("component compiled and cached"),
+        "second start loads from the cache:\n{second}"
+    );
+}
+
+#[test]
+fn a_component_of_the_wrong_world_fails_alone() {
+    let dir = PluginDir::new();
+    dir.plugin("confused", "channel", "hostile", "");
+    steady(&dir);
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("steady: tick", LONG);
+    let row = wait_for_state(&mut host, data.path(), "confused", "failed", LONG);
+    let error = row["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("does not implement the `channel` world"),
+        "{error}"
+    );
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+}
+
+#[test]
+fn a_second_host_on_the_same_data_dir_is_refused() {
+    let dir = PluginDir::new();
+    steady(&dir);
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("steady: tick", LONG);
+    let second = cairn(&[
+        "run",
+        "--plugins",
+        &dir.path().display().to_string(),
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    assert_eq!(second.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another cairn host is running"));
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+}
+
+#[test]
+fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
+    let dir = PluginDir::new();
+    dir.component("hostile");
+    let header = |id: &str| {
+        format!("id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: hostile.wasm\napi: ^0.1\n")
+    };
+    dir.manifest(
+        "a",
+        &format!("{}depends_on: [{{id: b, version: '*'}}]\n", header("a")),
+    );
+    dir.manifest(
+        "b",
+        &format!("{}depends_on: [{{id: a, version: '*'}}]\n", header("b")),
+    );
+    dir.manifest(
+        "c",
+        &format!(
+            "{}depends_on: [{{id: ghost, version: '^1'}}]\n",
+            header("c")
+        ),
+    );
+    dir.manifest(
+        "d",
+        &format!(
+            "{}limits: {{memory_mb: 8, timeout_msec: 10}}\n",
+            header("d")
+        ),
+    );
+    dir.manifest(
+        "e",
+        "id: E!\nversion: x\nkind: handler\ncomponent: nope.wasm\napi: ^7\n",
+    );
+    dir.manifest(
+        "f",
+        &format!("{}capabilities: {{stdio: true}}\n", header("f")),
+    );
+    let path = dir.path().display().to_string();
+
+    let output = cairn(&["plugins", "check", &path]);
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    for expected in [
+        "dependency cycle: a -> b -> a",
+        "`c` depends on `ghost`, which is not in the plugin directory",
+        "d.yaml: limits: unknown field `timeout_msec`",
+        "e.yaml: id: `E!` is not a valid plugin id",
+        "e.yaml: version: `x` is not a semver version",
+        "e.yaml: component: ",
+        "e.yaml: api: `^7` matches no API this host supports",
+        "f.yaml: capabilities.stdio: only channels may use the host's stdio",
+    ] {
+        assert!(
+            stderr.contains(expected),
+            "missing {expected:?} in:\n{stderr}"
+        );
+    }
+
+    let json = cairn(&["plugins", "check", &path, "--json"]);
+    assert_eq!(json.status.code(), Some(2));
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json report");
+    assert_eq!(report["ok"], false);
+    assert!(report["errors"].as_array().expect("errors").len() >= 8);
+
+    let data = tempfile::tempdir().expect("data");
+    let run = cairn(&[
+        "run",
+        "--plugins",
+        &path,
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    assert_eq!(run.status.code(), Some(2), "run refuses a bad directory");
+}
+
+#[test]
+fn check_prints_the_start_order_and_grants() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "app",
+        "handler",
+        "hostile",
+        "depends_on: [{id: store, version: '^1'}]\ncapabilities:\n  kv: true\n  files: [{name: notes, mode: rw}]\n  env: [API_KEY]\n",
+    );
+    dir.plugin(
+        "store",
+        "handler",
+        "hostile",
+        "events: {emits: [store.saved]}\n",
+    );
+    let path = dir.path().display().to_string();
+    let output = cairn(&["plugins", "check", &path, "--data", "/var/lib/cairn"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let store_at = stdout.find("1. store 1.0.0").expect("store first");
+    let app_at = stdout
+        .find("2. app 1.0.0 (handler, api 0.1.0) after store ^1")
+        .expect("app second");
+    assert!(store_at < app_at);
+    assert!(
+        stdout.contains("files: /notes -> /var/lib/cairn/plugins/app/notes (read-write)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("env: API_KEY"));
+    assert!(stdout.contains("journal: emit store.saved"));
+    assert!(stdout.contains("stop order: app, store"));
+
+    let json = cairn(&["plugins", "check", &path, "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&json.stdout).expect("json");
+    assert_eq!(report["start_order"], serde_json::json!(["store", "app"]));
+
+    let list = cairn(&["plugins", "list", &path]);
+    assert!(list.status.success());
+    assert!(String::from_utf8_lossy(&list.stdout).contains("store"));
+}
