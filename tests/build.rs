@@ -65,12 +65,18 @@ fn build_workspace(manifest: &Path, target_dir: &Path) {
 /// componentize-py from PATH, or from the scripts dir of `python3` when PATH lacks it
 /// (pip's script dir is not always on PATH, e.g. under pyenv before a rehash).
 fn componentize_py() -> PathBuf {
-    let on_path = Command::new("componentize-py").arg("--version").output().is_ok_and(|o| o.status.success());
+    let on_path = Command::new("componentize-py")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
     if on_path {
         return PathBuf::from("componentize-py");
     }
     Command::new("python3")
-        .args(["-c", "import sysconfig; print(sysconfig.get_path('scripts'))"])
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('scripts'))",
+        ])
         .output()
         .ok()
         .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()).join("componentize-py"))

@@ -69,6 +69,7 @@ fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     hostile(&dir, "trap-init", "trap-init", "");
     hostile(&dir, "error-init", "error-init", "");
     hostile(&dir, "loop-init", "loop-init", "");
+    hostile(&dir, "sleep-init", "sleep-init", "");
     hostile(&dir, "memory-bomb", "memory-bomb", "");
     dir.plugin(
         "trap-poll",
@@ -87,6 +88,7 @@ fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
         ("trap-init", "trap: "),
         ("error-init", "init failed: "),
         ("loop-init", "timeout: "),
+        ("sleep-init", "timeout: call did not return"),
         ("memory-bomb", "memory limit: "),
         ("trap-poll", "trap: "),
     ];

@@ -166,7 +166,15 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
     build_plugins(root)?;
     status(
         cargo()
-            .args(["run", "--release", "-p", "cairn-tests", "--bin", "cairn-bench", "--"])
+            .args([
+                "run",
+                "--release",
+                "-p",
+                "cairn-tests",
+                "--bin",
+                "cairn-bench",
+                "--",
+            ])
             .args(extra)
             .current_dir(root),
     )

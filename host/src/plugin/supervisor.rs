@@ -1,14 +1,20 @@
-//! Supervision of running plugins: one thread per plugin owns its instance, serves calls in
-//! order, polls channels on their interval, and restarts the plugin after a fault with
-//! capped exponential backoff until its restart budget is spent, then quarantines it.
+//! Supervision of running plugins: one supervisor thread per plugin serves calls in order,
+//! polls channels on their interval, and restarts the plugin after a fault with capped
+//! exponential backoff until its restart budget is spent, then quarantines it.
+//!
+//! The instance itself lives on an executor thread of its own. A call that runs past its
+//! deadline inside wasm traps on the epoch deadline; a call stuck in a blocking host call
+//! (a long WASI sleep, say) cannot be interrupted, so once `limits.timeout_ms` plus a grace
+//! period has passed the supervisor answers the caller, abandons that executor (whose next
+//! wasm instruction traps, ending it) and counts a timeout fault.
 //!
 //! A fault (trap, timeout, memory-limit hit, failed instantiation or `init`) always drops the
 //! instance: wasmtime poisons a trapped store, so the next start builds a fresh store from the
 //! plugin's `InstancePre`.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -16,12 +22,24 @@ use tokio::sync::oneshot;
 
 use super::bindings::v0_1::types::Error as WitError;
 use super::capabilities::HostServices;
-use super::runtime::{CallError, Fault, PluginInstance, PreparedPlugin};
+use super::runtime::{CallError, Fault, FaultKind, PluginInstance, PreparedPlugin};
 use super::status::{PluginState, PluginStatus, StatusStore};
 use crate::config::SupervisorConfig;
 use crate::store::now_ms;
 
-type Job = Box<dyn FnOnce(Option<&mut PluginInstance>) -> Option<Fault> + Send>;
+/// How long past `limits.timeout_ms` a call may stay blocked in a host call before its
+/// instance is abandoned.
+const HANG_GRACE: Duration = Duration::from_secs(1);
+
+/// Work on a live instance; returns the fault the work hit, if any.
+type InstanceWork = Box<dyn FnOnce(&mut PluginInstance) -> Option<Fault> + Send>;
+
+/// A caller's call: `run` on the instance (or with `None` while it is down), and `abandon`
+/// to answer the caller if the instance hangs.
+struct Job {
+    run: Box<dyn FnOnce(Option<&mut PluginInstance>) -> Option<Fault> + Send>,
+    abandon: Box<dyn FnOnce(Fault) + Send>,
+}
 
 enum Command {
     Start(oneshot::Sender<PluginState>),
@@ -43,33 +61,42 @@ impl PluginHandle {
     }
 
     /// Run `call` on the plugin's instance and wait for its result. While the plugin is
-    /// restarting or quarantined the answer is an `unavailable` plugin error.
+    /// restarting or quarantined the answer is an `unavailable` plugin error; a call that
+    /// hangs is answered with a timeout fault.
     pub async fn call<T: Send + 'static>(
         &self,
         call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
     ) -> Result<T, CallError> {
         let (reply, answer) = oneshot::channel();
+        // Either the run or the abandonment answers, whichever comes first.
+        let reply = Arc::new(Mutex::new(Some(reply)));
+        let answer_with = {
+            let reply = reply.clone();
+            move |result: Result<T, CallError>| {
+                if let Some(reply) = reply.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                    let _ = reply.send(result);
+                }
+            }
+        };
         let plugin = self.id.clone();
-        let job: Job = Box::new(move |instance| {
-            let (result, fault) = match instance {
-                None => (
-                    Err(CallError::Plugin(WitError::Unavailable(format!(
+        let run_answer = answer_with.clone();
+        let job = Job {
+            run: Box::new(move |instance| {
+                let result = match instance {
+                    None => Err(CallError::Plugin(WitError::Unavailable(format!(
                         "plugin {plugin} is not running"
                     )))),
-                    None,
-                ),
-                Some(instance) => {
-                    let result = call(instance);
-                    let fault = match &result {
-                        Err(CallError::Fault(fault)) => Some(fault.clone()),
-                        _ => None,
-                    };
-                    (result, fault)
-                }
-            };
-            let _ = reply.send(result);
-            fault
-        });
+                    Some(instance) => call(instance),
+                };
+                let fault = match &result {
+                    Err(CallError::Fault(fault)) => Some(fault.clone()),
+                    _ => None,
+                };
+                run_answer(result);
+                fault
+            }),
+            abandon: Box::new(move |fault| answer_with(Err(CallError::Fault(fault)))),
+        };
         if self.commands.send(Command::Call(job)).is_err() {
             return Err(self.stopped());
         }
@@ -84,7 +111,7 @@ impl PluginHandle {
     }
 }
 
-/// A supervised plugin: its handle and its thread.
+/// A supervised plugin: its handle and its supervisor thread.
 pub struct Supervised {
     handle: PluginHandle,
     thread: Option<JoinHandle<()>>,
@@ -99,20 +126,20 @@ impl Supervised {
         config: SupervisorConfig,
     ) -> std::io::Result<Self> {
         let (commands, inbox) = mpsc::channel();
-        let id: Arc<str> = prepared.manifest().id.as_str().into();
-        let poll_interval = prepared
-            .manifest()
-            .channel
-            .as_ref()
-            .and_then(|c| c.poll_interval_ms)
-            .map(Duration::from_millis);
+        let manifest = prepared.manifest().clone();
+        let id: Arc<str> = manifest.id.as_str().into();
         let supervisor = Supervisor {
-            prepared,
+            call_limit: Duration::from_millis(manifest.limits.timeout_ms) + HANG_GRACE,
+            poll_interval: manifest
+                .channel
+                .as_ref()
+                .and_then(|c| c.poll_interval_ms)
+                .map(Duration::from_millis),
+            prepared: Arc::new(prepared),
             services,
             status,
             config,
-            poll_interval,
-            instance: None,
+            executor: None,
             state: PluginState::Starting,
             next_poll: None,
             retry_at: None,
@@ -145,7 +172,7 @@ impl Supervised {
         answer.await.unwrap_or(PluginState::Stopped)
     }
 
-    /// Stop the plugin after its current call, and wait for its thread.
+    /// Stop the plugin after its current call, and wait for its supervisor thread.
     pub async fn stop(mut self) {
         let (reply, answer) = oneshot::channel();
         if self.handle.commands.send(Command::Stop(reply)).is_ok() {
@@ -157,13 +184,69 @@ impl Supervised {
     }
 }
 
+/// How a piece of work on the executor ended.
+enum Outcome {
+    /// It completed; the instance is healthy.
+    Done,
+    /// It faulted; the executor has dropped the instance.
+    Faulted(Fault),
+    /// It did not return within the call limit; the executor is abandoned.
+    Hung,
+}
+
+/// The thread owning a live instance.
+struct Executor {
+    work: Sender<(InstanceWork, Sender<Option<Fault>>)>,
+}
+
+impl Executor {
+    /// Spawn a thread that instantiates the plugin, calls `init`, then runs work until a
+    /// fault or until dropped. Returns the executor and the outcome of `init`.
+    fn spawn(
+        prepared: Arc<PreparedPlugin>,
+        services: Arc<HostServices>,
+    ) -> std::io::Result<(Self, Receiver<Result<(), CallError>>)> {
+        let (work, inbox) = mpsc::channel::<(InstanceWork, Sender<Option<Fault>>)>();
+        let (started, started_rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name(format!("wasm-{}", prepared.manifest().id))
+            .spawn(move || {
+                let config = prepared.manifest().config.to_string();
+                let instance = prepared
+                    .instantiate(services)
+                    .map_err(CallError::Fault)
+                    .and_then(|mut instance| instance.init(&config).map(|()| instance));
+                let mut instance = match instance {
+                    Ok(instance) => {
+                        let _ = started.send(Ok(()));
+                        instance
+                    }
+                    Err(error) => {
+                        let _ = started.send(Err(error));
+                        return;
+                    }
+                };
+                while let Ok((work, done)) = inbox.recv() {
+                    let fault = work(&mut instance);
+                    let poisoned = fault.is_some();
+                    let _ = done.send(fault);
+                    if poisoned {
+                        return;
+                    }
+                }
+            })?;
+        Ok((Self { work }, started_rx))
+    }
+}
+
 struct Supervisor {
-    prepared: PreparedPlugin,
+    prepared: Arc<PreparedPlugin>,
     services: Arc<HostServices>,
     status: Arc<StatusStore>,
     config: SupervisorConfig,
+    call_limit: Duration,
     poll_interval: Option<Duration>,
-    instance: Option<PluginInstance>,
+    executor: Option<Executor>,
     state: PluginState,
     next_poll: Option<Instant>,
     retry_at: Option<Instant>,
@@ -191,13 +274,9 @@ impl Supervisor {
                     self.start();
                     let _ = reply.send(self.state);
                 }
-                Ok(Command::Call(job)) => {
-                    if let Some(fault) = job(self.instance.as_mut()) {
-                        self.on_fault(fault);
-                    }
-                }
+                Ok(Command::Call(job)) => self.call(job),
                 Ok(Command::Stop(reply)) => {
-                    self.instance = None;
+                    self.executor = None;
                     // A quarantined plugin stays visibly quarantined after the host stops.
                     if self.state != PluginState::Quarantined {
                         self.publish(PluginState::Stopped);
@@ -207,6 +286,58 @@ impl Supervisor {
                 }
                 Err(RecvTimeoutError::Timeout) => self.on_timer(),
                 Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn hang_fault(&self) -> Fault {
+        Fault {
+            kind: FaultKind::Timeout,
+            message: format!(
+                "call did not return within {} ms (blocked in a host call); instance abandoned",
+                self.call_limit.as_millis()
+            ),
+        }
+    }
+
+    /// Run work on the executor and wait for it, up to the call limit.
+    fn execute(&mut self, work: InstanceWork) -> Outcome {
+        let Some(executor) = &self.executor else {
+            return Outcome::Done;
+        };
+        let ended = || {
+            Outcome::Faulted(Fault {
+                kind: FaultKind::Trap,
+                message: "the instance's thread ended unexpectedly".into(),
+            })
+        };
+        let (done, finished) = mpsc::channel();
+        if executor.work.send((work, done)).is_err() {
+            return ended();
+        }
+        match finished.recv_timeout(self.call_limit) {
+            Ok(None) => Outcome::Done,
+            Ok(Some(fault)) => Outcome::Faulted(fault),
+            Err(RecvTimeoutError::Timeout) => Outcome::Hung,
+            Err(RecvTimeoutError::Disconnected) => ended(),
+        }
+    }
+
+    fn call(&mut self, job: Job) {
+        if self.executor.is_none() {
+            (job.run)(None);
+            return;
+        }
+        let Job { run, abandon } = job;
+        let work: InstanceWork = Box::new(move |instance| run(Some(instance)));
+        match self.execute(work) {
+            Outcome::Done => {}
+            // The run has answered its caller already.
+            Outcome::Faulted(fault) => self.on_fault(fault),
+            Outcome::Hung => {
+                let fault = self.hang_fault();
+                abandon(fault.clone());
+                self.on_fault(fault);
             }
         }
     }
@@ -230,51 +361,68 @@ impl Supervisor {
 
     fn start(&mut self) {
         self.publish(PluginState::Starting);
-        let result = self
-            .prepared
-            .instantiate(self.services.clone())
-            .map_err(CallError::Fault)
-            .and_then(|mut instance| {
-                let config = self.prepared.manifest().config.to_string();
-                instance.init(&config).map(|()| instance)
-            });
-        match result {
-            Ok(instance) => {
-                self.instance = Some(instance);
+        let spawned = Executor::spawn(self.prepared.clone(), self.services.clone());
+        let (executor, started) = match spawned {
+            Ok(spawned) => spawned,
+            Err(e) => {
+                self.on_fault(Fault {
+                    kind: FaultKind::Instantiate,
+                    message: format!("cannot spawn the instance thread: {e}"),
+                });
+                return;
+            }
+        };
+        let outcome = match started.recv_timeout(self.call_limit) {
+            Ok(outcome) => outcome,
+            Err(RecvTimeoutError::Timeout) => Err(CallError::Fault(self.hang_fault())),
+            Err(RecvTimeoutError::Disconnected) => Err(CallError::Fault(Fault {
+                kind: FaultKind::Instantiate,
+                message: "the instance's thread ended during start".into(),
+            })),
+        };
+        match outcome {
+            Ok(()) => {
+                self.executor = Some(executor);
                 self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
                 tracing::info!(plugin = self.id(), "plugin started");
                 self.publish(PluginState::Running);
             }
             Err(CallError::Fault(fault)) => self.on_fault(fault),
             Err(CallError::Plugin(error)) => self.on_fault(Fault {
-                kind: super::runtime::FaultKind::InitFailed,
+                kind: FaultKind::InitFailed,
                 message: format!("init returned {error:?}"),
             }),
             Err(CallError::NotExported(world)) => self.on_fault(Fault {
-                kind: super::runtime::FaultKind::InitFailed,
+                kind: FaultKind::InitFailed,
                 message: format!("a {world:?} plugin has no init export"),
             }),
         }
     }
 
     fn poll(&mut self) {
-        let Some(instance) = self.instance.as_mut() else {
+        if self.executor.is_none() {
             self.next_poll = None;
             return;
-        };
-        match instance.poll() {
-            Ok(()) => {}
-            Err(CallError::Fault(fault)) => {
-                self.on_fault(fault);
-                return;
+        }
+        let plugin = self.prepared.manifest().id.clone();
+        let work: InstanceWork = Box::new(move |instance| match instance.poll() {
+            Ok(()) => None,
+            Err(CallError::Fault(fault)) => Some(fault),
+            Err(error) => {
+                tracing::warn!(plugin, "poll failed: {error}");
+                None
             }
-            Err(error) => tracing::warn!(plugin = self.id(), "poll failed: {error}"),
+        });
+        match self.execute(work) {
+            Outcome::Done => {}
+            Outcome::Faulted(fault) => return self.on_fault(fault),
+            Outcome::Hung => return self.on_fault(self.hang_fault()),
         }
         self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
     }
 
     fn on_fault(&mut self, fault: Fault) {
-        self.instance = None;
+        self.executor = None;
         self.next_poll = None;
         self.faults += 1;
         self.last_error = Some(fault.to_string());

@@ -3,6 +3,7 @@
 //! - `trap-init`: panics (traps) in `init`;
 //! - `error-init`: `init` returns an error;
 //! - `loop-init`: spins forever in `init`;
+//! - `sleep-init`: blocks in a WASI sleep (a host call) for an hour in `init`;
 //! - `memory-bomb`: allocates until it hits its memory limit;
 //! - `fs-escape`: tries to read and write outside its preopened directory;
 //! - `env-snoop`: reads environment variables it was not granted;
@@ -101,6 +102,7 @@ impl Guest for Hostile {
                     spins = black_box(spins.wrapping_add(1));
                 }
             }
+            "sleep-init" => std::thread::sleep(std::time::Duration::from_secs(3600)),
             "memory-bomb" => memory_bomb(),
             "fs-escape" => fs_escape(),
             "env-snoop" => env_snoop(),

@@ -1,0 +1,122 @@
+//! The in-process plugin host API other subsystems call plugins through: calls reach the
+//! live instance, a faulting call poisons and replaces it, and calls while a plugin is down
+//! answer `unavailable` instead of blocking.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use cairn::config::HostConfig;
+use cairn::plugin::PluginHost;
+use cairn::plugin::bindings::v0_1::types::{Error as WitError, Event, OutboundMessage};
+use cairn::plugin::capabilities::HostServices;
+use cairn::plugin::kv::KvStore;
+use cairn::plugin::resolve;
+use cairn::plugin::runtime::{CallError, FaultKind};
+use cairn::plugin::status::StatusStore;
+use cairn_tests::{PluginDir, shared_cache_dir};
+
+fn event(seq: u64) -> Event {
+    Event {
+        seq,
+        topic: "test.poke".into(),
+        payload: "{}".into(),
+        source: "test".into(),
+        session_id: None,
+        agent_id: None,
+        user_id: None,
+        created_at: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
+    let dir = PluginDir::new();
+    dir.plugin("steady", "channel", "steady", "capabilities: {kv: true}\n");
+    dir.plugin("hostile", "handler", "hostile", "config: {mode: ok}\n");
+    let data = tempfile::tempdir().expect("data");
+    let mut config = HostConfig {
+        data_dir: data.path().to_path_buf(),
+        ..HostConfig::default()
+    };
+    config.runtime.cache_dir = shared_cache_dir();
+    config.supervisor.backoff_initial_ms = 300;
+    config.supervisor.backoff_max_ms = 300;
+    config.supervisor.restart_budget = 1;
+
+    let set = resolve::load(dir.path()).expect("valid plugin dir");
+    let services = Arc::new(HostServices {
+        kv: Arc::new(KvStore::open(data.path(), config.kv.clone()).expect("kv")),
+    });
+    let status = Arc::new(StatusStore::open(data.path()).expect("status"));
+    let host = PluginHost::start(&set, &config, services, status)
+        .await
+        .expect("host starts");
+
+    let steady = host.handle("steady").expect("steady handle").clone();
+    let message = OutboundMessage {
+        conversation: "c1".into(),
+        recipient: None,
+        payload: r#"{"text":"hi"}"#.into(),
+        in_reply_to: vec![1],
+    };
+    steady
+        .call(move |instance| instance.deliver(&message))
+        .await
+        .expect("deliver reaches a healthy channel");
+
+    // A handler has no `deliver`: the call is refused, the instance stays healthy.
+    let hostile = host.handle("hostile").expect("hostile handle").clone();
+    let refused = hostile
+        .call(|instance| {
+            instance.deliver(&OutboundMessage {
+                conversation: "c".into(),
+                recipient: None,
+                payload: "{}".into(),
+                in_reply_to: vec![],
+            })
+        })
+        .await;
+    assert!(
+        matches!(refused, Err(CallError::NotExported(_))),
+        "{refused:?}"
+    );
+
+    // The hostile handler traps on every event: the call reports the trap...
+    let trapped = hostile.call(|instance| instance.on_event(&event(1))).await;
+    match trapped {
+        Err(CallError::Fault(fault)) => assert_eq!(fault.kind, FaultKind::Trap),
+        other => panic!("expected a trap, got {other:?}"),
+    }
+    // ...and while it waits out its backoff, calls answer `unavailable` at once.
+    let during_backoff = hostile.call(|instance| instance.on_event(&event(2))).await;
+    assert!(
+        matches!(
+            during_backoff,
+            Err(CallError::Plugin(WitError::Unavailable(_)))
+        ),
+        "{during_backoff:?}"
+    );
+    // After the backoff a fresh instance serves calls again (and traps again: budget 1 → quarantine).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let fresh = hostile.call(|instance| instance.on_event(&event(3))).await;
+    assert!(
+        matches!(fresh, Err(CallError::Fault(_))),
+        "a fresh instance ran the call: {fresh:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let quarantined = hostile.call(|instance| instance.on_event(&event(4))).await;
+    assert!(
+        matches!(
+            quarantined,
+            Err(CallError::Plugin(WitError::Unavailable(_)))
+        ),
+        "{quarantined:?}"
+    );
+
+    // The other plugin never noticed.
+    steady
+        .call(|instance| instance.poll())
+        .await
+        .expect("the healthy channel still serves calls");
+    host.stop().await;
+}
