@@ -34,10 +34,14 @@ const HANG_GRACE: Duration = Duration::from_secs(1);
 /// Work on a live instance; returns the fault the work hit, if any.
 type InstanceWork = Box<dyn FnOnce(&mut PluginInstance) -> Option<Fault> + Send>;
 
+/// A caller's call run on the instance, or with `None` while the plugin is down; returns
+/// the fault it hit, if any.
+type CallWork = Box<dyn FnOnce(Option<&mut PluginInstance>) -> Option<Fault> + Send>;
+
 /// A caller's call: `run` on the instance (or with `None` while it is down), and `abandon`
 /// to answer the caller if the instance hangs.
 struct Job {
-    run: Box<dyn FnOnce(Option<&mut PluginInstance>) -> Option<Fault> + Send>,
+    run: CallWork,
     abandon: Box<dyn FnOnce(Fault) + Send>,
 }
 
