@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::agent::AgentConfig;
+use crate::buffer::BufferConfig;
+use crate::router::RouterConfig;
+use crate::webhook::HttpConfig;
+
 /// Why a configuration could not be loaded. Each case names the file or variable at fault.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -45,6 +50,14 @@ pub struct HostConfig {
     pub supervisor: SupervisorConfig,
     /// Plugin key/value store settings.
     pub kv: KvConfig,
+    /// The inbound message buffer.
+    pub buffer: BufferConfig,
+    /// Batching and routing rules.
+    pub router: RouterConfig,
+    /// The webhook HTTP server.
+    pub http: HttpConfig,
+    /// The agent and its LLM provider.
+    pub agent: AgentConfig,
 }
 
 impl Default for HostConfig {
@@ -55,6 +68,10 @@ impl Default for HostConfig {
             runtime: RuntimeConfig::default(),
             supervisor: SupervisorConfig::default(),
             kv: KvConfig::default(),
+            buffer: BufferConfig::default(),
+            router: RouterConfig::default(),
+            http: HttpConfig::default(),
+            agent: AgentConfig::default(),
         }
     }
 }
@@ -196,6 +213,15 @@ impl HostConfig {
         }
         if self.runtime.log_rate_per_sec == 0 {
             return problem("runtime.log_rate_per_sec: expected a positive number");
+        }
+        if self.router.batch_window_ms == 0 {
+            return problem("router.batch_window_ms: expected a positive number of milliseconds");
+        }
+        if self.buffer.max_payload_bytes == 0 {
+            return problem("buffer.max_payload_bytes: expected a positive number of bytes");
+        }
+        if let Err(e) = crate::router::validate_rules(&self.router.rules) {
+            return problem(&e.to_string());
         }
         Ok(())
     }

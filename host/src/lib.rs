@@ -1,10 +1,14 @@
 //! Cairn: a host process for AI agents.
 //!
-//! The host owns durable stores (today: plugin key/value state and status in `host.db`)
-//! and runs channels, memory backends, consolidators and sleep handlers as sandboxed
+//! The host owns durable stores (the message buffer in `buffer.db`; plugin key/value state
+//! and status in `host.db`) and runs channels, memory backends, consolidators and sleep handlers as sandboxed
 //! WebAssembly components declared by YAML manifests. See `DESIGN.md` for the map.
 
+pub mod agent;
+pub mod buffer;
 pub mod cli;
 pub mod config;
 pub mod plugin;
+pub mod router;
 pub mod store;
+pub mod webhook;

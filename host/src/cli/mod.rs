@@ -10,12 +10,22 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
+use std::collections::BTreeMap;
+
+use tokio::sync::{Notify, watch};
+
+use crate::agent::{Agent, llm};
+use crate::buffer::{self, Buffer, BufferError, NewMessage};
 use crate::config::HostConfig;
 use crate::plugin::capabilities::{HostServices, describe_grants};
 use crate::plugin::kv::KvStore;
+use crate::plugin::manifest::PluginKind;
 use crate::plugin::manifest::{self, ManifestError};
 use crate::plugin::status::{self, StatusStore};
+use crate::plugin::supervisor::PluginHandle;
 use crate::plugin::{PluginHost, resolve};
+use crate::router::Router;
+use crate::webhook;
 
 /// Cairn: a host process for AI agents with sandboxed WebAssembly plugins.
 #[derive(Parser, Debug)]
@@ -49,6 +59,27 @@ enum Command {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Put a message into the buffer (whether or not a host is running) and print its id.
+    #[command(group(clap::ArgGroup::new("body").required(true).args(["text", "json"])))]
+    Send {
+        /// Channel the message is from (a channel plugin id to get the reply delivered).
+        #[arg(long)]
+        channel: String,
+        /// Conversation it belongs to.
+        #[arg(long)]
+        conversation: String,
+        /// Who sent it.
+        #[arg(long, default_value = "operator")]
+        sender: String,
+        /// Priority (lower is served first); default: the channel's configured priority.
+        #[arg(long)]
+        priority: Option<u32>,
+        /// The message text (sent as `{"text": TEXT}`).
+        text: Option<String>,
+        /// A file holding the JSON payload (`-` for stdin).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
     },
     /// List every setting with its environment variable and current value.
     Config {
@@ -138,6 +169,51 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status { json } => {
             let config = load_config(&cli)?;
             show_status(&config.data_dir, *json)
+        }
+        Command::Send {
+            channel,
+            conversation,
+            sender,
+            priority,
+            text,
+            json,
+        } => {
+            let config = load_config(&cli)?;
+            let payload = match (text, json) {
+                (Some(text), _) => serde_json::json!({ "text": text }).to_string(),
+                (None, Some(path)) if path.as_os_str() == "-" => {
+                    let mut body = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut body)
+                        .map_err(|e| BadInput(format!("--json -: cannot read stdin: {e}")))?;
+                    body
+                }
+                (None, Some(path)) => std::fs::read_to_string(path).map_err(|e| {
+                    BadInput(format!("--json {}: cannot read: {e}", path.display()))
+                })?,
+                (None, None) => {
+                    return Err(BadInput("give the message TEXT or --json FILE".into()).into());
+                }
+            };
+            std::fs::create_dir_all(&config.data_dir)
+                .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+            let buffer = Buffer::open(&config.data_dir, config.buffer.clone(), Default::default())?;
+            let message = NewMessage {
+                channel: channel.clone(),
+                sender: sender.clone(),
+                conversation: conversation.clone(),
+                payload,
+                priority: *priority,
+            };
+            match buffer.push(message) {
+                Ok(id) => {
+                    println!("{id}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(BufferError::InvalidInput(reason)) => {
+                    Err(BadInput(format!("message rejected: {reason}")).into())
+                }
+                Err(error) => Err(error.into()),
+            }
         }
         Command::Config { json } => {
             let config = load_config(&cli)?;
@@ -313,14 +389,17 @@ fn age(since_ms: i64) -> String {
 }
 
 fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
+    let buffer_stats = buffer::read_stats(data_dir)?;
     let Some(status::StatusReport { host: run, plugins }) = status::read(data_dir)? else {
         if json_output {
-            println!(
-                "{}",
-                json!({"data_dir": data_dir, "host": null, "plugins": []})
-            );
+            let report =
+                json!({"data_dir": data_dir, "host": null, "plugins": [], "buffer": buffer_stats});
+            println!("{report}");
         } else {
             println!("no host has run on data dir {}", data_dir.display());
+            if let Some(stats) = &buffer_stats {
+                print_buffer(stats);
+            }
         }
         return Ok(ExitCode::SUCCESS);
     };
@@ -335,7 +414,7 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"data_dir": data_dir, "host": host, "plugins": plugins})
+                &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats})
             )?
         );
         return Ok(ExitCode::SUCCESS);
@@ -372,7 +451,47 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
             p.last_error.as_deref().unwrap_or("-")
         );
     }
+    if let Some(stats) = &buffer_stats {
+        print_buffer(stats);
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_buffer(stats: &buffer::BufferStats) {
+    let oldest = stats
+        .oldest_unrouted_age_ms
+        .map(|age| format!(", oldest waiting {:.1}s", age as f64 / 1000.0))
+        .unwrap_or_default();
+    println!(
+        "\nbuffer: {} unrouted{oldest}; {} stored",
+        stats.depth, stats.stored
+    );
+    for channel in &stats.channels {
+        println!("  {:<24} {} unrouted", channel.channel, channel.unrouted);
+    }
+    let counts = |map: &buffer::StatusCounts| {
+        if map.is_empty() {
+            "none".to_string()
+        } else {
+            map.iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    };
+    println!("batches: {}", counts(&stats.batches));
+    println!("tasks: {}", counts(&stats.tasks));
+    for task in &stats.recent_tasks {
+        let outcome = task
+            .result
+            .as_deref()
+            .or(task.error.as_deref())
+            .unwrap_or("");
+        println!(
+            "  task {} (batch {}) {}: {}",
+            task.id, task.batch_id, task.status, outcome
+        );
+    }
 }
 
 /// Holds the data dir's lock file for the life of a host; a second host on the same data
@@ -409,11 +528,79 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let _lock = DataDirLock::acquire(&config.data_dir)?;
+    let channel_manifests: Vec<_> = set
+        .start_order()
+        .iter()
+        .filter(|m| m.kind == PluginKind::Channel)
+        .collect();
+    let listener = if channel_manifests
+        .iter()
+        .any(|m| m.channel.as_ref().is_some_and(|c| c.webhook))
+    {
+        Some(webhook::bind(&config.http).await?)
+    } else {
+        None
+    };
+    let channel_defaults = channel_manifests
+        .iter()
+        .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
+        .collect();
+    let buffer = Arc::new(Buffer::open(
+        &config.data_dir,
+        config.buffer.clone(),
+        channel_defaults,
+    )?);
     let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
     let status = Arc::new(StatusStore::open(&config.data_dir)?);
     status.begin_run(plugins_dir)?;
-    let services = Arc::new(HostServices { kv });
+    let services = Arc::new(HostServices {
+        kv,
+        buffer: Some(buffer.clone()),
+    });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
+
+    let (requeued_batches, requeued_tasks) = buffer.requeue_interrupted().await?;
+    if requeued_batches + requeued_tasks > 0 {
+        tracing::info!(
+            batches = requeued_batches,
+            tasks = requeued_tasks,
+            "resuming work interrupted by the last stop"
+        );
+    }
+    let handle_of = |id: &str| host.handle(id).map(|h| (id.to_string(), h.clone()));
+    let channels: BTreeMap<String, PluginHandle> = channel_manifests
+        .iter()
+        .filter_map(|m| handle_of(&m.id))
+        .collect();
+    let webhook_channels: BTreeMap<String, PluginHandle> = channel_manifests
+        .iter()
+        .filter(|m| m.channel.as_ref().is_some_and(|c| c.webhook))
+        .filter_map(|m| handle_of(&m.id))
+        .collect();
+
+    let (stop, stopping) = watch::channel(false);
+    let routed = Arc::new(Notify::new());
+    let router = Router::new(buffer.clone(), config.router.clone(), routed.clone())?;
+    let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
+    let agent = Arc::new(Agent::new(
+        buffer.clone(),
+        llm,
+        channels,
+        config.agent.clone(),
+    ));
+    let mut workers = tokio::task::JoinSet::new();
+    workers.spawn(router.run(stopping.clone()));
+    workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));
+    workers.spawn(agent.run_tasks(routed, stopping.clone()));
+    workers.spawn(buffer.clone().run_retention(stopping.clone()));
+    if let Some(listener) = listener {
+        let address = listener.local_addr()?;
+        tracing::info!("webhook server listening on http://{address}/channels/<id>/");
+        let http = config.http.clone();
+        workers.spawn(
+            async move { webhook::serve(listener, &http, webhook_channels, stopping).await },
+        );
+    }
     tracing::info!(
         data_dir = %config.data_dir.display(),
         plugins = set.start_order().len(),
@@ -421,11 +608,25 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     );
     wait_for_shutdown().await;
     tracing::info!("stopping");
+    let _ = stop.send(true);
+    let drained = tokio::time::timeout(SHUTDOWN_DEADLINE, async {
+        while workers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "work still running after {}s; stopping anyway (it resumes on the next start)",
+            SHUTDOWN_DEADLINE.as_secs()
+        );
+    }
     host.stop().await;
     status.end_run()?;
     tracing::info!("stopped");
     Ok(())
 }
+
+/// How long a stop waits for the router, the agent and the webhook server to finish.
+const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
 async fn wait_for_shutdown() {
     let mut terminate =

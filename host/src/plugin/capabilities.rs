@@ -22,11 +22,14 @@ use super::logging::{Level, LogStream, PluginLog};
 use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target,
 };
+use crate::buffer::{Buffer, BufferError, NewMessage};
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
     /// Plugin key/value state.
     pub kv: Arc<KvStore>,
+    /// The inbound message buffer, when the host runs one.
+    pub buffer: Option<Arc<Buffer>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.
@@ -393,11 +396,27 @@ impl PluginContext {
 }
 
 impl wit::buffer::Host for PluginContext {
-    fn push(&mut self, _message: wit::types::InboundMessage) -> Result<u64, WitError> {
+    fn push(&mut self, message: wit::types::InboundMessage) -> Result<u64, WitError> {
         if self.grants.kind != PluginKind::Channel {
             return Err(denied("buffer: only channels may push messages"));
         }
-        Err(unavailable("message buffer"))
+        let Some(buffer) = &self.services.buffer else {
+            return Err(unavailable("message buffer"));
+        };
+        let id = buffer
+            .push(NewMessage {
+                channel: self.plugin.to_string(),
+                sender: message.sender,
+                conversation: message.conversation,
+                payload: message.payload,
+                priority: message.priority,
+            })
+            .map_err(|error| match error {
+                BufferError::InvalidInput(text) => WitError::InvalidInput(text),
+                BufferError::Unavailable => WitError::Unavailable(error.to_string()),
+                BufferError::Storage(text) => WitError::Internal(text),
+            })?;
+        Ok(id as u64)
     }
 }
 

@@ -133,6 +133,7 @@ fn main() -> Result<()> {
     let prepared = runtime.prepare(manifest, scratch.path())?;
     let services = Arc::new(HostServices {
         kv: Arc::new(KvStore::open(scratch.path(), KvConfig::default())?),
+        buffer: None,
     });
 
     let instantiations = 2_000;

@@ -1,0 +1,253 @@
+//! The agent: the main agent takes the most urgent queued batch, answers it through the
+//! LLM provider and delivers the reply through the channel the batch came from; the task
+//! worker runs spawned batches as sub-agent turns and records their results (the main agent
+//! is not told).
+
+pub mod llm;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+
+use crate::buffer::{Batch, BatchStatus, Buffer, BufferedMessage, TaskStatus};
+use crate::plugin::bindings::v0_1::types::OutboundMessage;
+use crate::plugin::runtime::CallError;
+use crate::plugin::supervisor::PluginHandle;
+use llm::{ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
+
+/// Agent settings (`agent:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentConfig {
+    /// The LLM provider.
+    pub llm: LlmConfig,
+    /// The main agent's system prompt.
+    pub system_prompt: String,
+    /// Attempts to deliver a reply before the batch is marked failed (default 3).
+    pub deliver_attempts: u32,
+    /// Longest text of one message put in a prompt, in bytes (default 4000).
+    pub max_message_chars: usize,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            llm: LlmConfig::default(),
+            system_prompt: "You are Cairn, a helpful agent. Answer the user's messages.".into(),
+            deliver_attempts: 3,
+            max_message_chars: 4000,
+        }
+    }
+}
+
+/// The text of a message for a prompt: `payload.text` when it is a string, else the JSON.
+pub fn message_text(message: &BufferedMessage, max_chars: usize) -> String {
+    let text = serde_json::from_str::<serde_json::Value>(&message.payload)
+        .ok()
+        .and_then(|payload| {
+            payload
+                .get("text")
+                .and_then(|t| t.as_str())
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| message.payload.clone());
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// The user turn of a batch: every message with its sender, in order.
+fn batch_prompt(batch: &Batch, max_chars: usize) -> String {
+    let lines: Vec<String> = batch
+        .messages
+        .iter()
+        .map(|m| format!("{}: {}", m.sender, message_text(m, max_chars)))
+        .collect();
+    if lines.len() == 1 {
+        lines.join("")
+    } else {
+        format!(
+            "{} messages in {}:\n{}",
+            lines.len(),
+            batch.conversation,
+            lines.join("\n")
+        )
+    }
+}
+
+/// Runs turns for the main agent and for spawned tasks.
+pub struct Agent {
+    buffer: Arc<Buffer>,
+    llm: Arc<dyn LlmProvider>,
+    channels: BTreeMap<String, PluginHandle>,
+    config: AgentConfig,
+}
+
+impl Agent {
+    /// An agent answering from `buffer` through `llm`, delivering through `channels`
+    /// (channel plugin id → handle).
+    pub fn new(
+        buffer: Arc<Buffer>,
+        llm: Arc<dyn LlmProvider>,
+        channels: BTreeMap<String, PluginHandle>,
+        config: AgentConfig,
+    ) -> Self {
+        Self {
+            buffer,
+            llm,
+            channels,
+            config,
+        }
+    }
+
+    async fn complete(&self, system: &str, user: String) -> Result<llm::Completion, llm::LlmError> {
+        let request = CompletionRequest {
+            messages: vec![
+                ChatMessage {
+                    role: "system".into(),
+                    content: system.into(),
+                },
+                ChatMessage {
+                    role: "user".into(),
+                    content: user,
+                },
+            ],
+            ..CompletionRequest::default()
+        };
+        let llm = self.llm.clone();
+        tokio::task::spawn_blocking(move || llm.complete(&request))
+            .await
+            .unwrap_or_else(|e| Err(llm::LlmError::Provider(format!("provider panicked: {e}"))))
+    }
+
+    /// Answer one main batch and deliver the reply; records the outcome on the batch.
+    pub async fn main_turn(&self, batch: Batch) {
+        let prompt = batch_prompt(&batch, self.config.max_message_chars);
+        let (status, reply, error) = match self.complete(&self.config.system_prompt, prompt).await {
+            Err(e) => (BatchStatus::Failed, None, Some(e.to_string())),
+            Ok(completion) => {
+                let payload =
+                    serde_json::json!({"text": completion.content, "model": completion.model})
+                        .to_string();
+                match self.deliver(&batch, &payload).await {
+                    Ok(()) => (BatchStatus::Done, Some(payload), None),
+                    Err(e) => (BatchStatus::Failed, Some(payload), Some(e)),
+                }
+            }
+        };
+        if let Some(error) = &error {
+            tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
+        } else {
+            tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
+        }
+        if let Err(e) = self
+            .buffer
+            .finish_batch(batch.id, status, reply, error)
+            .await
+        {
+            tracing::error!(batch = batch.id, "cannot record the turn's outcome: {e}");
+        }
+    }
+
+    async fn deliver(&self, batch: &Batch, payload: &str) -> Result<(), String> {
+        let Some(channel) = self.channels.get(&batch.channel) else {
+            return Err(format!(
+                "no channel plugin `{}` to deliver the reply to",
+                batch.channel
+            ));
+        };
+        let message = OutboundMessage {
+            conversation: batch.conversation.clone(),
+            recipient: batch.messages.last().map(|m| m.sender.clone()),
+            payload: payload.to_string(),
+            in_reply_to: batch.messages.iter().map(|m| m.id as u64).collect(),
+        };
+        let mut last_error = String::new();
+        for attempt in 0..self.config.deliver_attempts.max(1) {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_millis(200 << attempt.min(6))).await;
+            }
+            let outbound = message.clone();
+            match channel
+                .call(move |instance| instance.deliver(&outbound))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(CallError::Plugin(error)) => {
+                    last_error = format!("{} refused the delivery: {error:?}", batch.channel)
+                }
+                Err(error) => last_error = format!("{}: {error}", batch.channel),
+            }
+        }
+        Err(last_error)
+    }
+
+    /// Run one spawned task as a sub-agent turn and record its result.
+    pub async fn task_turn(&self, task: i64, batch: Batch) {
+        let prompt = batch_prompt(&batch, self.config.max_message_chars);
+        let system = "You are a Cairn sub-agent. Handle this task and report the result.";
+        let (status, result, error) = match self.complete(system, prompt).await {
+            Ok(completion) => (TaskStatus::Done, Some(completion.content), None),
+            Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
+        };
+        tracing::info!(
+            task,
+            batch = batch.id,
+            status = status.as_str(),
+            "task finished"
+        );
+        if let Err(e) = self.buffer.finish_task(task, status, result, error).await {
+            tracing::error!(task, "cannot record the task's outcome: {e}");
+        }
+    }
+
+    /// Serve the main queue until `stop`: take the most urgent batch, answer, repeat.
+    pub async fn run_main(self: Arc<Self>, routed: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let woken = routed.notified();
+            match self.buffer.claim_main_batch().await {
+                Ok(Some(batch)) => {
+                    self.main_turn(batch).await;
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!("cannot take the next batch: {e}"),
+            }
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    /// Serve spawned tasks until `stop`.
+    pub async fn run_tasks(self: Arc<Self>, routed: Arc<Notify>, mut stop: watch::Receiver<bool>) {
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let woken = routed.notified();
+            match self.buffer.claim_task().await {
+                Ok(Some((task, batch))) => {
+                    self.task_turn(task, batch).await;
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => tracing::error!("cannot take the next task: {e}"),
+            }
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,863 @@
+//! The durable inbound message buffer (`buffer.db`): the single entry point for messages.
+//!
+//! Producers (channel plugins through `buffer.push`, `cairn send`, webhooks) hand messages to
+//! [`Buffer::push`], which validates them at the edge and returns only once the row is on
+//! disk (group commit, see [`writer`]). The router reads unrouted rows and records what it
+//! did with each batch in the same transaction that marks the batch's messages routed.
+//! The module owns the tables `messages`, `batches` and `tasks`.
+
+mod writer;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::mpsc;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
+
+use crate::store::{self, Migrations, StoreError, now_ms};
+
+/// Migrations of `buffer.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "buffer",
+    scripts: &[include_str!("../../../migrations/buffer/0001_init.sql")],
+};
+
+/// Buffer settings (`buffer:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct BufferConfig {
+    /// Largest payload accepted, in bytes (default 1 MiB).
+    pub max_payload_bytes: usize,
+    /// Routed messages older than this are pruned by the daily job (default 7).
+    pub retention_days: u32,
+    /// A warning is logged while more messages than this wait unrouted (default 10000).
+    pub warn_depth: i64,
+    /// Priority of messages from channels that declare none (default 100, notifications).
+    pub default_priority: u32,
+    /// Per-channel priority overrides; they win over the channel's manifest and over a
+    /// priority the channel passes with a message.
+    pub channel_priority: BTreeMap<String, u32>,
+}
+
+impl Default for BufferConfig {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 1 << 20,
+            retention_days: 7,
+            warn_depth: 10_000,
+            default_priority: 100,
+            channel_priority: BTreeMap::new(),
+        }
+    }
+}
+
+/// Why a buffer operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum BufferError {
+    /// The message was malformed; nothing was written. The text names the field.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The buffer is shutting down.
+    #[error("the buffer is not accepting writes (shutting down)")]
+    Unavailable,
+    /// SQLite failed; nothing of the failed request was written.
+    #[error("buffer storage: {0}")]
+    Storage(String),
+}
+
+impl From<rusqlite::Error> for BufferError {
+    fn from(error: rusqlite::Error) -> Self {
+        BufferError::Storage(error.to_string())
+    }
+}
+
+/// A message offered to the buffer.
+#[derive(Debug, Clone)]
+pub struct NewMessage {
+    /// The channel it came through (a plugin id, or any name for `cairn send`).
+    pub channel: String,
+    /// Who sent it.
+    pub sender: String,
+    /// The conversation it belongs to.
+    pub conversation: String,
+    /// The message as JSON text.
+    pub payload: String,
+    /// A priority the producer asks for (lower is served first).
+    pub priority: Option<u32>,
+}
+
+/// A message that passed validation, with its priority and arrival time fixed.
+#[derive(Debug, Clone)]
+pub(crate) struct ValidMessage {
+    channel: String,
+    sender: String,
+    conversation: String,
+    payload: String,
+    priority: u32,
+    received_at: i64,
+}
+
+/// A message as stored.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct BufferedMessage {
+    /// Buffer id, increasing in arrival order.
+    pub id: i64,
+    /// Channel it came through.
+    pub channel: String,
+    /// Who sent it.
+    pub sender: String,
+    /// Its conversation.
+    pub conversation: String,
+    /// The payload JSON text.
+    pub payload: String,
+    /// Arrival time (ms since the epoch).
+    pub received_at: i64,
+    /// Lower is served first.
+    pub priority: u32,
+}
+
+/// What the router decided for a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Route {
+    /// Queued for the main agent.
+    Main,
+    /// A task record and a sub-agent turn; the main agent is not told.
+    Spawn,
+    /// Logged and discarded.
+    Drop,
+}
+
+impl Route {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Main => "main",
+            Route::Spawn => "spawn",
+            Route::Drop => "drop",
+        }
+    }
+}
+
+/// Progress of a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchStatus {
+    /// Waiting for the main agent.
+    Queued,
+    /// The main agent is on it.
+    Running,
+    /// Answered and delivered.
+    Done,
+    /// The turn or the delivery failed; the error is recorded.
+    Failed,
+    /// Handed to a task.
+    Spawned,
+    /// Dropped by a rule.
+    Dropped,
+}
+
+impl BatchStatus {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BatchStatus::Queued => "queued",
+            BatchStatus::Running => "running",
+            BatchStatus::Done => "done",
+            BatchStatus::Failed => "failed",
+            BatchStatus::Spawned => "spawned",
+            BatchStatus::Dropped => "dropped",
+        }
+    }
+}
+
+/// Progress of a spawned task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TaskStatus {
+    /// Finished with a result.
+    Done,
+    /// Failed; the error is recorded.
+    Failed,
+}
+
+impl TaskStatus {
+    /// As stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Done => "done",
+            TaskStatus::Failed => "failed",
+        }
+    }
+}
+
+/// A batch the router wants recorded.
+#[derive(Debug, Clone)]
+pub struct NewBatch {
+    /// Channel of every message.
+    pub channel: String,
+    /// Conversation of every message.
+    pub conversation: String,
+    /// The most urgent priority among the messages.
+    pub priority: u32,
+    /// What to do with it.
+    pub route: Route,
+    /// The rule that decided, or none for the default.
+    pub rule: Option<String>,
+    /// Its messages, in id order; never empty.
+    pub message_ids: Vec<i64>,
+}
+
+/// A recorded batch with its messages (always at least one, in id order).
+#[derive(Debug, Clone, Serialize)]
+pub struct Batch {
+    /// Batch id.
+    pub id: i64,
+    /// Channel of the messages.
+    pub channel: String,
+    /// Conversation of the messages.
+    pub conversation: String,
+    /// Priority of the batch.
+    pub priority: u32,
+    /// The messages.
+    pub messages: Vec<BufferedMessage>,
+}
+
+/// Unrouted messages of one channel, for `cairn status`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChannelDepth {
+    /// The channel.
+    pub channel: String,
+    /// How many of its messages wait unrouted.
+    pub unrouted: i64,
+    /// Arrival of its oldest unrouted message (ms since the epoch).
+    pub oldest_received_at: i64,
+}
+
+/// Counts of batches or tasks by status.
+pub type StatusCounts = BTreeMap<String, i64>;
+
+/// The buffer's state for `cairn status`. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct BufferStats {
+    /// Messages waiting to be routed.
+    pub depth: i64,
+    /// Age in ms of the oldest unrouted message, if any.
+    pub oldest_unrouted_age_ms: Option<i64>,
+    /// The unrouted messages per channel.
+    pub channels: Vec<ChannelDepth>,
+    /// Messages ever stored and still kept (routed or not).
+    pub stored: i64,
+    /// Batches by route and status, e.g. `main/queued`.
+    pub batches: StatusCounts,
+    /// Tasks by status.
+    pub tasks: StatusCounts,
+    /// The most recent tasks.
+    pub recent_tasks: Vec<TaskRow>,
+}
+
+/// One task, for `cairn status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TaskRow {
+    /// Task id.
+    pub id: i64,
+    /// The batch it runs.
+    pub batch_id: i64,
+    /// queued, running, done or failed.
+    pub status: String,
+    /// The sub-agent's result.
+    pub result: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// When it was created (ms since the epoch).
+    pub created_at: i64,
+    /// When it finished.
+    pub finished_at: Option<i64>,
+}
+
+/// The buffer of a data dir: a writer thread for writes, a connection for reads.
+pub struct Buffer {
+    path: PathBuf,
+    config: BufferConfig,
+    channel_defaults: BTreeMap<String, u32>,
+    writer: mpsc::Sender<writer::Request>,
+    reader: Mutex<Connection>,
+}
+
+/// Check a message at the edge and fix its priority and arrival time.
+fn validate(
+    message: NewMessage,
+    config: &BufferConfig,
+    channel_defaults: &BTreeMap<String, u32>,
+) -> Result<ValidMessage, BufferError> {
+    for (field, value) in [
+        ("channel", &message.channel),
+        ("sender", &message.sender),
+        ("conversation", &message.conversation),
+    ] {
+        if value.trim().is_empty() {
+            return Err(BufferError::InvalidInput(format!(
+                "{field}: expected a non-empty string"
+            )));
+        }
+    }
+    if message.payload.len() > config.max_payload_bytes {
+        return Err(BufferError::InvalidInput(format!(
+            "payload: {} bytes is over the limit of {} bytes",
+            message.payload.len(),
+            config.max_payload_bytes
+        )));
+    }
+    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
+        return Err(BufferError::InvalidInput(format!(
+            "payload: expected JSON: {e}"
+        )));
+    }
+    let priority = config
+        .channel_priority
+        .get(&message.channel)
+        .copied()
+        .or(message.priority)
+        .or_else(|| channel_defaults.get(&message.channel).copied())
+        .unwrap_or(config.default_priority);
+    Ok(ValidMessage {
+        channel: message.channel,
+        sender: message.sender,
+        conversation: message.conversation,
+        payload: message.payload,
+        priority,
+        received_at: now_ms(),
+    })
+}
+
+fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
+    Ok(BufferedMessage {
+        id: row.get(0)?,
+        channel: row.get(1)?,
+        sender: row.get(2)?,
+        conversation: row.get(3)?,
+        payload: row.get(4)?,
+        received_at: row.get(5)?,
+        priority: row.get(6)?,
+    })
+}
+
+const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
+
+impl Buffer {
+    /// Open `<data>/buffer.db` and start its writer thread. `channel_defaults` are the
+    /// priorities channel manifests declare.
+    pub fn open(
+        data_dir: &Path,
+        config: BufferConfig,
+        channel_defaults: BTreeMap<String, u32>,
+    ) -> Result<Self, StoreError> {
+        let path = data_dir.join("buffer.db");
+        let write_conn = store::open(&path, &MIGRATIONS)?;
+        let reader = store::open(&path, &MIGRATIONS)?;
+        let (writer, requests) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("buffer-writer".into())
+            .spawn(move || writer::run(write_conn, requests))
+            .map_err(|e| StoreError::Open {
+                path: path.clone(),
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        Ok(Self {
+            path,
+            config,
+            channel_defaults,
+            writer,
+            reader: Mutex::new(reader),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &BufferConfig {
+        &self.config
+    }
+
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Validate and store a message; returns its id once it is on disk. Blocks the calling
+    /// thread: use [`Buffer::push_async`] from async code.
+    pub fn push(&self, message: NewMessage) -> Result<i64, BufferError> {
+        let receiver = self.submit_push(message)?;
+        receiver
+            .blocking_recv()
+            .unwrap_or(Err(BufferError::Unavailable))
+    }
+
+    /// [`Buffer::push`] for async callers.
+    pub async fn push_async(&self, message: NewMessage) -> Result<i64, BufferError> {
+        let receiver = self.submit_push(message)?;
+        receiver.await.unwrap_or(Err(BufferError::Unavailable))
+    }
+
+    fn submit_push(
+        &self,
+        message: NewMessage,
+    ) -> Result<oneshot::Receiver<Result<i64, BufferError>>, BufferError> {
+        let valid = validate(message, &self.config, &self.channel_defaults)?;
+        let (reply, receiver) = oneshot::channel();
+        writer::send(&self.writer, writer::Request::Insert(valid, reply))?;
+        Ok(receiver)
+    }
+
+    async fn request<T>(
+        &self,
+        build: impl FnOnce(oneshot::Sender<Result<T, BufferError>>) -> writer::Request,
+    ) -> Result<T, BufferError> {
+        let (reply, receiver) = oneshot::channel();
+        writer::send(&self.writer, build(reply))?;
+        receiver.await.unwrap_or(Err(BufferError::Unavailable))
+    }
+
+    /// Unrouted messages, most urgent first (priority, then arrival).
+    pub fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, BufferError> {
+        let conn = self.reader();
+        let mut statement = conn.prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE routed = 0 ORDER BY priority, id LIMIT ?1"
+        ))?;
+        let rows = statement
+            .query_map(params![limit as i64], read_message)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(rows)
+    }
+
+    /// Record a batch and mark its messages routed in one transaction.
+    pub async fn route(&self, batch: NewBatch) -> Result<i64, BufferError> {
+        if batch.message_ids.is_empty() {
+            return Err(BufferError::InvalidInput(
+                "a batch needs at least one message".into(),
+            ));
+        }
+        self.request(|reply| writer::Request::Route(batch, reply))
+            .await
+    }
+
+    /// Take the most urgent queued main batch (marking it running).
+    pub async fn claim_main_batch(&self) -> Result<Option<Batch>, BufferError> {
+        match self.request(writer::Request::ClaimMain).await? {
+            Some(id) => self.batch(id),
+            None => Ok(None),
+        }
+    }
+
+    /// Record how a main batch ended.
+    pub async fn finish_batch(
+        &self,
+        id: i64,
+        status: BatchStatus,
+        reply: Option<String>,
+        error: Option<String>,
+    ) -> Result<(), BufferError> {
+        self.request(|done| writer::Request::FinishBatch {
+            id,
+            status,
+            reply,
+            error,
+            done,
+        })
+        .await
+    }
+
+    /// Take the oldest queued task (marking it running), with its batch.
+    pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
+        match self.request(writer::Request::ClaimTask).await? {
+            Some((task, batch_id)) => Ok(self.batch(batch_id)?.map(|batch| (task, batch))),
+            None => Ok(None),
+        }
+    }
+
+    /// Record how a task ended.
+    pub async fn finish_task(
+        &self,
+        id: i64,
+        status: TaskStatus,
+        result: Option<String>,
+        error: Option<String>,
+    ) -> Result<(), BufferError> {
+        self.request(|done| writer::Request::FinishTask {
+            id,
+            status,
+            result,
+            error,
+            done,
+        })
+        .await
+    }
+
+    /// Put batches and tasks left running by a stopped host back in the queue; returns
+    /// how many of each.
+    pub async fn requeue_interrupted(&self) -> Result<(usize, usize), BufferError> {
+        self.request(writer::Request::Requeue).await
+    }
+
+    /// Remove routed messages (and finished batches and tasks) older than `retention_days`;
+    /// unrouted messages and unfinished work are never removed. Returns (messages, batches).
+    pub async fn prune(&self) -> Result<(usize, usize), BufferError> {
+        let before_ms = now_ms() - i64::from(self.config.retention_days) * 86_400_000;
+        self.request(|done| writer::Request::Prune { before_ms, done })
+            .await
+    }
+
+    /// Prune now, then once a day, until `stop` turns true.
+    pub async fn run_retention(
+        self: std::sync::Arc<Self>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            match self.prune().await {
+                Ok((0, 0)) => {}
+                Ok((messages, batches)) => {
+                    tracing::info!(messages, batches, "pruned routed messages past retention")
+                }
+                Err(e) => tracing::error!("buffer retention failed: {e}"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(86_400)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
+    /// A batch with its messages.
+    pub fn batch(&self, id: i64) -> Result<Option<Batch>, BufferError> {
+        let conn = self.reader();
+        let head = conn
+            .query_row(
+                "SELECT channel, conversation, priority FROM batches WHERE id = ?1",
+                params![id],
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, u32>(2)?,
+                    ))
+                },
+            )
+            .optional()?;
+        let Some((channel, conversation, priority)) = head else {
+            return Ok(None);
+        };
+        let mut statement = conn.prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE batch_id = ?1 ORDER BY id"
+        ))?;
+        let messages = statement
+            .query_map(params![id], read_message)?
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Some(Batch {
+            id,
+            channel,
+            conversation,
+            priority,
+            messages,
+        }))
+    }
+
+    /// Depth, per-channel breakdown, batch and task counts.
+    pub fn stats(&self) -> Result<BufferStats, BufferError> {
+        Ok(stats(&self.reader())?)
+    }
+}
+
+/// Read buffer statistics from a connection (also used by `cairn status` without a host).
+pub fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
+    let mut statement = conn.prepare_cached(
+        "SELECT channel, count(*), min(received_at) FROM messages WHERE routed = 0 GROUP BY channel ORDER BY channel",
+    )?;
+    let channels = statement
+        .query_map([], |row| {
+            Ok(ChannelDepth {
+                channel: row.get(0)?,
+                unrouted: row.get(1)?,
+                oldest_received_at: row.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let depth = channels.iter().map(|c| c.unrouted).sum();
+    let oldest = channels.iter().map(|c| c.oldest_received_at).min();
+    let stored: i64 = conn.query_row("SELECT count(*) FROM messages", [], |row| row.get(0))?;
+    let counts = |sql: &str| -> Result<StatusCounts, rusqlite::Error> {
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })?
+            .collect::<Result<StatusCounts, _>>()?;
+        Ok(rows)
+    };
+    let batches =
+        counts("SELECT route || '/' || status, count(*) FROM batches GROUP BY route, status")?;
+    let tasks = counts("SELECT status, count(*) FROM tasks GROUP BY status")?;
+    let mut statement = conn.prepare_cached(
+        "SELECT id, batch_id, status, result, error, created_at, finished_at FROM tasks ORDER BY id DESC LIMIT 10",
+    )?;
+    let recent_tasks = statement
+        .query_map([], |row| {
+            Ok(TaskRow {
+                id: row.get(0)?,
+                batch_id: row.get(1)?,
+                status: row.get(2)?,
+                result: row.get(3)?,
+                error: row.get(4)?,
+                created_at: row.get(5)?,
+                finished_at: row.get(6)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BufferStats {
+        depth,
+        oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
+        channels,
+        stored,
+        batches,
+        tasks,
+        recent_tasks,
+    })
+}
+
+/// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
+pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StoreError> {
+    let path = data_dir.join("buffer.db");
+    let Some(conn) = store::open_read_only(&path)? else {
+        return Ok(None);
+    };
+    if !store::is_initialised(&conn) {
+        return Ok(None);
+    }
+    stats(&conn)
+        .map(Some)
+        .map_err(|source| StoreError::Open { path, source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(conversation: &str, payload: &str) -> NewMessage {
+        NewMessage {
+            channel: "cli".into(),
+            sender: "ada".into(),
+            conversation: conversation.into(),
+            payload: payload.into(),
+            priority: None,
+        }
+    }
+
+    fn open(dir: &Path, config: BufferConfig) -> Buffer {
+        let defaults = BTreeMap::from([("cli".to_string(), 10)]);
+        Buffer::open(dir, config, defaults).expect("open buffer")
+    }
+
+    #[test]
+    fn bad_messages_are_rejected_at_the_edge_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = BufferConfig {
+            max_payload_bytes: 16,
+            ..BufferConfig::default()
+        };
+        let buffer = open(dir.path(), config);
+        let cases = [
+            (message("c", "{not json"), "payload: expected JSON"),
+            (
+                message("c", "{\"text\":\"far too long for it\"}"),
+                "payload: 30 bytes is over",
+            ),
+            (
+                message(" ", "{}"),
+                "conversation: expected a non-empty string",
+            ),
+            (
+                NewMessage {
+                    sender: String::new(),
+                    ..message("c", "{}")
+                },
+                "sender: expected",
+            ),
+        ];
+        for (bad, expected) in cases {
+            match buffer.push(bad) {
+                Err(BufferError::InvalidInput(text)) => assert!(text.contains(expected), "{text}"),
+                other => panic!("expected invalid input ({expected}), got {other:?}"),
+            }
+        }
+        assert_eq!(buffer.stats().expect("stats").stored, 0);
+    }
+
+    #[test]
+    fn priority_comes_from_config_then_message_then_manifest_then_default() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = BufferConfig {
+            channel_priority: BTreeMap::from([("hooks".to_string(), 5)]),
+            ..BufferConfig::default()
+        };
+        let buffer = open(dir.path(), config);
+        let push = |channel: &str, priority: Option<u32>| {
+            buffer
+                .push(NewMessage {
+                    channel: channel.into(),
+                    priority,
+                    ..message("c", "{}")
+                })
+                .expect("push")
+        };
+        push("hooks", Some(1));
+        push("cli", None);
+        push("cli", Some(42));
+        push("other", None);
+        let rows = buffer.unrouted(10).expect("unrouted");
+        let priorities: Vec<(String, u32)> =
+            rows.into_iter().map(|m| (m.channel, m.priority)).collect();
+        assert_eq!(
+            priorities,
+            [
+                ("hooks".into(), 5),
+                ("cli".into(), 10),
+                ("cli".into(), 42),
+                ("other".into(), 100)
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn routing_is_all_or_nothing_and_never_twice() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let buffer = open(dir.path(), BufferConfig::default());
+        let a = buffer.push_async(message("c", "{}")).await.expect("push");
+        let b = buffer.push_async(message("c", "{}")).await.expect("push");
+        let batch = NewBatch {
+            channel: "cli".into(),
+            conversation: "c".into(),
+            priority: 10,
+            route: Route::Main,
+            rule: None,
+            message_ids: vec![a, b],
+        };
+        let id = buffer.route(batch.clone()).await.expect("route");
+        assert!(
+            buffer.route(batch).await.is_err(),
+            "the same messages cannot be routed twice"
+        );
+        let stored = buffer.batch(id).expect("batch").expect("exists");
+        assert_eq!(
+            stored.messages.iter().map(|m| m.id).collect::<Vec<_>>(),
+            [a, b]
+        );
+        assert!(buffer.unrouted(10).expect("unrouted").is_empty());
+        let stats = buffer.stats().expect("stats");
+        assert_eq!(stats.batches.get("main/queued"), Some(&1));
+    }
+
+    #[tokio::test]
+    async fn the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let buffer = open(dir.path(), BufferConfig::default());
+        let mut ids = Vec::new();
+        for priority in [50, 10, 10] {
+            let id = buffer.push_async(message("c", "{}")).await.expect("push");
+            let batch = buffer
+                .route(NewBatch {
+                    channel: "cli".into(),
+                    conversation: format!("c{priority}"),
+                    priority,
+                    route: Route::Main,
+                    rule: None,
+                    message_ids: vec![id],
+                })
+                .await
+                .expect("route");
+            ids.push(batch);
+        }
+        let first = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        assert_eq!(first.id, ids[1], "priority 10 before 50, FIFO within 10");
+        assert_eq!(buffer.requeue_interrupted().await.expect("requeue"), (1, 0));
+        let again = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        assert_eq!(again.id, ids[1]);
+    }
+
+    #[tokio::test]
+    async fn pruning_keeps_unrouted_messages_and_unfinished_batches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = BufferConfig {
+            retention_days: 0,
+            ..BufferConfig::default()
+        };
+        let buffer = open(dir.path(), config);
+        let unrouted = buffer.push_async(message("u", "{}")).await.expect("push");
+        let queued = buffer.push_async(message("q", "{}")).await.expect("push");
+        let dropped = buffer.push_async(message("d", "{}")).await.expect("push");
+        let route = |id, conversation: &str, route| NewBatch {
+            channel: "cli".into(),
+            conversation: conversation.into(),
+            priority: 10,
+            route,
+            rule: None,
+            message_ids: vec![id],
+        };
+        buffer
+            .route(route(queued, "q", Route::Main))
+            .await
+            .expect("route");
+        buffer
+            .route(route(dropped, "d", Route::Drop))
+            .await
+            .expect("route");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        let (messages, batches) = buffer.prune().await.expect("prune");
+        assert_eq!(
+            (messages, batches),
+            (1, 1),
+            "only the dropped batch and its message go"
+        );
+        let stats = buffer.stats().expect("stats");
+        assert_eq!(stats.depth, 1);
+        assert_eq!(stats.stored, 2);
+        assert_eq!(buffer.unrouted(10).expect("unrouted")[0].id, unrouted);
+    }
+
+    #[test]
+    fn concurrent_producers_are_all_acknowledged_with_distinct_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let buffer = std::sync::Arc::new(open(dir.path(), BufferConfig::default()));
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let buffer = buffer.clone();
+                std::thread::spawn(move || {
+                    (0..25)
+                        .map(|i| {
+                            buffer
+                                .push(message(&format!("c{t}"), &format!("{{\"i\":{i}}}")))
+                                .expect("push")
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut ids: Vec<i64> = threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("join"))
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 200);
+        assert_eq!(buffer.stats().expect("stats").stored, 200);
+    }
+}

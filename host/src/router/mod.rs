@@ -1,0 +1,440 @@
+//! The router: groups unrouted messages into batches by (conversation, channel) and routes
+//! each batch by the rules of `cairn.yaml` to the main agent, a spawned task, or the floor.
+//!
+//! A group is collected for `batch_window_ms` from the arrival of its oldest message, so a
+//! burst of messages in one conversation becomes one batch. The batch's outcome is recorded
+//! in the transaction that marks its messages routed (see [`crate::buffer::Buffer::route`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::{Notify, watch};
+
+use crate::buffer::{Buffer, BufferedMessage, NewBatch, Route};
+use crate::store::now_ms;
+
+/// Router settings (`router:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouterConfig {
+    /// How long a conversation's messages are collected into one batch, in ms (default 500).
+    pub batch_window_ms: u64,
+    /// Rules, tried in order; the first match decides.
+    pub rules: Vec<RoutingRule>,
+    /// What happens to a batch no rule matches (default `main`).
+    pub default_route: Route,
+    /// Most unrouted messages read per tick (default 10000).
+    pub max_messages_per_tick: usize,
+}
+
+impl Default for RouterConfig {
+    fn default() -> Self {
+        Self {
+            batch_window_ms: 500,
+            rules: Vec::new(),
+            default_route: Route::Main,
+            max_messages_per_tick: 10_000,
+        }
+    }
+}
+
+/// One routing rule: if every given field matches, the batch takes `route`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RoutingRule {
+    /// Name recorded with the batches it routes.
+    pub name: String,
+    /// What to match; an empty match matches everything.
+    #[serde(default, rename = "match")]
+    pub matches: RuleMatch,
+    /// `main`, `spawn` or `drop`.
+    pub route: Route,
+}
+
+/// Glob patterns (`*`, `?`, `[...]`) over a batch's fields. A batch matches when any of its
+/// messages matches every pattern given.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RuleMatch {
+    /// Channel (plugin id).
+    pub channel: Option<String>,
+    /// Sender.
+    pub sender: Option<String>,
+    /// Conversation.
+    pub conversation: Option<String>,
+    /// JSON pointer (`/action`, `/pull_request/user/login`) → pattern over the value there
+    /// (strings as they are, other values as JSON text). A missing field does not match.
+    #[serde(default)]
+    pub payload: BTreeMap<String, String>,
+}
+
+/// A routing rule with its patterns compiled.
+struct CompiledRule {
+    name: String,
+    route: Route,
+    channel: Option<glob::Pattern>,
+    sender: Option<glob::Pattern>,
+    conversation: Option<glob::Pattern>,
+    payload: Vec<(String, glob::Pattern)>,
+}
+
+/// Why routing rules are invalid; names the rule and field.
+#[derive(Debug, thiserror::Error)]
+#[error("router.rules[{index}] ({name}): {field}: {message}")]
+pub struct RuleError {
+    /// Position of the rule.
+    pub index: usize,
+    /// Its name.
+    pub name: String,
+    /// The field at fault.
+    pub field: String,
+    /// What was expected.
+    pub message: String,
+}
+
+fn compile(rules: &[RoutingRule]) -> Result<Vec<CompiledRule>, RuleError> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(index, rule)| {
+            let pattern =
+                |field: &str, text: &Option<String>| -> Result<Option<glob::Pattern>, RuleError> {
+                    text.as_deref()
+                        .map(|t| {
+                            glob::Pattern::new(t).map_err(|e| RuleError {
+                                index,
+                                name: rule.name.clone(),
+                                field: format!("match.{field}"),
+                                message: format!("`{t}` is not a glob pattern: {e}"),
+                            })
+                        })
+                        .transpose()
+                };
+            let mut payload = Vec::new();
+            for (pointer, text) in &rule.matches.payload {
+                if !pointer.is_empty() && !pointer.starts_with('/') {
+                    return Err(RuleError {
+                        index,
+                        name: rule.name.clone(),
+                        field: format!("match.payload.{pointer}"),
+                        message: "expected a JSON pointer starting with `/`".into(),
+                    });
+                }
+                let compiled = pattern(&format!("payload.{pointer}"), &Some(text.clone()))?;
+                payload.extend(compiled.map(|p| (pointer.clone(), p)));
+            }
+            Ok(CompiledRule {
+                name: rule.name.clone(),
+                route: rule.route,
+                channel: pattern("channel", &rule.matches.channel)?,
+                sender: pattern("sender", &rule.matches.sender)?,
+                conversation: pattern("conversation", &rule.matches.conversation)?,
+                payload,
+            })
+        })
+        .collect()
+}
+
+/// Check routing rules without running them (config validation).
+pub fn validate_rules(rules: &[RoutingRule]) -> Result<(), RuleError> {
+    compile(rules).map(|_| ())
+}
+
+impl CompiledRule {
+    fn matches(&self, message: &BufferedMessage, payload: Option<&serde_json::Value>) -> bool {
+        let field = |pattern: &Option<glob::Pattern>, value: &str| {
+            pattern.as_ref().is_none_or(|p| p.matches(value))
+        };
+        if !(field(&self.channel, &message.channel)
+            && field(&self.sender, &message.sender)
+            && field(&self.conversation, &message.conversation))
+        {
+            return false;
+        }
+        if self.payload.is_empty() {
+            return true;
+        }
+        let Some(payload) = payload else { return false };
+        self.payload
+            .iter()
+            .all(|(pointer, pattern)| match payload.pointer(pointer) {
+                Some(serde_json::Value::String(text)) => pattern.matches(text),
+                Some(other) => pattern.matches(&other.to_string()),
+                None => false,
+            })
+    }
+}
+
+/// Group messages into batches by (conversation, channel), each in id order, and keep
+/// only the groups whose oldest message has waited at least `window_ms` (or all, when
+/// `flush` is set).
+pub fn group_ready(
+    messages: Vec<BufferedMessage>,
+    now: i64,
+    window_ms: u64,
+    flush: bool,
+) -> Vec<Vec<BufferedMessage>> {
+    let mut groups: BTreeMap<(String, String), Vec<BufferedMessage>> = BTreeMap::new();
+    for message in messages {
+        groups
+            .entry((message.conversation.clone(), message.channel.clone()))
+            .or_default()
+            .push(message);
+    }
+    let mut ready: Vec<Vec<BufferedMessage>> = groups
+        .into_values()
+        .map(|mut group| {
+            group.sort_by_key(|m| m.id);
+            group
+        })
+        .filter(|group| {
+            flush
+                || group
+                    .iter()
+                    .map(|m| m.received_at)
+                    .min()
+                    .is_some_and(|oldest| now - oldest >= window_ms as i64)
+        })
+        .collect();
+    // Most urgent batch first, then oldest.
+    ready.sort_by_key(|group| (group.iter().map(|m| m.priority).min(), group[0].id));
+    ready
+}
+
+/// The router of a host.
+pub struct Router {
+    buffer: Arc<Buffer>,
+    config: RouterConfig,
+    rules: Vec<CompiledRule>,
+    routed: Arc<Notify>,
+}
+
+impl Router {
+    /// A router over `buffer`. `routed` is notified whenever batches were queued.
+    pub fn new(
+        buffer: Arc<Buffer>,
+        config: RouterConfig,
+        routed: Arc<Notify>,
+    ) -> Result<Self, RuleError> {
+        let rules = compile(&config.rules)?;
+        Ok(Self {
+            buffer,
+            config,
+            rules,
+            routed,
+        })
+    }
+
+    /// Decide the route of a batch: the first matching rule, or the default.
+    pub fn decide(&self, batch: &[BufferedMessage]) -> (Route, Option<String>) {
+        let payloads: Vec<Option<serde_json::Value>> =
+            if self.rules.iter().any(|r| !r.payload.is_empty()) {
+                batch
+                    .iter()
+                    .map(|m| serde_json::from_str(&m.payload).ok())
+                    .collect()
+            } else {
+                vec![None; batch.len()]
+            };
+        for rule in &self.rules {
+            if batch
+                .iter()
+                .zip(&payloads)
+                .any(|(m, p)| rule.matches(m, p.as_ref()))
+            {
+                return (rule.route, Some(rule.name.clone()));
+            }
+        }
+        (self.config.default_route, None)
+    }
+
+    /// Route every group that is ready; returns how many batches were recorded.
+    pub async fn tick(&self, flush: bool) -> Result<usize, crate::buffer::BufferError> {
+        let messages = self.buffer.unrouted(self.config.max_messages_per_tick)?;
+        let mut recorded = 0;
+        for group in group_ready(messages, now_ms(), self.config.batch_window_ms, flush) {
+            let (route, rule) = self.decide(&group);
+            let first = &group[0];
+            let batch = NewBatch {
+                channel: first.channel.clone(),
+                conversation: first.conversation.clone(),
+                priority: group
+                    .iter()
+                    .map(|m| m.priority)
+                    .min()
+                    .unwrap_or(first.priority),
+                route,
+                rule: rule.clone(),
+                message_ids: group.iter().map(|m| m.id).collect(),
+            };
+            let id = self.buffer.route(batch).await?;
+            recorded += 1;
+            match route {
+                Route::Drop => tracing::info!(
+                    batch = id,
+                    channel = %first.channel,
+                    conversation = %first.conversation,
+                    messages = group.len(),
+                    rule = rule.as_deref().unwrap_or("default"),
+                    "batch dropped"
+                ),
+                _ => tracing::debug!(
+                    batch = id,
+                    route = route.as_str(),
+                    messages = group.len(),
+                    "batch routed"
+                ),
+            }
+        }
+        if recorded > 0 {
+            self.routed.notify_waiters();
+        }
+        Ok(recorded)
+    }
+
+    /// Tick every quarter window until `stop` turns true, then route what is left.
+    pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        let period = Duration::from_millis((self.config.batch_window_ms / 4).max(10));
+        let mut warned_depth = false;
+        loop {
+            if let Err(e) = self.tick(false).await {
+                tracing::error!("router tick failed: {e}");
+            }
+            let depth = self.buffer.stats().map(|s| s.depth).unwrap_or(0);
+            let above = depth > self.buffer.config().warn_depth;
+            if above && !warned_depth {
+                tracing::warn!(depth, "unrouted messages above buffer.warn_depth");
+            }
+            warned_depth = above;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = stop.changed() => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(
+        id: i64,
+        channel: &str,
+        conversation: &str,
+        received_at: i64,
+        payload: &str,
+    ) -> BufferedMessage {
+        BufferedMessage {
+            id,
+            channel: channel.into(),
+            sender: "octocat".into(),
+            conversation: conversation.into(),
+            payload: payload.into(),
+            received_at,
+            priority: if channel == "cli" { 10 } else { 50 },
+        }
+    }
+
+    #[test]
+    fn a_burst_in_one_conversation_is_one_batch_once_the_window_passed() {
+        let messages: Vec<_> = (1..=5)
+            .map(|i| message(i, "cli", "c", 1000 + i, "{}"))
+            .collect();
+        assert!(
+            group_ready(messages.clone(), 1100, 500, false).is_empty(),
+            "still collecting"
+        );
+        let ready = group_ready(messages, 1600, 500, false);
+        assert_eq!(ready.len(), 1);
+        assert_eq!(
+            ready[0].iter().map(|m| m.id).collect::<Vec<_>>(),
+            [1, 2, 3, 4, 5]
+        );
+    }
+
+    #[test]
+    fn groups_split_by_conversation_and_channel_most_urgent_first() {
+        let messages = vec![
+            message(1, "hooks", "repo#1", 0, "{}"),
+            message(2, "cli", "c", 0, "{}"),
+            message(3, "hooks", "repo#1", 0, "{}"),
+            message(4, "cli", "repo#1", 0, "{}"),
+        ];
+        let ready = group_ready(messages, 1000, 500, false);
+        let ids: Vec<Vec<i64>> = ready
+            .iter()
+            .map(|g| g.iter().map(|m| m.id).collect())
+            .collect();
+        assert_eq!(ids, [vec![2], vec![4], vec![1, 3]]);
+    }
+
+    fn router(rules: &str) -> Router {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let buffer = Arc::new(
+            Buffer::open(dir.path(), Default::default(), Default::default()).expect("buffer"),
+        );
+        let config = RouterConfig {
+            rules: serde_yaml::from_str(rules).expect("rules parse"),
+            ..RouterConfig::default()
+        };
+        Router::new(buffer, config, Arc::new(Notify::new())).expect("rules compile")
+    }
+
+    #[test]
+    fn rules_match_fields_and_payload_pointers_with_globs() {
+        let router = router(
+            "- name: prs\n  match: {channel: webhook, conversation: 'octo/*#*', payload: {/action: opened, /pull_request/draft: 'false'}}\n  route: spawn\n\
+             - name: bots\n  match: {sender: '*[[]bot]'}\n  route: drop\n",
+        );
+        let pr = message(
+            1,
+            "webhook",
+            "octo/hello#12",
+            0,
+            r#"{"action":"opened","pull_request":{"draft":false}}"#,
+        );
+        assert_eq!(router.decide(&[pr]), (Route::Spawn, Some("prs".into())));
+        let draft = message(
+            2,
+            "webhook",
+            "octo/hello#12",
+            0,
+            r#"{"action":"opened","pull_request":{"draft":true}}"#,
+        );
+        assert_eq!(router.decide(&[draft]), (Route::Main, None));
+        let mut bot = message(3, "cli", "c", 0, "{}");
+        bot.sender = "dependabot[bot]".into();
+        assert_eq!(router.decide(&[bot]), (Route::Drop, Some("bots".into())));
+        let missing = message(4, "webhook", "octo/hello#12", 0, "{}");
+        assert_eq!(
+            router.decide(&[missing]).0,
+            Route::Main,
+            "a missing field does not match"
+        );
+    }
+
+    #[test]
+    fn bad_rules_name_the_rule_and_field() {
+        let rules: Vec<RoutingRule> = serde_yaml::from_str(
+            "- name: x\n  match: {payload: {action: opened}}\n  route: drop\n",
+        )
+        .expect("parse");
+        let error = validate_rules(&rules).expect_err("pointer without slash");
+        assert_eq!(
+            error.to_string(),
+            "router.rules[0] (x): match.payload.action: expected a JSON pointer starting with `/`"
+        );
+        let rules: Vec<RoutingRule> =
+            serde_yaml::from_str("- name: y\n  match: {sender: '[oops'}\n  route: drop\n")
+                .expect("parse");
+        assert!(
+            validate_rules(&rules)
+                .expect_err("bad glob")
+                .to_string()
+                .contains("match.sender")
+        );
+    }
+}

@@ -1,0 +1,175 @@
+//! The host's HTTP server for channel webhooks: `/channels/<plugin-id>/…` is handed to that
+//! channel's `handle-webhook` export, and the plugin's answer is sent back as it is.
+//!
+//! It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
+//! manifest asks for a webhook. Requests to a channel that asked for none get 404; while the
+//! plugin is restarting or quarantined, 503; a plugin fault during the call, 500.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::plugin::bindings::v0_1::types::{Error as WitError, HttpRequest};
+use crate::plugin::runtime::CallError;
+use crate::plugin::supervisor::PluginHandle;
+
+/// HTTP settings (`http:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// Address the webhook server listens on (default `127.0.0.1:8787`; port 0 picks one).
+    pub listen: SocketAddr,
+    /// Largest request body accepted, in bytes (default 2 MiB); larger ones get 413.
+    pub max_body_bytes: usize,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            max_body_bytes: 2 << 20,
+        }
+    }
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {address} (http.listen): {source}")]
+pub struct ListenError {
+    /// The address.
+    pub address: SocketAddr,
+    /// The socket error.
+    pub source: std::io::Error,
+}
+
+type Channels = std::sync::Arc<BTreeMap<String, PluginHandle>>;
+
+/// Bind the server's socket (before plugins start, so a taken port fails fast).
+pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, ListenError> {
+    tokio::net::TcpListener::bind(config.listen)
+        .await
+        .map_err(|source| ListenError {
+            address: config.listen,
+            source,
+        })
+}
+
+/// Serve webhooks for `channels` (plugin id → handle) on `listener` until `stop` turns true.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: &HttpConfig,
+    channels: BTreeMap<String, PluginHandle>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let app = axum::Router::new()
+        .route("/healthz", axum::routing::get(|| async { "ok" }))
+        .route("/channels/{id}", axum::routing::any(root_request))
+        .route("/channels/{id}/{*rest}", axum::routing::any(nested_request))
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(std::sync::Arc::new(channels));
+    let shutdown = async move {
+        while !*stop.borrow() {
+            if stop.changed().await.is_err() {
+                break;
+            }
+        }
+    };
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        tracing::error!("webhook server failed: {e}");
+    }
+}
+
+async fn root_request(
+    State(channels): State<Channels>,
+    Path(id): Path<String>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(channels, id, String::new(), method, query, headers, body).await
+}
+
+async fn nested_request(
+    State(channels): State<Channels>,
+    Path((id, rest)): Path<(String, String)>,
+    method: Method,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    forward(channels, id, rest, method, query, headers, body).await
+}
+
+fn plain(status: StatusCode, text: impl Into<String>) -> Response {
+    (status, text.into()).into_response()
+}
+
+async fn forward(
+    channels: Channels,
+    id: String,
+    rest: String,
+    method: Method,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(channel) = channels.get(&id) else {
+        return plain(
+            StatusCode::NOT_FOUND,
+            format!("no channel `{id}` serves webhooks here\n"),
+        );
+    };
+    let request = HttpRequest {
+        method: method.as_str().to_string(),
+        path: format!("/{rest}"),
+        query: query.unwrap_or_default(),
+        headers: headers
+            .iter()
+            .map(|(name, value)| {
+                (
+                    name.as_str().to_string(),
+                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: body.to_vec(),
+    };
+    match channel
+        .call(move |instance| instance.handle_webhook(&request))
+        .await
+    {
+        Ok(answer) => {
+            let mut response = Response::new(Body::from(answer.body));
+            *response.status_mut() =
+                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            for (name, value) in answer.headers {
+                if let (Ok(name), Ok(value)) =
+                    (HeaderName::try_from(name), HeaderValue::try_from(value))
+                {
+                    response.headers_mut().append(name, value);
+                }
+            }
+            response
+        }
+        Err(CallError::Plugin(WitError::Unavailable(reason))) => {
+            plain(StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n"))
+        }
+        Err(error) => {
+            tracing::warn!(channel = %id, "webhook call failed: {error}");
+            plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "the channel failed to handle the request\n",
+            )
+        }
+    }
+}

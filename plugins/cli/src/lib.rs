@@ -1,0 +1,127 @@
+//! The `cli` channel (world `channel`): each line typed on the host's stdin becomes a
+//! message, and each reply is printed to stdout as `cairn> <text>`.
+//!
+//! It needs the `stdio` capability. `poll` reads stdin without blocking (the host calls it on
+//! the channel's poll interval), so a quiet terminal never holds up the host.
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.1",
+    world: "channel",
+});
+
+use std::cell::RefCell;
+use std::io::Write;
+
+use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage};
+use cairn::plugin::{buffer, log};
+use exports::cairn::plugin::channel_plugin::Guest;
+use wasi::io::streams::{InputStream, StreamError};
+
+/// Longest line accepted; longer input is cut into pieces of this size.
+const MAX_LINE: usize = 64 * 1024;
+
+struct State {
+    stdin: Option<InputStream>,
+    pending: Vec<u8>,
+    closed: bool,
+    sender: String,
+    conversation: String,
+}
+
+thread_local! {
+    static STATE: RefCell<State> = const {
+        RefCell::new(State {
+            stdin: None,
+            pending: Vec::new(),
+            closed: false,
+            sender: String::new(),
+            conversation: String::new(),
+        })
+    };
+}
+
+struct Cli;
+
+fn push_line(state: &State, line: &str) {
+    let line = line.trim();
+    if line.is_empty() {
+        return;
+    }
+    let message = InboundMessage {
+        sender: state.sender.clone(),
+        conversation: state.conversation.clone(),
+        payload: serde_json::json!({ "text": line }).to_string(),
+        priority: None,
+    };
+    if let Err(error) = buffer::push(&message) {
+        log::log(LogLevel::Warn, &format!("cli: message not stored: {error:?}"));
+    }
+}
+
+impl Guest for Cli {
+    fn init(config: String) -> Result<(), Error> {
+        let config: serde_json::Value =
+            serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        let text = |key: &str, default: &str| config.get(key).and_then(|v| v.as_str()).unwrap_or(default).to_string();
+        STATE.with_borrow_mut(|state| {
+            state.sender = text("sender", "user");
+            state.conversation = text("conversation", "cli");
+        });
+        if config.get("banner").and_then(|b| b.as_bool()).unwrap_or(true) {
+            println!("cairn: type a message and press Enter; Ctrl-C stops the host.");
+        }
+        Ok(())
+    }
+
+    fn poll() -> Result<(), Error> {
+        STATE.with_borrow_mut(|state| {
+            if state.closed {
+                return Ok(());
+            }
+            let stdin = state.stdin.get_or_insert_with(wasi::cli::stdin::get_stdin);
+            loop {
+                match stdin.read(MAX_LINE as u64) {
+                    Ok(bytes) if bytes.is_empty() => break,
+                    Ok(bytes) => state.pending.extend_from_slice(&bytes),
+                    Err(StreamError::Closed) => {
+                        state.closed = true;
+                        break;
+                    }
+                    Err(StreamError::LastOperationFailed(e)) => {
+                        return Err(Error::Internal(format!("stdin: {}", e.to_debug_string())));
+                    }
+                }
+            }
+            let mut lines = Vec::new();
+            while let Some(end) = state.pending.iter().position(|b| *b == b'\n') {
+                lines.push(state.pending.drain(..=end).collect::<Vec<u8>>());
+            }
+            if state.pending.len() >= MAX_LINE || (state.closed && !state.pending.is_empty()) {
+                lines.push(std::mem::take(&mut state.pending));
+            }
+            for line in lines {
+                push_line(state, &String::from_utf8_lossy(&line));
+            }
+            Ok(())
+        })
+    }
+
+    fn deliver(message: OutboundMessage) -> Result<(), Error> {
+        let text = serde_json::from_str::<serde_json::Value>(&message.payload)
+            .ok()
+            .and_then(|p| p.get("text").and_then(|t| t.as_str()).map(str::to_string))
+            .unwrap_or(message.payload);
+        let mut out = std::io::stdout();
+        writeln!(out, "cairn> {text}").and_then(|()| out.flush()).map_err(|e| Error::Internal(format!("stdout: {e}")))
+    }
+
+    fn handle_webhook(_request: HttpRequest) -> HttpResponse {
+        HttpResponse {
+            status: 404,
+            headers: Vec::new(),
+            body: b"the cli channel has no webhook\n".to_vec(),
+        }
+    }
+}
+
+export!(Cli);

@@ -1,0 +1,154 @@
+//! The `webhook` channel (world `channel`): receives GitHub-style webhook deliveries on
+//! `/channels/<id>/…`, verifies their `X-Hub-Signature-256` HMAC with a secret read from a
+//! granted environment variable, and pushes one message per delivery. The conversation is
+//! `<owner>/<repo>#<number>` when the delivery is about a pull request or issue, else the
+//! repository. Replies are logged and kept in kv under `reply:<conversation>`.
+
+wit_bindgen::generate!({
+    path: "../../wit/v0.1",
+    world: "channel",
+});
+
+use std::cell::RefCell;
+
+use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage};
+use cairn::plugin::{buffer, kv, log};
+use exports::cairn::plugin::channel_plugin::Guest;
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+thread_local! {
+    static SECRET: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+}
+
+struct Webhook;
+
+fn respond(status: u16, body: Value) -> HttpResponse {
+    HttpResponse {
+        status,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: body.to_string().into_bytes(),
+    }
+}
+
+fn header<'a>(request: &'a HttpRequest, name: &str) -> Option<&'a str> {
+    request
+        .headers
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value.as_str())
+}
+
+/// Whether `signature` (`sha256=<hex>`) is the HMAC-SHA256 of `body` under `secret`,
+/// compared in constant time.
+fn signature_valid(secret: &[u8], body: &[u8], signature: Option<&str>) -> bool {
+    let Some(hex_digest) = signature.and_then(|s| s.strip_prefix("sha256=")) else {
+        return false;
+    };
+    let Ok(expected) = hex::decode(hex_digest) else {
+        return false;
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// `owner/repo#number` for pull requests and issues, the repository otherwise.
+fn conversation_of(body: &Value) -> String {
+    let repository = body.pointer("/repository/full_name").and_then(Value::as_str);
+    let number = ["/pull_request/number", "/issue/number", "/number"]
+        .iter()
+        .find_map(|pointer| body.pointer(pointer).and_then(Value::as_u64));
+    match (repository, number) {
+        (Some(repository), Some(number)) => format!("{repository}#{number}"),
+        (Some(repository), None) => repository.to_string(),
+        (None, _) => body
+            .pointer("/organization/login")
+            .and_then(Value::as_str)
+            .unwrap_or("github")
+            .to_string(),
+    }
+}
+
+fn summary(event: &str, body: &Value, sender: &str, conversation: &str) -> String {
+    let action = body.get("action").and_then(Value::as_str).map(|a| format!(" {a}")).unwrap_or_default();
+    let title = ["/pull_request/title", "/issue/title", "/comment/body"]
+        .iter()
+        .find_map(|pointer| body.pointer(pointer).and_then(Value::as_str))
+        .map(|t| format!(": {}", t.chars().take(200).collect::<String>()))
+        .unwrap_or_default();
+    format!("{event}{action} by {sender} on {conversation}{title}")
+}
+
+impl Guest for Webhook {
+    fn init(config: String) -> Result<(), Error> {
+        let config: Value = serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        let variable = config.get("secret_env").and_then(Value::as_str).unwrap_or("CAIRN_WEBHOOK_SECRET");
+        match std::env::var(variable) {
+            Ok(secret) if !secret.is_empty() => SECRET.with_borrow_mut(|s| *s = Some(secret.into_bytes())),
+            _ => log::log(
+                LogLevel::Error,
+                &format!("webhook: {variable} is not set (or not granted in capabilities.env): every delivery will be rejected"),
+            ),
+        }
+        Ok(())
+    }
+
+    fn poll() -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn deliver(message: OutboundMessage) -> Result<(), Error> {
+        let text = serde_json::from_str::<Value>(&message.payload)
+            .ok()
+            .and_then(|p| p.get("text").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| message.payload.clone());
+        log::log(LogLevel::Info, &format!("webhook: reply to {}: {text}", message.conversation));
+        kv::set(&format!("reply:{}", message.conversation), message.payload.as_bytes())
+    }
+
+    fn handle_webhook(request: HttpRequest) -> HttpResponse {
+        if request.method != "POST" {
+            return respond(405, json!({"error": "use POST"}));
+        }
+        let verified = SECRET.with_borrow(|secret| {
+            secret
+                .as_deref()
+                .is_some_and(|secret| signature_valid(secret, &request.body, header(&request, "x-hub-signature-256")))
+        });
+        if !verified {
+            return respond(401, json!({"error": "missing or invalid X-Hub-Signature-256"}));
+        }
+        let body: Value = match serde_json::from_slice(&request.body) {
+            Ok(body) => body,
+            Err(e) => return respond(400, json!({"error": format!("body: expected JSON: {e}")})),
+        };
+        let event = header(&request, "x-github-event").unwrap_or("unknown").to_string();
+        let delivery = header(&request, "x-github-delivery").map(str::to_string);
+        let sender = body.pointer("/sender/login").and_then(Value::as_str).unwrap_or("github").to_string();
+        let conversation = conversation_of(&body);
+        let payload = json!({
+            "text": summary(&event, &body, &sender, &conversation),
+            "event": event,
+            "action": body.get("action"),
+            "delivery": delivery,
+            "body": body,
+        });
+        let message = InboundMessage {
+            sender,
+            conversation,
+            payload: payload.to_string(),
+            priority: None,
+        };
+        match buffer::push(&message) {
+            Ok(id) => respond(202, json!({"id": id})),
+            Err(Error::InvalidInput(reason)) => respond(400, json!({"error": reason})),
+            Err(error) => respond(503, json!({"error": format!("{error:?}")})),
+        }
+    }
+}
+
+export!(Webhook);
