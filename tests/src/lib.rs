@@ -96,9 +96,10 @@ impl PluginDir {
     }
 }
 
-/// A running `cairn run` process with its log captured.
+/// A running `cairn run` process with its log captured and its stdin open.
 pub struct Host {
     child: Child,
+    stdin: Option<std::process::ChildStdin>,
     log: Arc<Mutex<String>>,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
@@ -119,14 +120,34 @@ pub fn test_env() -> Vec<(String, String)> {
 impl Host {
     /// Start `cairn run --plugins DIR --data DATA` with the test environment plus `env`.
     pub fn start(plugins: &Path, data: &Path, env: &[(&str, &str)]) -> Self {
+        Self::start_command(Command::new(cairn_bin()), plugins, data, env)
+    }
+
+    /// [`Host::start`] with `--config FILE`.
+    pub fn start_with_config(
+        plugins: &Path,
+        data: &Path,
+        config: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut command = Command::new(cairn_bin());
+        command.arg("--config").arg(config);
+        Self::start_command(command, plugins, data, env)
+    }
+
+    fn start_command(
+        mut command: Command,
+        plugins: &Path,
+        data: &Path,
+        env: &[(&str, &str)],
+    ) -> Self {
         command
             .arg("run")
             .arg("--plugins")
             .arg(plugins)
             .arg("--data")
             .arg(data)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         for (key, value) in test_env() {
@@ -136,6 +157,7 @@ impl Host {
             command.env(key, value);
         }
         let mut child = command.spawn().expect("spawn cairn run");
+        let stdin = child.stdin.take();
         let log = Arc::new(Mutex::new(String::new()));
         let mut readers = Vec::new();
         let stdout = child.stdout.take().expect("stdout");
@@ -156,9 +178,43 @@ impl Host {
         }
         Self {
             child,
+            stdin,
             log,
             readers,
         }
+    }
+
+    /// Type a line on the host's stdin.
+    pub fn type_line(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        writeln!(stdin, "{line}")
+            .and_then(|()| stdin.flush())
+            .expect("write to cairn's stdin");
+    }
+
+    /// The webhook server's port, from the host's log (waits for the line).
+    pub fn webhook_port(&mut self) -> u16 {
+        let marker = "webhook server listening on http://127.0.0.1:";
+        self.wait_for(marker, Duration::from_secs(60));
+        let log = self.log();
+        let start = log.find(marker).expect("marker") + marker.len();
+        log[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect::<String>()
+            .parse()
+            .expect("port")
+    }
+
+    /// Kill the host with SIGKILL (no clean stop) and wait for it to die.
+    pub fn kill9(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        self.log()
     }
 
     /// Everything the host has logged so far.
@@ -200,6 +256,7 @@ impl Host {
 
     /// Send SIGTERM and wait for a clean exit; returns the exit status and the whole log.
     pub fn stop(mut self) -> (ExitStatus, String) {
+        self.stdin = None;
         let _ = Command::new("kill")
             .arg("-TERM")
             .arg(self.child.id().to_string())
@@ -290,4 +347,75 @@ pub fn wait_for_state(
 /// Count log lines containing `needle`.
 pub fn count_lines(log: &str, needle: &str) -> usize {
     log.lines().filter(|line| line.contains(needle)).count()
+}
+
+/// An HTTP client that reports every status instead of failing on 4xx/5xx.
+pub fn http_client() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into()
+}
+
+/// `sha256=<hex>`: the GitHub-style HMAC signature of `body` under `secret`.
+pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
+    use hmac::Mac;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("any key length works");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// POST a signed webhook delivery; returns the status and body.
+pub fn post_webhook(
+    client: &ureq::Agent,
+    port: u16,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+    signature: Option<&str>,
+) -> Result<(u16, String), ureq::Error> {
+    let mut request = client
+        .post(format!("http://127.0.0.1:{port}/channels/webhook/github"))
+        .header("content-type", "application/json")
+        .header("x-github-event", event)
+        .header("x-github-delivery", delivery);
+    if let Some(signature) = signature {
+        request = request.header("x-hub-signature-256", signature);
+    }
+    let mut response = request.send(body)?;
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap_or_default();
+    Ok((status, text))
+}
+
+/// The real GitHub webhook payloads of `@octokit/webhooks-examples` (installed under
+/// `target/npm` by `cargo xtask install-tools`): `(event name, payload)` pairs.
+pub fn github_examples() -> Vec<(String, serde_json::Value)> {
+    let path = workspace_root()
+        .join("target/npm/node_modules/@octokit/webhooks-examples/api.github.com/index.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; install it with `cargo xtask install-tools`",
+            path.display()
+        )
+    });
+    let index: serde_json::Value = serde_json::from_str(&text).expect("examples are JSON");
+    let mut out = Vec::new();
+    for event in index.as_array().expect("an array of events") {
+        let name = event["name"].as_str().expect("event name").to_string();
+        for example in event["examples"].as_array().into_iter().flatten() {
+            out.push((name.clone(), example.clone()));
+        }
+    }
+    out
+}
+
+/// Open a data dir's `buffer.db` read-only for assertions.
+pub fn buffer_db(data: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open_with_flags(
+        data.join("buffer.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open buffer.db")
 }

@@ -15,6 +15,8 @@ use anyhow::{Context, Result, bail};
 const WASM_TARGET: &str = "wasm32-wasip2";
 /// The componentize-py release the Python test plugin is built with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// Real GitHub webhook payloads the webhook channel is tested with.
+pub const OCTOKIT_EXAMPLES: &str = "@octokit/webhooks-examples@7.6.1";
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -62,7 +64,8 @@ fn status(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Add the wasm32-wasip2 target and componentize-py when they are missing.
+/// Add the wasm32-wasip2 target, componentize-py and the GitHub webhook examples when
+/// they are missing.
 fn install_tools() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -83,6 +86,18 @@ fn install_tools() -> Result<()> {
         status(Command::new("python3").args(["-m", "pip", "install", "--quiet", COMPONENTIZE_PY]))?;
         // Under pyenv a new script needs a shim before it is on PATH.
         let _ = Command::new("pyenv").arg("rehash").status();
+    }
+    let examples =
+        workspace_root().join("target/npm/node_modules/@octokit/webhooks-examples/package.json");
+    if !examples.is_file() {
+        let prefix = workspace_root().join("target/npm");
+        std::fs::create_dir_all(&prefix)?;
+        status(
+            Command::new("npm")
+                .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                .arg(&prefix)
+                .arg(OCTOKIT_EXAMPLES),
+        )?;
     }
     Ok(())
 }

@@ -53,8 +53,9 @@ pub struct RoutingRule {
     pub route: Route,
 }
 
-/// Glob patterns (`*`, `?`, `[...]`) over a batch's fields. A batch matches when any of its
-/// messages matches every pattern given.
+/// Glob patterns (`*`, `?`, `[...]`) over a batch's fields. A batch matches when every one
+/// of its messages matches every pattern given, so a rule never drops or spawns a message it
+/// was not written for just because it shares a conversation with one it was.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RuleMatch {

@@ -1,0 +1,498 @@
+//! The main path through the real binary: channels push into the durable buffer, the router
+//! batches and routes, the agent replies through the originating channel.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use cairn_tests::{
+    Host, PluginDir, buffer_db, cairn, github_examples, github_signature, http_client,
+    post_webhook, status_json,
+};
+
+const LONG: Duration = Duration::from_secs(60);
+const SECRET: &str = "it's a secret to everybody";
+
+fn bundled(dir: &PluginDir, id: &str) {
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(
+        root.join(format!("manifests/{id}.yaml")),
+        dir.path().join(format!("{id}.yaml")),
+    )
+    .expect("manifest");
+    dir.component(id);
+}
+
+fn fast_env() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "200"),
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_WEBHOOK_SECRET", SECRET),
+    ]
+}
+
+/// Wait until no message is unrouted and no main batch is queued or running.
+fn wait_until_settled(host: &mut Host, data: &Path) {
+    host.wait_until(LONG, "every message routed and answered", |_| {
+        let status = status_json(data);
+        let buffer = &status["buffer"];
+        let batches = &buffer["batches"];
+        buffer["depth"] == 0
+            && batches.get("main/queued").is_none()
+            && batches.get("main/running").is_none()
+    });
+}
+
+#[test]
+fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
+    let dir = PluginDir::new();
+    bundled(&dir, "cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+
+    host.type_line("hello there");
+    host.wait_for("cairn> [offline] I received: user: hello there", LONG);
+
+    for i in 1..=5 {
+        host.type_line(&format!("burst {i}"));
+    }
+    host.wait_for("cairn> [offline] I received: 5 messages in cli:", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    assert!(
+        log.contains("user: burst 1\nuser: burst 2\nuser: burst 3\nuser: burst 4\nuser: burst 5"),
+        "{log}"
+    );
+
+    let db = buffer_db(data.path());
+    let sizes: Vec<i64> = db
+        .prepare("SELECT message_count FROM batches ORDER BY id")
+        .expect("query")
+        .query_map([], |row| row.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("sizes");
+    assert_eq!(sizes, [1, 5]);
+    let priority: i64 = db
+        .query_row("SELECT DISTINCT priority FROM messages", [], |r| r.get(0))
+        .expect("priority");
+    assert_eq!(priority, 10, "the cli manifest's priority (user DMs)");
+}
+
+#[test]
+fn github_deliveries_are_verified_and_each_becomes_one_message() {
+    let dir = PluginDir::new();
+    bundled(&dir, "webhook");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    let port = host.webhook_port();
+    let client = http_client();
+
+    let examples = github_examples();
+    assert!(
+        examples.len() > 200,
+        "the examples package ships hundreds of payloads"
+    );
+    let mut accepted = 0;
+    let mut expected_conversations = BTreeSet::new();
+    for (i, (event, payload)) in examples.iter().enumerate() {
+        let body = serde_json::to_vec(payload).expect("serialise");
+        let signature = github_signature(SECRET.as_bytes(), &body);
+        let (status, answer) = post_webhook(
+            &client,
+            port,
+            event,
+            &format!("delivery-{i}"),
+            &body,
+            Some(&signature),
+        )
+        .expect("post");
+        assert_eq!(status, 202, "{event} example {i}: {answer}");
+        accepted += 1;
+        if let (Some(repo), Some(number)) = (
+            payload
+                .pointer("/repository/full_name")
+                .and_then(|v| v.as_str()),
+            payload
+                .pointer("/pull_request/number")
+                .and_then(|v| v.as_u64()),
+        ) {
+            expected_conversations.insert(format!("{repo}#{number}"));
+        }
+    }
+    assert!(!expected_conversations.is_empty());
+
+    // Forged, missing and stale signatures are refused and write nothing.
+    let body = serde_json::to_vec(&examples[0].1).expect("serialise");
+    let forged = github_signature(b"not the secret", &body);
+    for signature in [
+        Some(forged.as_str()),
+        None,
+        Some("sha256=zz"),
+        Some("sha1=abc"),
+    ] {
+        let (status, _) =
+            post_webhook(&client, port, "push", "forged", &body, signature).expect("post");
+        assert_eq!(status, 401, "signature {signature:?}");
+    }
+    let mut tampered = body.clone();
+    tampered.push(b' ');
+    let (status, _) = post_webhook(
+        &client,
+        port,
+        "push",
+        "tampered",
+        &tampered,
+        Some(&github_signature(SECRET.as_bytes(), &body)),
+    )
+    .expect("post");
+    assert_eq!(status, 401, "a body changed after signing");
+
+    wait_until_settled(&mut host, data.path());
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+
+    let db = buffer_db(data.path());
+    let stored: i64 = db
+        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(
+        stored, accepted,
+        "one message per accepted delivery, none for forged ones"
+    );
+    let forged_rows: i64 = db
+        .query_row(
+            "SELECT count(*) FROM messages WHERE json_extract(payload, '$.delivery') IN ('forged', 'tampered')",
+            [],
+            |r| r.get(0),
+        )
+        .expect("count");
+    assert_eq!(forged_rows, 0);
+    let conversations: BTreeSet<String> = db
+        .prepare("SELECT DISTINCT conversation FROM messages")
+        .expect("query")
+        .query_map([], |row| row.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("conversations");
+    for expected in &expected_conversations {
+        assert!(
+            conversations.contains(expected),
+            "missing conversation {expected}"
+        );
+    }
+    let priorities: Vec<i64> = db
+        .prepare("SELECT DISTINCT priority FROM messages")
+        .expect("query")
+        .query_map([], |row| row.get(0))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("priorities");
+    assert_eq!(priorities, [50], "the webhook manifest's priority");
+    assert!(
+        log.contains("webhook: reply to "),
+        "replies go back through the webhook channel"
+    );
+}
+
+#[test]
+fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
+    let data = tempfile::tempdir().expect("data");
+    let path = data.path().display().to_string();
+    let send = |args: &[&str]| {
+        let mut full = vec!["send", "--data", path.as_str()];
+        full.extend_from_slice(args);
+        let output = cairn(&full);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout)
+            .trim()
+            .parse::<i64>()
+            .expect("the id is printed")
+    };
+    // Written with no host running.
+    send(&[
+        "--channel",
+        "cli",
+        "--conversation",
+        "cli",
+        "--sender",
+        "ada",
+        "left over",
+    ]);
+    send(&[
+        "--channel",
+        "cli",
+        "--conversation",
+        "dm-spammer",
+        "--sender",
+        "spammer",
+        "buy now",
+    ]);
+    send(&[
+        "--channel",
+        "cli",
+        "--conversation",
+        "task-7",
+        "--sender",
+        "ada",
+        "summarise the logs",
+    ]);
+    let json_file = data.path().join("payload.json");
+    std::fs::write(&json_file, r#"{"text":"from a file","kind":"note"}"#).expect("write");
+    send(&[
+        "--channel",
+        "cli",
+        "--conversation",
+        "notes",
+        "--json",
+        &json_file.display().to_string(),
+    ]);
+
+    // Bad input: exit 2 and nothing written.
+    let bad_json = data.path().join("bad.json");
+    std::fs::write(&bad_json, "{not json").expect("write");
+    for args in [
+        vec![
+            "send",
+            "--data",
+            &path,
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--json",
+            bad_json.to_str().expect("utf-8"),
+        ],
+        vec![
+            "send",
+            "--data",
+            &path,
+            "--channel",
+            "",
+            "--conversation",
+            "c",
+            "text",
+        ],
+        vec![
+            "send",
+            "--data",
+            &path,
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+        ],
+    ] {
+        let output = cairn(&args);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let status = status_json(data.path());
+    assert_eq!(status["buffer"]["depth"], 4, "{status}");
+
+    let config = data.path().join("cairn.yaml");
+    std::fs::write(
+        &config,
+        "router:\n  batch_window_ms: 100\n  rules:\n    - name: no-spam\n      match: {sender: spammer}\n      route: drop\n\
+         \x20   - name: tasks\n      match: {conversation: 'task-*'}\n      route: spawn\n",
+    )
+    .expect("config");
+    // The host starts with the rules and picks up what was left unrouted.
+    let dir = PluginDir::new();
+    bundled(&dir, "cli");
+    let mut host = Host::start_with_config(
+        dir.path(),
+        data.path(),
+        &config,
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for("cairn> [offline] I received: ada: left over", LONG);
+    host.wait_for("cairn> [offline] I received: operator: from a file", LONG);
+    host.wait_for("task finished", LONG);
+    wait_until_settled(&mut host, data.path());
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    assert!(!log.contains("buy now\n"), "a dropped batch gets no reply");
+    assert!(
+        !log.contains("cairn> [offline] I received: ada: summarise"),
+        "the main agent is not told about tasks"
+    );
+
+    let status = status_json(data.path());
+    let batches: BTreeMap<String, i64> =
+        serde_json::from_value(status["buffer"]["batches"].clone()).expect("batch counts");
+    assert_eq!(batches.get("main/done"), Some(&2), "{batches:?}");
+    assert_eq!(batches.get("drop/dropped"), Some(&1), "{batches:?}");
+    assert_eq!(batches.get("spawn/spawned"), Some(&1), "{batches:?}");
+    let task = &status["buffer"]["recent_tasks"][0];
+    assert_eq!(task["status"], "done");
+    assert!(
+        task["result"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("summarise the logs"),
+        "{task}"
+    );
+}
+
+#[test]
+fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
+    let dir = PluginDir::new();
+    bundled(&dir, "webhook");
+    let data = tempfile::tempdir().expect("data");
+    let env = fast_env();
+    let kills = 6usize;
+
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = Arc::new(AtomicU16::new(host.webhook_port()));
+    let finished = Arc::new(AtomicBool::new(false));
+    let acknowledged = Arc::new(Mutex::new(Vec::<usize>::new()));
+    let sender = {
+        let port = port.clone();
+        let finished = finished.clone();
+        let acknowledged = acknowledged.clone();
+        std::thread::spawn(move || {
+            let client = http_client();
+            let mut attempts = 0;
+            // Keep sending until every kill is done, so deliveries are in flight at each kill.
+            for i in 0.. {
+                if finished.load(Ordering::SeqCst) {
+                    break;
+                }
+                let body = serde_json::to_vec(&serde_json::json!({
+                    "action": "opened",
+                    "repository": {"full_name": "octo/restart"},
+                    "pull_request": {"number": i % 7, "title": format!("change {i}")},
+                    "sender": {"login": "octocat"},
+                    "seq": i,
+                }))
+                .expect("serialise");
+                let signature = github_signature(SECRET.as_bytes(), &body);
+                attempts += 1;
+                let result = post_webhook(
+                    &client,
+                    port.load(Ordering::SeqCst),
+                    "pull_request",
+                    &format!("d-{i}"),
+                    &body,
+                    Some(&signature),
+                );
+                if let Ok((202, _)) = result {
+                    acknowledged.lock().expect("lock").push(i);
+                } else {
+                    // The host is down: not acknowledged, so the producer may not count on it.
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            attempts
+        })
+    };
+
+    let mut seed: u64 = 0x5eed_cafe;
+    for _ in 0..kills {
+        seed = seed
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        std::thread::sleep(Duration::from_millis(150 + (seed >> 33) % 400));
+        host.kill9();
+        host = Host::start(dir.path(), data.path(), &env);
+        port.store(host.webhook_port(), Ordering::SeqCst);
+    }
+    // A last stretch of traffic to the final host, then stop the sender.
+    std::thread::sleep(Duration::from_millis(300));
+    finished.store(true, Ordering::SeqCst);
+    let attempts: usize = sender.join().expect("sender");
+    wait_until_settled(&mut host, data.path());
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+
+    let acknowledged = acknowledged.lock().expect("lock").clone();
+    let db = buffer_db(data.path());
+    let mut rows: BTreeMap<usize, Vec<(i64, Option<i64>)>> = BTreeMap::new();
+    let mut statement = db
+        .prepare("SELECT json_extract(payload, '$.body.seq'), routed, batch_id FROM messages")
+        .expect("query");
+    for row in statement
+        .query_map([], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, Option<i64>>(2)?,
+            ))
+        })
+        .expect("rows")
+    {
+        let (seq, routed, batch) = row.expect("row");
+        rows.entry(seq as usize).or_default().push((routed, batch));
+    }
+    let lost: Vec<usize> = acknowledged
+        .iter()
+        .copied()
+        .filter(|i| !rows.contains_key(i))
+        .collect();
+    let doubled: Vec<usize> = rows
+        .iter()
+        .filter(|(_, r)| r.len() > 1)
+        .map(|(i, _)| *i)
+        .collect();
+    let unrouted: Vec<usize> = rows
+        .iter()
+        .filter(|(_, r)| {
+            r.iter()
+                .any(|(routed, batch)| *routed != 1 || batch.is_none())
+        })
+        .map(|(i, _)| *i)
+        .collect();
+    let inconsistent: i64 = db
+        .query_row(
+            "SELECT count(*) FROM batches b WHERE b.message_count <> (SELECT count(*) FROM messages m WHERE m.batch_id = b.id)",
+            [],
+            |r| r.get(0),
+        )
+        .expect("consistency");
+    let unfinished: i64 = db
+        .query_row(
+            "SELECT count(*) FROM batches WHERE status IN ('queued', 'running')",
+            [],
+            |r| r.get(0),
+        )
+        .expect("unfinished");
+    println!(
+        "restart test: {attempts} deliveries attempted, {} acknowledged, {} stored, {kills} kill -9, lost {}, doubled {}, unrouted {}",
+        acknowledged.len(),
+        rows.len(),
+        lost.len(),
+        doubled.len(),
+        unrouted.len()
+    );
+    assert!(
+        acknowledged.len() > attempts / 2,
+        "most deliveries should get through"
+    );
+    assert!(
+        attempts > acknowledged.len(),
+        "some deliveries were cut off by a kill, as intended"
+    );
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert!(doubled.is_empty(), "stored twice: {doubled:?}");
+    assert!(unrouted.is_empty(), "never routed: {unrouted:?}");
+    assert_eq!(
+        inconsistent, 0,
+        "a batch's recorded size disagrees with its messages"
+    );
+    assert_eq!(
+        unfinished, 0,
+        "interrupted turns are resumed after a restart"
+    );
+}
