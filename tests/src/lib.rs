@@ -25,12 +25,12 @@ pub fn workspace_root() -> PathBuf {
 /// The `cairn` binary of the current build profile (built by `cargo xtask test` first).
 pub fn cairn_bin() -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> -> target/<profile>/cairn
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = profile_dir.join("cairn");
+    // A test runs from target/<profile>/deps/, a binary (the bench) from target/<profile>/.
+    let mut dir = exe.parent().expect("target/<profile>");
+    if dir.ends_with("deps") {
+        dir = dir.parent().expect("target/<profile>");
+    }
+    let bin = dir.join("cairn");
     assert!(
         bin.is_file(),
         "{} is missing: build it first (`cargo build -p cairn`, or run the tests with `cargo xtask test`)",

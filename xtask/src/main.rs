@@ -179,6 +179,12 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
 fn bench(root: &Path, extra: &[String]) -> Result<()> {
     install_tools()?;
     build_plugins(root)?;
+    // The end-to-end rows run the real binary.
+    status(
+        cargo()
+            .args(["build", "--release", "-p", "cairn"])
+            .current_dir(root),
+    )?;
     status(
         cargo()
             .args([

@@ -143,18 +143,18 @@ fn apply(tx: &mut Transaction<'_>, request: Request) -> Answer {
     let sp = &savepoint;
     match request {
         Request::Insert(message, reply) => run!(reply, {
-            sp.execute(
+            sp.prepare_cached(
                 "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
+            )?
+            .execute(params![
                     message.channel,
                     message.sender,
                     message.conversation,
                     message.payload,
                     message.received_at,
                     message.priority
-                ],
-            )?;
+                ])?;
             Ok(sp.last_insert_rowid())
         }),
         Request::Route(batch, reply) => run!(reply, {

@@ -1,5 +1,7 @@
 //! The benchmark harness behind `cargo xtask bench`: measures the plugin runtime on the
-//! real components, prints a table and writes `target/bench/bench.json`.
+//! real components, the durable buffer next to a raw rusqlite loop, the router, and the
+//! webhook-to-reply path through the real binary; prints a table and writes
+//! `target/bench/bench.json`.
 //!
 //! Comparisons are ratios measured side by side in one run (a WASM call next to the same
 //! function called natively).
@@ -10,12 +12,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+
+use cairn::buffer::{Buffer, BufferConfig, NewMessage};
 use cairn::config::{KvConfig, RuntimeConfig};
 use cairn::plugin::bindings::v0_1::types::Event;
 use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::KvStore;
 use cairn::plugin::manifest;
 use cairn::plugin::runtime::{CacheOutcome, Runtime};
+use cairn::router::{Router, RouterConfig};
 use cairn_tests::{guests_dir, python_plugin, workspace_root};
 
 /// One row of the table.
@@ -113,7 +119,10 @@ fn compile_rows(
 }
 
 fn main() -> Result<()> {
-    let scratch = tempfile::tempdir()?;
+    // On the project's disk (not a RAM-backed /tmp), so fsync costs what it costs.
+    let scratch_root = workspace_root().join("target").join("bench");
+    std::fs::create_dir_all(&scratch_root)?;
+    let scratch = tempfile::tempdir_in(&scratch_root)?;
     let mut rows = Vec::new();
     let rust_component = guests_dir().join("bench.wasm");
     let python_component = python_plugin();
@@ -216,7 +225,233 @@ fn main() -> Result<()> {
         note: format!("{imports} calls inside one on-event"),
     });
 
+    buffer_rows(&mut rows, scratch.path())?;
+    route_rows(&mut rows, scratch.path())?;
+    end_to_end_rows(&mut rows, scratch.path())?;
     print_and_save(&rows)
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let index = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[index.min(sorted.len() - 1)]
+}
+
+fn bench_message(producer: usize, i: usize) -> NewMessage {
+    NewMessage {
+        channel: "bench".into(),
+        sender: format!("producer-{producer}"),
+        conversation: format!("c{}", i % 50),
+        payload: format!("{{\"text\":\"message {i} from producer {producer}\"}}"),
+        priority: None,
+    }
+}
+
+/// Durable ingest through the group-commit writer with N producers, and the raw ceiling:
+/// a plain rusqlite loop committing transactions of N inserts at synchronous=FULL.
+fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
+    for (producers, per_producer) in [(1usize, 300usize), (8, 150), (64, 40)] {
+        let dir = scratch.join(format!("ingest-{producers}"));
+        std::fs::create_dir_all(&dir)?;
+        let buffer = Arc::new(Buffer::open(
+            &dir,
+            BufferConfig::default(),
+            BTreeMap::new(),
+        )?);
+        let started = Instant::now();
+        let threads: Vec<_> = (0..producers)
+            .map(|p| {
+                let buffer = buffer.clone();
+                std::thread::spawn(move || -> Result<Vec<f64>> {
+                    let mut latencies = Vec::with_capacity(per_producer);
+                    for i in 0..per_producer {
+                        let sent = Instant::now();
+                        buffer.push(bench_message(p, i))?;
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                    }
+                    Ok(latencies)
+                })
+            })
+            .collect();
+        let mut latencies = Vec::new();
+        for thread in threads {
+            latencies.extend(
+                thread
+                    .join()
+                    .map_err(|_| anyhow::anyhow!("producer panicked"))??,
+            );
+        }
+        let elapsed = started.elapsed().as_secs_f64();
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        let total = producers * per_producer;
+        let ingest = total as f64 / elapsed;
+        let raw = raw_insert_rate(&scratch.join(format!("raw-{producers}")), producers, total)?;
+        rows.push(Row {
+            name: format!("durable ingest, {producers} producer(s)"),
+            value: ingest,
+            unit: "msg/s",
+            note: format!(
+                "ack p50 {:.1} ms, p99 {:.1} ms; raw rusqlite FULL, {producers} per commit: {raw:.0} msg/s (ratio {:.2})",
+                percentile(&latencies, 0.5),
+                percentile(&latencies, 0.99),
+                ingest / raw
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Insert `total` rows into a fresh buffer schema, `batch` rows per committed transaction.
+fn raw_insert_rate(dir: &Path, batch: usize, total: usize) -> Result<f64> {
+    std::fs::create_dir_all(dir)?;
+    let mut conn = cairn::store::open(&dir.join("buffer.db"), &cairn::buffer::MIGRATIONS)?;
+    let started = Instant::now();
+    let mut written = 0;
+    while written < total {
+        let tx = conn.transaction()?;
+        for i in 0..batch.min(total - written) {
+            let message = bench_message(0, written + i);
+            tx.execute(
+                "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority) VALUES (?1, ?2, ?3, ?4, ?5, 100)",
+                rusqlite::params![message.channel, message.sender, message.conversation, message.payload, cairn::store::now_ms()],
+            )?;
+        }
+        tx.commit()?;
+        written += batch.min(total - written);
+    }
+    Ok(total as f64 / started.elapsed().as_secs_f64())
+}
+
+/// Batch-and-route throughput: 20k unrouted messages in 500 conversations.
+fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
+    let dir = scratch.join("route");
+    std::fs::create_dir_all(&dir)?;
+    let buffer = Arc::new(Buffer::open(
+        &dir,
+        BufferConfig::default(),
+        BTreeMap::new(),
+    )?);
+    let total = 20_000;
+    {
+        let mut conn = cairn::store::open(&dir.join("buffer.db"), &cairn::buffer::MIGRATIONS)?;
+        let tx = conn.transaction()?;
+        for i in 0..total {
+            tx.execute(
+                "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority) VALUES ('bench', 'ada', ?1, '{\"text\":\"hi\"}', 0, 100)",
+                rusqlite::params![format!("c{}", i % 500)],
+            )?;
+        }
+        tx.commit()?;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let router = Router::new(
+        buffer.clone(),
+        RouterConfig::default(),
+        Arc::new(tokio::sync::Notify::new()),
+    )?;
+    let started = Instant::now();
+    let mut batches = 0;
+    runtime.block_on(async {
+        loop {
+            let routed = router.tick(true).await?;
+            if routed == 0 {
+                break;
+            }
+            batches += routed;
+        }
+        anyhow::Ok(())
+    })?;
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(buffer.stats()?.depth == 0, "everything routed");
+    rows.push(Row {
+        name: "batch and route (20k messages, 500 conversations)".into(),
+        value: total as f64 / elapsed,
+        unit: "msg/s",
+        note: format!(
+            "{batches} batches, {:.0} batches/s",
+            batches as f64 / elapsed
+        ),
+    });
+    Ok(())
+}
+
+/// Webhook POST → reply delivered, through the real binary and the real webhook channel.
+fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
+    let plugins = workspace_root().join("target/plugins");
+    let data = scratch.join("e2e");
+    let window = "50";
+    let secret = "bench-secret";
+    let mut host = cairn_tests::Host::start(
+        &plugins,
+        &data,
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_WEBHOOK_SECRET", secret),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", window),
+            ("CAIRN_LOG", "info,cairn::agent=warn,cairn::plugin=warn"),
+        ],
+    );
+    let port = host.webhook_port();
+    let client = cairn_tests::http_client();
+    let deliveries = 200;
+    let mut sent_at = BTreeMap::new();
+    for i in 0..deliveries {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "action": "opened",
+            "repository": {"full_name": "octo/bench"},
+            "pull_request": {"number": i, "title": "bench"},
+            "sender": {"login": "octocat"},
+        }))?;
+        let signature = cairn_tests::github_signature(secret.as_bytes(), &body);
+        sent_at.insert(format!("e2e-{i}"), cairn::store::now_ms());
+        let (status, answer) = cairn_tests::post_webhook(
+            &client,
+            port,
+            "pull_request",
+            &format!("e2e-{i}"),
+            &body,
+            Some(&signature),
+        )?;
+        anyhow::ensure!(status == 202, "delivery refused: {status} {answer}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let latencies = loop {
+        let db = cairn_tests::buffer_db(&data);
+        let mut statement = db.prepare(
+            "SELECT json_extract(m.payload, '$.delivery'), b.finished_at FROM messages m JOIN batches b ON b.id = m.batch_id
+             WHERE b.status = 'done'",
+        )?;
+        let done: Vec<(String, i64)> = statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<Result<_, _>>()?;
+        if done.len() == deliveries {
+            let mut latencies: Vec<f64> = done
+                .iter()
+                .map(|(d, finished)| (finished - sent_at[d]) as f64)
+                .collect();
+            latencies.sort_by(|a, b| a.total_cmp(b));
+            break latencies;
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "only {} of {deliveries} replies after 60 s",
+            done.len()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    host.stop();
+    rows.push(Row {
+        name: "webhook → reply delivered, end to end".into(),
+        value: percentile(&latencies, 0.5),
+        unit: "ms",
+        note: format!(
+            "p50; p99 {:.0} ms; includes batch_window_ms={window}; {deliveries} deliveries",
+            percentile(&latencies, 0.99)
+        ),
+    });
+    Ok(())
 }
 
 fn print_and_save(rows: &[Row]) -> Result<()> {
