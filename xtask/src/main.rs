@@ -155,13 +155,21 @@ fn build_plugins(root: &Path) -> Result<PathBuf> {
 }
 
 fn run(root: &Path, extra: &[String]) -> Result<()> {
+    use std::os::unix::process::CommandExt;
     let plugins = build_plugins(root)?;
     status(
         cargo()
-            .args(["run", "--quiet", "-p", "cairn", "--", "run", "--plugins"])
-            .arg(plugins)
-            .args(extra),
-    )
+            .args(["build", "--quiet", "-p", "cairn"])
+            .current_dir(root),
+    )?;
+    // Become the host, so Ctrl-C reaches it alone and it stops cleanly.
+    let error = Command::new(root.join("target/debug/cairn"))
+        .arg("run")
+        .arg("--plugins")
+        .arg(plugins)
+        .args(extra)
+        .exec();
+    Err(error).context("cannot start target/debug/cairn")
 }
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {
