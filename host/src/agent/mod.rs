@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
-use crate::buffer::{Batch, BatchStatus, Buffer, BufferedMessage, TaskStatus};
+use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
 use crate::plugin::bindings::v0_1::types::OutboundMessage;
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
@@ -206,48 +206,59 @@ impl Agent {
     }
 
     /// Serve the main queue until `stop`: take the most urgent batch, answer, repeat.
-    pub async fn run_main(self: Arc<Self>, routed: Arc<Notify>, mut stop: watch::Receiver<bool>) {
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            let woken = routed.notified();
-            match self.buffer.claim_main_batch().await {
-                Ok(Some(batch)) => {
-                    self.main_turn(batch).await;
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::error!("cannot take the next batch: {e}"),
-            }
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.changed() => {}
-            }
-        }
+    pub async fn run_main(self: Arc<Self>, routed: Arc<Notify>, stop: watch::Receiver<bool>) {
+        drain_queue(
+            routed,
+            stop,
+            "batch",
+            || self.buffer.claim_main_batch(),
+            |batch| self.main_turn(batch),
+        )
+        .await;
     }
 
     /// Serve spawned tasks until `stop`.
-    pub async fn run_tasks(self: Arc<Self>, routed: Arc<Notify>, mut stop: watch::Receiver<bool>) {
-        loop {
-            if *stop.borrow() {
-                return;
+    pub async fn run_tasks(self: Arc<Self>, routed: Arc<Notify>, stop: watch::Receiver<bool>) {
+        drain_queue(
+            routed,
+            stop,
+            "task",
+            || self.buffer.claim_task(),
+            |(task, batch)| self.task_turn(task, batch),
+        )
+        .await;
+    }
+}
+
+/// Take items with `claim` and handle them with `work` until `stop` turns true; when the
+/// queue is empty, wait for the router's notification (or a second, as a safety net).
+async fn drain_queue<T, Claimed, Worked>(
+    routed: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+    what: &str,
+    claim: impl Fn() -> Claimed,
+    work: impl Fn(T) -> Worked,
+) where
+    Claimed: Future<Output = Result<Option<T>, BufferError>>,
+    Worked: Future<Output = ()>,
+{
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let woken = routed.notified();
+        match claim().await {
+            Ok(Some(item)) => {
+                work(item).await;
+                continue;
             }
-            let woken = routed.notified();
-            match self.buffer.claim_task().await {
-                Ok(Some((task, batch))) => {
-                    self.task_turn(task, batch).await;
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e) => tracing::error!("cannot take the next task: {e}"),
-            }
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                _ = stop.changed() => {}
-            }
+            Ok(None) => {}
+            Err(e) => tracing::error!("cannot take the next {what}: {e}"),
+        }
+        tokio::select! {
+            _ = woken => {}
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = stop.changed() => {}
         }
     }
 }

@@ -246,17 +246,19 @@ fn bench_message(producer: usize, i: usize) -> NewMessage {
     }
 }
 
+/// A new buffer with default settings in `scratch/name`.
+fn fresh_buffer(scratch: &Path, name: &str) -> Result<(PathBuf, Arc<Buffer>)> {
+    let dir = scratch.join(name);
+    std::fs::create_dir_all(&dir)?;
+    let buffer = Buffer::open(&dir, BufferConfig::default(), BTreeMap::new())?;
+    Ok((dir, Arc::new(buffer)))
+}
+
 /// Durable ingest through the group-commit writer with N producers, and the raw ceiling:
 /// a plain rusqlite loop committing transactions of N inserts at synchronous=FULL.
 fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     for (producers, per_producer) in [(1usize, 300usize), (8, 150), (64, 40)] {
-        let dir = scratch.join(format!("ingest-{producers}"));
-        std::fs::create_dir_all(&dir)?;
-        let buffer = Arc::new(Buffer::open(
-            &dir,
-            BufferConfig::default(),
-            BTreeMap::new(),
-        )?);
+        let (_, buffer) = fresh_buffer(scratch, &format!("ingest-{producers}"))?;
         let started = Instant::now();
         let threads: Vec<_> = (0..producers)
             .map(|p| {
@@ -323,13 +325,7 @@ fn raw_insert_rate(dir: &Path, batch: usize, total: usize) -> Result<f64> {
 
 /// Batch-and-route throughput: 20k unrouted messages in 500 conversations.
 fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
-    let dir = scratch.join("route");
-    std::fs::create_dir_all(&dir)?;
-    let buffer = Arc::new(Buffer::open(
-        &dir,
-        BufferConfig::default(),
-        BTreeMap::new(),
-    )?);
+    let (dir, buffer) = fresh_buffer(scratch, "route")?;
     let total = 20_000;
     {
         let mut conn = cairn::store::open(&dir.join("buffer.db"), &cairn::buffer::MIGRATIONS)?;
