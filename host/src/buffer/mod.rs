@@ -2,22 +2,20 @@
 //!
 //! Producers (channel plugins through `buffer.push`, `cairn send`, webhooks) hand messages to
 //! [`Buffer::push`], which validates them at the edge and returns only once the row is on
-//! disk (group commit, see [`writer`]). The router reads unrouted rows and records what it
+//! disk (group commit, see [`crate::store::writer`]). The router reads unrouted rows and records what it
 //! did with each batch in the same transaction that marks the batch's messages routed.
 //! The module owns the tables `messages`, `batches` and `tasks`.
 
-mod writer;
+mod sql;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::mpsc;
 
+use crate::store::writer::{GroupWriter, WriteError};
+use crate::store::{self, Migrations, StoreError, now_ms};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
-
-use crate::store::{self, Migrations, StoreError, now_ms};
 
 /// Migrations of `buffer.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -66,6 +64,15 @@ pub enum BufferError {
     /// SQLite failed; nothing of the failed request was written.
     #[error("buffer storage: {0}")]
     Storage(String),
+}
+
+impl From<WriteError> for BufferError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Stopped => BufferError::Unavailable,
+            WriteError::Sqlite(text) => BufferError::Storage(text),
+        }
+    }
 }
 
 impl From<rusqlite::Error> for BufferError {
@@ -281,7 +288,7 @@ pub struct Buffer {
     path: PathBuf,
     config: BufferConfig,
     channel_defaults: BTreeMap<String, u32>,
-    writer: mpsc::Sender<writer::Request>,
+    writer: GroupWriter,
     reader: Mutex<Connection>,
 }
 
@@ -356,11 +363,8 @@ impl Buffer {
         let path = data_dir.join("buffer.db");
         let write_conn = store::open(&path, &MIGRATIONS)?;
         let reader = store::open(&path, &MIGRATIONS)?;
-        let (writer, requests) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("buffer-writer".into())
-            .spawn(move || writer::run(write_conn, requests))
-            .map_err(|e| StoreError::Open {
+        let writer =
+            GroupWriter::spawn("buffer-writer", write_conn).map_err(|e| StoreError::Open {
                 path: path.clone(),
                 source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
             })?;
@@ -390,35 +394,19 @@ impl Buffer {
     /// Validate and store a message; returns its id once it is on disk. Blocks the calling
     /// thread: use [`Buffer::push_async`] from async code.
     pub fn push(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let receiver = self.submit_push(message)?;
-        receiver
-            .blocking_recv()
-            .unwrap_or(Err(BufferError::Unavailable))
+        let valid = validate(message, &self.config, &self.channel_defaults)?;
+        Ok(self
+            .writer
+            .write_blocking(move |conn| sql::insert(conn, &valid))?)
     }
 
     /// [`Buffer::push`] for async callers.
     pub async fn push_async(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let receiver = self.submit_push(message)?;
-        receiver.await.unwrap_or(Err(BufferError::Unavailable))
-    }
-
-    fn submit_push(
-        &self,
-        message: NewMessage,
-    ) -> Result<oneshot::Receiver<Result<i64, BufferError>>, BufferError> {
         let valid = validate(message, &self.config, &self.channel_defaults)?;
-        let (reply, receiver) = oneshot::channel();
-        writer::send(&self.writer, writer::Request::Insert(valid, reply))?;
-        Ok(receiver)
-    }
-
-    async fn request<T>(
-        &self,
-        build: impl FnOnce(oneshot::Sender<Result<T, BufferError>>) -> writer::Request,
-    ) -> Result<T, BufferError> {
-        let (reply, receiver) = oneshot::channel();
-        writer::send(&self.writer, build(reply))?;
-        receiver.await.unwrap_or(Err(BufferError::Unavailable))
+        Ok(self
+            .writer
+            .write(move |conn| sql::insert(conn, &valid))
+            .await?)
     }
 
     /// Unrouted messages, most urgent first (priority, then arrival).
@@ -440,13 +428,15 @@ impl Buffer {
                 "a batch needs at least one message".into(),
             ));
         }
-        self.request(|reply| writer::Request::Route(batch, reply))
+        self.writer
+            .write(move |conn| sql::route(conn, &batch))
             .await
+            .map_err(BufferError::from)
     }
 
     /// Take the most urgent queued main batch (marking it running).
     pub async fn claim_main_batch(&self) -> Result<Option<Batch>, BufferError> {
-        match self.request(writer::Request::ClaimMain).await? {
+        match self.writer.write(sql::claim_main).await? {
             Some(id) => self.batch(id),
             None => Ok(None),
         }
@@ -460,19 +450,17 @@ impl Buffer {
         reply: Option<String>,
         error: Option<String>,
     ) -> Result<(), BufferError> {
-        self.request(|done| writer::Request::FinishBatch {
-            id,
-            status,
-            reply,
-            error,
-            done,
-        })
-        .await
+        Ok(self
+            .writer
+            .write(move |conn| {
+                sql::finish_batch(conn, id, status, reply.as_deref(), error.as_deref())
+            })
+            .await?)
     }
 
     /// Take the oldest queued task (marking it running), with its batch.
     pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
-        match self.request(writer::Request::ClaimTask).await? {
+        match self.writer.write(sql::claim_task).await? {
             Some((task, batch_id)) => Ok(self.batch(batch_id)?.map(|batch| (task, batch))),
             None => Ok(None),
         }
@@ -486,28 +474,28 @@ impl Buffer {
         result: Option<String>,
         error: Option<String>,
     ) -> Result<(), BufferError> {
-        self.request(|done| writer::Request::FinishTask {
-            id,
-            status,
-            result,
-            error,
-            done,
-        })
-        .await
+        Ok(self
+            .writer
+            .write(move |conn| {
+                sql::finish_task(conn, id, status, result.as_deref(), error.as_deref())
+            })
+            .await?)
     }
 
     /// Put batches and tasks left running by a stopped host back in the queue; returns
     /// how many of each.
     pub async fn requeue_interrupted(&self) -> Result<(usize, usize), BufferError> {
-        self.request(writer::Request::Requeue).await
+        Ok(self.writer.write(sql::requeue).await?)
     }
 
     /// Remove routed messages (and finished batches and tasks) older than `retention_days`;
     /// unrouted messages and unfinished work are never removed. Returns (messages, batches).
     pub async fn prune(&self) -> Result<(usize, usize), BufferError> {
         let before_ms = now_ms() - i64::from(self.config.retention_days) * 86_400_000;
-        self.request(|done| writer::Request::Prune { before_ms, done })
+        self.writer
+            .write(move |conn| sql::prune(conn, before_ms))
             .await
+            .map_err(BufferError::from)
     }
 
     /// Prune now, then once a day, until `stop` turns true.

@@ -1,0 +1,184 @@
+//! Group commit: the single writer of a database.
+//!
+//! Every write is a closure sent to one thread that owns the write connection. The thread
+//! takes the first waiting closure and every closure queued behind it, runs them all in one
+//! transaction (each under its own savepoint, so one failing write does not undo the others)
+//! and commits once: one fsync covers the whole group. A caller is answered only after the
+//! commit, so an acknowledged write is on disk.
+
+use std::sync::mpsc;
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+/// Most writes committed together.
+const MAX_GROUP: usize = 4096;
+
+/// Why a write failed; nothing of it was written.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum WriteError {
+    /// The writer thread has stopped (the store is shutting down).
+    #[error("the store is not accepting writes (shutting down)")]
+    Stopped,
+    /// SQLite refused the write or the commit.
+    #[error("{0}")]
+    Sqlite(String),
+}
+
+/// Runs a write inside the group's transaction (or learns it cannot run), and returns
+/// whether it succeeded and how to answer its caller once the commit's outcome is known.
+type Work = Box<dyn FnOnce(Result<&Connection, WriteError>) -> (bool, Answer) + Send>;
+type Answer = Box<dyn FnOnce(Option<&WriteError>) + Send>;
+
+/// The handle to a database's writer thread; cheap to clone.
+#[derive(Clone)]
+pub struct GroupWriter {
+    work: mpsc::Sender<Work>,
+}
+
+impl GroupWriter {
+    /// Start the writer thread `name` on `conn`.
+    pub fn spawn(name: &str, mut conn: Connection) -> std::io::Result<Self> {
+        let (work, queue) = mpsc::channel::<Work>();
+        std::thread::Builder::new()
+            .name(name.to_string())
+            .spawn(move || {
+                while let Ok(first) = queue.recv() {
+                    let mut group = vec![first];
+                    while group.len() < MAX_GROUP {
+                        match queue.try_recv() {
+                            Ok(next) => group.push(next),
+                            Err(_) => break,
+                        }
+                    }
+                    commit_group(&mut conn, group);
+                }
+            })?;
+        Ok(Self { work })
+    }
+
+    /// Queue `write`; the receiver yields its result once the group holding it committed.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<oneshot::Receiver<Result<T, WriteError>>, WriteError> {
+        let (reply, receiver) = oneshot::channel();
+        let work: Work = Box::new(move |conn| {
+            let result =
+                conn.and_then(|conn| write(conn).map_err(|e| WriteError::Sqlite(e.to_string())));
+            let succeeded = result.is_ok();
+            let answer: Answer = Box::new(move |commit_error| {
+                let _ = reply.send(match commit_error {
+                    Some(error) if succeeded => Err(error.clone()),
+                    _ => result,
+                });
+            });
+            (succeeded, answer)
+        });
+        self.work.send(work).map_err(|_| WriteError::Stopped)?;
+        Ok(receiver)
+    }
+
+    /// [`GroupWriter::submit`] and wait, for async callers.
+    pub async fn write<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, WriteError> {
+        self.submit(write)?
+            .await
+            .unwrap_or(Err(WriteError::Stopped))
+    }
+
+    /// [`GroupWriter::submit`] and wait, blocking the calling (non-async) thread.
+    pub fn write_blocking<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, WriteError> {
+        self.submit(write)?
+            .blocking_recv()
+            .unwrap_or(Err(WriteError::Stopped))
+    }
+}
+
+fn commit_group(conn: &mut Connection, group: Vec<Work>) {
+    let mut tx = match conn.transaction() {
+        Ok(tx) => tx,
+        Err(e) => {
+            let error = WriteError::Sqlite(format!("cannot begin a transaction: {e}"));
+            for work in group {
+                let (_, answer) = work(Err(error.clone()));
+                answer(None);
+            }
+            return;
+        }
+    };
+    let mut answers = Vec::with_capacity(group.len());
+    for work in group {
+        answers.push(run_isolated(&mut tx, work));
+    }
+    let commit_error = tx
+        .commit()
+        .err()
+        .map(|e| WriteError::Sqlite(format!("commit failed: {e}")));
+    for answer in answers {
+        answer(commit_error.as_ref());
+    }
+}
+
+/// Run one write under a savepoint, so a failed write is rolled back alone.
+fn run_isolated(tx: &mut rusqlite::Transaction<'_>, work: Work) -> Answer {
+    let mut savepoint = match tx.savepoint() {
+        Ok(savepoint) => savepoint,
+        Err(e) => {
+            let (_, answer) = work(Err(WriteError::Sqlite(format!(
+                "cannot open a savepoint: {e}"
+            ))));
+            return answer;
+        }
+    };
+    let (succeeded, answer) = work(Ok(&savepoint));
+    let finished = if succeeded {
+        savepoint.commit()
+    } else {
+        savepoint.rollback()
+    };
+    if let Err(e) = finished {
+        tracing::error!("cannot finish a savepoint: {e}");
+    }
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_write_is_rolled_back_alone() {
+        let conn = Connection::open_in_memory().expect("db");
+        conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
+            .expect("schema");
+        let writer = GroupWriter::spawn("test-writer", conn).expect("spawn");
+        let ok = writer
+            .submit(|c| c.execute("INSERT INTO t VALUES (1)", []))
+            .expect("queued");
+        let bad = writer
+            .submit(|c| {
+                c.execute("INSERT INTO t VALUES (2)", [])?;
+                c.execute("INSERT INTO t VALUES (NULL)", [])
+            })
+            .expect("queued");
+        assert_eq!(ok.blocking_recv().expect("answer").expect("first write"), 1);
+        assert!(bad.blocking_recv().expect("answer").is_err());
+        let rows = writer
+            .write_blocking(|c| {
+                c.query_row("SELECT group_concat(x) FROM t", [], |r| {
+                    r.get::<_, String>(0)
+                })
+            })
+            .expect("read");
+        assert_eq!(
+            rows, "1",
+            "the failed write's first insert was rolled back with it"
+        );
+    }
+}
