@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentConfig;
 use crate::buffer::BufferConfig;
+use crate::journal::JournalConfig;
 use crate::router::RouterConfig;
 use crate::webhook::HttpConfig;
 
@@ -58,6 +59,8 @@ pub struct HostConfig {
     pub http: HttpConfig,
     /// The agent and its LLM provider.
     pub agent: AgentConfig,
+    /// The event journal and its delivery.
+    pub journal: JournalConfig,
 }
 
 impl Default for HostConfig {
@@ -72,6 +75,7 @@ impl Default for HostConfig {
             router: RouterConfig::default(),
             http: HttpConfig::default(),
             agent: AgentConfig::default(),
+            journal: JournalConfig::default(),
         }
     }
 }
@@ -213,6 +217,9 @@ impl HostConfig {
         }
         if self.runtime.log_rate_per_sec == 0 {
             return problem("runtime.log_rate_per_sec: expected a positive number");
+        }
+        if self.journal.max_attempts == 0 {
+            return problem("journal.max_attempts: expected at least 1");
         }
         if self.router.batch_window_ms == 0 {
             return problem("router.batch_window_ms: expected a positive number of milliseconds");

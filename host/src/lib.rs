@@ -8,6 +8,7 @@ pub mod agent;
 pub mod buffer;
 pub mod cli;
 pub mod config;
+pub mod journal;
 pub mod plugin;
 pub mod router;
 pub mod store;

@@ -47,6 +47,7 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     let services = Arc::new(HostServices {
         kv: Arc::new(KvStore::open(data.path(), config.kv.clone()).expect("kv")),
         buffer: None,
+        journal: None,
     });
     let status = Arc::new(StatusStore::open(data.path()).expect("status"));
     let host = PluginHost::start(&set, &config, services, status)

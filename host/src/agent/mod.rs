@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
+use crate::journal::Journal;
 use crate::plugin::bindings::v0_1::types::OutboundMessage;
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
@@ -82,6 +83,7 @@ fn batch_prompt(batch: &Batch, max_chars: usize) -> String {
 /// Runs turns for the main agent and for spawned tasks.
 pub struct Agent {
     buffer: Arc<Buffer>,
+    journal: Option<Arc<Journal>>,
     llm: Arc<dyn LlmProvider>,
     channels: BTreeMap<String, PluginHandle>,
     config: AgentConfig,
@@ -89,15 +91,17 @@ pub struct Agent {
 
 impl Agent {
     /// An agent answering from `buffer` through `llm`, delivering through `channels`
-    /// (channel plugin id → handle).
+    /// (channel plugin id → handle), journaling each turn when a journal is given.
     pub fn new(
         buffer: Arc<Buffer>,
+        journal: Option<Arc<Journal>>,
         llm: Arc<dyn LlmProvider>,
         channels: BTreeMap<String, PluginHandle>,
         config: AgentConfig,
     ) -> Self {
         Self {
             buffer,
+            journal,
             llm,
             channels,
             config,
@@ -124,8 +128,31 @@ impl Agent {
             .unwrap_or_else(|e| Err(llm::LlmError::Provider(format!("provider panicked: {e}"))))
     }
 
-    /// Answer one main batch and deliver the reply; records the outcome on the batch.
+    /// Answer one main batch and deliver the reply; records the outcome on the batch and
+    /// journals `message.received` (per message), `agent.response` and `turn.completed`.
     pub async fn main_turn(&self, batch: Batch) {
+        let started = std::time::Instant::now();
+        let session = Some(format!("{}:{}", batch.channel, batch.conversation));
+        if let Some(journal) = &self.journal {
+            for message in &batch.messages {
+                let payload = serde_json::json!({
+                    "message_id": message.id,
+                    "batch_id": batch.id,
+                    "channel": message.channel,
+                    "conversation": message.conversation,
+                    "sender": message.sender,
+                    "text": message_text(message, self.config.max_message_chars),
+                });
+                journal
+                    .emit(
+                        "message.received",
+                        payload,
+                        session.clone(),
+                        Some(message.sender.clone()),
+                    )
+                    .await;
+            }
+        }
         let prompt = batch_prompt(&batch, self.config.max_message_chars);
         let (status, reply, error) = match self.complete(&self.config.system_prompt, prompt).await {
             Err(e) => (BatchStatus::Failed, None, Some(e.to_string())),
@@ -143,6 +170,30 @@ impl Agent {
             tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
         } else {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
+        }
+        if let Some(journal) = &self.journal {
+            let user = batch.messages.last().map(|m| m.sender.clone());
+            if let Some(reply) = &reply {
+                let payload = serde_json::json!({
+                    "batch_id": batch.id,
+                    "channel": batch.channel,
+                    "conversation": batch.conversation,
+                    "reply": serde_json::from_str::<serde_json::Value>(reply).unwrap_or_default(),
+                });
+                journal
+                    .emit("agent.response", payload, session.clone(), user.clone())
+                    .await;
+            }
+            let payload = serde_json::json!({
+                "batch_id": batch.id,
+                "channel": batch.channel,
+                "conversation": batch.conversation,
+                "messages": batch.messages.len(),
+                "status": status.as_str(),
+                "error": error,
+                "duration_ms": started.elapsed().as_millis() as u64,
+            });
+            journal.emit("turn.completed", payload, session, user).await;
         }
         if let Err(e) = self
             .buffer

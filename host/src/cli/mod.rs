@@ -17,9 +17,11 @@ use tokio::sync::{Notify, watch};
 use crate::agent::{Agent, llm};
 use crate::buffer::{self, Buffer, BufferError, NewMessage};
 use crate::config::HostConfig;
+use crate::journal::{self, Journal, dispatch};
 use crate::plugin::capabilities::{HostServices, describe_grants};
 use crate::plugin::kv::KvStore;
 use crate::plugin::manifest::PluginKind;
+use crate::plugin::manifest::is_valid_topic_pattern;
 use crate::plugin::manifest::{self, ManifestError};
 use crate::plugin::status::{self, StatusStore};
 use crate::plugin::supervisor::PluginHandle;
@@ -81,8 +83,41 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         json: Option<PathBuf>,
     },
+    /// Read the event journal.
+    Journal {
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
     /// List every setting with its environment variable and current value.
     Config {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum JournalCommand {
+    /// Print the newest events, optionally only matching topics, and keep following.
+    Tail {
+        /// Topic pattern: exact, `prefix.*` or `*`.
+        #[arg(long, default_value = "*")]
+        topic: String,
+        /// How many of the newest events to print first.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Keep printing new events until interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List events that subscribers gave up on.
+    DeadLetters {
+        /// How many, newest first.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -214,6 +249,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 Err(error) => Err(error.into()),
             }
+        }
+        Command::Journal { command } => {
+            let config = load_config(&cli)?;
+            journal_command(&config.data_dir, command)
         }
         Command::Config { json } => {
             let config = load_config(&cli)?;
@@ -378,6 +417,81 @@ fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
     }
 }
 
+fn print_event(event: &journal::Event, json_output: bool) -> Result<()> {
+    if json_output {
+        println!("{}", serde_json::to_string(event)?);
+    } else {
+        println!(
+            "#{:<6} {:<28} {:<12} {}",
+            event.seq, event.topic, event.source, event.payload
+        );
+    }
+    Ok(())
+}
+
+fn journal_command(data_dir: &Path, command: &JournalCommand) -> Result<ExitCode> {
+    let conn = journal::open_read_only(data_dir)?;
+    match command {
+        JournalCommand::Tail {
+            topic,
+            limit,
+            follow,
+            json,
+        } => {
+            if !is_valid_topic_pattern(topic) {
+                return Err(BadInput(format!(
+                    "--topic: `{topic}` is not a topic pattern (exact, `prefix.*` or `*`)"
+                ))
+                .into());
+            }
+            let patterns = vec![topic.clone()];
+            let mut conn = conn;
+            let mut last = 0;
+            if let Some(conn) = &conn {
+                for event in journal::recent(conn, &patterns, *limit)? {
+                    last = event.seq;
+                    print_event(&event, *json)?;
+                }
+            }
+            if !*follow {
+                return Ok(ExitCode::SUCCESS);
+            }
+            // Runs until the user interrupts it.
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                if conn.is_none() {
+                    conn = journal::open_read_only(data_dir)?;
+                }
+                if let Some(conn) = &conn {
+                    for event in journal::events_after(conn, last, &patterns, 1000)? {
+                        last = event.seq;
+                        print_event(&event, *json)?;
+                    }
+                }
+            }
+        }
+        JournalCommand::DeadLetters { limit, json } => {
+            let letters = match &conn {
+                Some(conn) => journal::dead_letters(conn, *limit)?,
+                None => Vec::new(),
+            };
+            if *json {
+                println!("{}", serde_json::to_string_pretty(&letters)?);
+            } else if letters.is_empty() {
+                println!("no dead letters");
+            } else {
+                for letter in letters {
+                    println!(
+                        "{} #{} {} after {} attempt(s): {}",
+                        letter.subscriber, letter.seq, letter.topic, letter.attempts, letter.error
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 fn age(since_ms: i64) -> String {
     let seconds = (crate::store::now_ms() - since_ms).max(0) / 1000;
     match seconds {
@@ -390,10 +504,13 @@ fn age(since_ms: i64) -> String {
 
 fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
     let buffer_stats = buffer::read_stats(data_dir)?;
+    let subscribers = match journal::open_read_only(data_dir)? {
+        Some(conn) => journal::subscriber_lags(&conn)?,
+        None => Vec::new(),
+    };
     let Some(status::StatusReport { host: run, plugins }) = status::read(data_dir)? else {
         if json_output {
-            let report =
-                json!({"data_dir": data_dir, "host": null, "plugins": [], "buffer": buffer_stats});
+            let report = json!({"data_dir": data_dir, "host": null, "plugins": [], "buffer": buffer_stats, "subscribers": subscribers});
             println!("{report}");
         } else {
             println!("no host has run on data dir {}", data_dir.display());
@@ -414,7 +531,7 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats})
+                &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats, "subscribers": subscribers})
             )?
         );
         return Ok(ExitCode::SUCCESS);
@@ -453,6 +570,19 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
     }
     if let Some(stats) = &buffer_stats {
         print_buffer(stats);
+    }
+    if !subscribers.is_empty() {
+        println!("\nsubscribers:");
+        for s in &subscribers {
+            println!(
+                "  {:<24} cursor {:<8} lag {:<6} dead letters {:<4} {}",
+                s.id,
+                s.cursor,
+                s.lag,
+                s.dead_letters,
+                s.patterns.join(", ")
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -553,9 +683,11 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
     let status = Arc::new(StatusStore::open(&config.data_dir)?);
     status.begin_run(plugins_dir)?;
+    let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
     let services = Arc::new(HostServices {
         kv,
         buffer: Some(buffer.clone()),
+        journal: Some(journal.clone()),
     });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
 
@@ -584,6 +716,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
     let agent = Arc::new(Agent::new(
         buffer.clone(),
+        Some(journal.clone()),
         llm,
         channels,
         config.agent.clone(),
@@ -593,6 +726,21 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));
     workers.spawn(agent.run_tasks(routed, stopping.clone()));
     workers.spawn(buffer.clone().run_retention(stopping.clone()));
+    for manifest in set
+        .start_order()
+        .iter()
+        .filter(|m| !m.events.subscribes.is_empty())
+    {
+        if let Some(handle) = host.handle(&manifest.id) {
+            let patterns = manifest.events.subscribes.clone();
+            workers.spawn(dispatch::serve(
+                journal.clone(),
+                handle.clone(),
+                patterns,
+                stopping.clone(),
+            ));
+        }
+    }
     if let Some(listener) = listener {
         let address = listener.local_addr()?;
         tracing::info!("webhook server listening on http://{address}/channels/<id>/");

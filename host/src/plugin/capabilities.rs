@@ -23,6 +23,7 @@ use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target,
 };
 use crate::buffer::{Buffer, BufferError, NewMessage};
+use crate::journal::{Journal, JournalError, NewEvent};
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
@@ -30,6 +31,8 @@ pub struct HostServices {
     pub kv: Arc<KvStore>,
     /// The inbound message buffer, when the host runs one.
     pub buffer: Option<Arc<Buffer>>,
+    /// The event journal, when the host runs one.
+    pub journal: Option<Arc<Journal>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.
@@ -432,12 +435,22 @@ impl wit::journal::Host for PluginContext {
                 "journal: `{topic}` is not listed in the manifest's events.emits"
             )));
         }
-        if let Err(e) = serde_json::from_str::<serde_json::Value>(&payload) {
-            return Err(WitError::InvalidInput(format!(
-                "payload: expected JSON: {e}"
-            )));
-        }
-        Err(unavailable("event journal"))
+        let Some(journal) = &self.services.journal else {
+            return Err(unavailable("event journal"));
+        };
+        let seq = journal
+            .append_blocking(NewEvent {
+                topic,
+                payload,
+                source: self.plugin.to_string(),
+                ..NewEvent::default()
+            })
+            .map_err(|error| match error {
+                JournalError::InvalidInput(text) => WitError::InvalidInput(text),
+                JournalError::Unavailable => WitError::Unavailable(error.to_string()),
+                JournalError::Storage(text) => WitError::Internal(text),
+            })?;
+        Ok(seq as u64)
     }
 }
 

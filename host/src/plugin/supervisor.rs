@@ -441,7 +441,9 @@ impl Supervisor {
             self.fault_times.pop_front();
         }
         let recent = self.fault_times.len() as u32;
-        if recent > self.config.restart_budget {
+        let quarantined = recent > self.config.restart_budget;
+        self.journal_fault(&fault, quarantined);
+        if quarantined {
             tracing::error!(
                 plugin = self.id(),
                 faults = recent,
@@ -465,6 +467,36 @@ impl Supervisor {
         );
         self.retry_at = Some(now + Duration::from_millis(backoff));
         self.publish(PluginState::Restarting);
+    }
+
+    /// Journal `plugin.failed` (and `plugin.quarantined`) for a fault.
+    fn journal_fault(&self, fault: &Fault, quarantined: bool) {
+        let Some(journal) = &self.services.journal else {
+            return;
+        };
+        let payload = serde_json::json!({
+            "plugin": self.id(),
+            "fault": fault.kind,
+            "error": fault.message,
+            "faults": self.faults,
+            "restarts": self.restarts,
+        });
+        let topics: &[&str] = if quarantined {
+            &["plugin.failed", "plugin.quarantined"]
+        } else {
+            &["plugin.failed"]
+        };
+        for topic in topics {
+            let event = crate::journal::NewEvent {
+                topic: topic.to_string(),
+                payload: payload.to_string(),
+                source: "host".into(),
+                ..Default::default()
+            };
+            if let Err(e) = journal.append_blocking(event) {
+                tracing::error!(plugin = self.id(), "cannot journal {topic}: {e}");
+            }
+        }
     }
 
     fn publish(&mut self, state: PluginState) {

@@ -143,6 +143,7 @@ fn main() -> Result<()> {
     let services = Arc::new(HostServices {
         kv: Arc::new(KvStore::open(scratch.path(), KvConfig::default())?),
         buffer: None,
+        journal: None,
     });
 
     let instantiations = 2_000;

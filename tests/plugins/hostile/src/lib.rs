@@ -9,7 +9,9 @@
 //! - `env-snoop`: reads environment variables it was not granted;
 //! - `net-connect`: opens a TCP connection to `config.target`;
 //! - `log-flood`: writes tens of thousands of log and stdout lines;
-//! - `trap-event`: starts cleanly and traps on every event.
+//! - `emit`: emits `config.allowed` and `config.denied` through `journal.emit`.
+//!
+//! Every mode traps on every event it receives.
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -22,7 +24,7 @@ wit_bindgen::generate!({
 use std::hint::black_box;
 use std::io::Write;
 
-use cairn::plugin::log;
+use cairn::plugin::{journal, log};
 use cairn::plugin::types::LogLevel;
 
 use exports::cairn::plugin::handler_plugin::Guest;
@@ -108,6 +110,12 @@ impl Guest for Hostile {
             "env-snoop" => env_snoop(),
             "net-connect" => net_connect(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "log-flood" => log_flood(),
+            "emit" => {
+                for key in ["allowed", "denied"] {
+                    let topic = config.get(key).and_then(|t| t.as_str()).unwrap_or("none");
+                    probe(&format!("emit-{key}"), journal::emit(topic, r#"{"from":"hostile"}"#).map_err(|e| format!("{e:?}")));
+                }
+            }
             _ => {}
         }
         say("hostile: init finished");

@@ -1,0 +1,633 @@
+//! The event journal (`journal.db`): an append-only log of events, a durable cursor per
+//! subscriber, and dead letters for events a subscriber could not take.
+//!
+//! Appends go through the group-commit writer, so an appended event is on disk when its
+//! sequence number is returned. Each subscriber is served by its own task (see
+//! [`dispatch`]): delivery is at-least-once and in order per subscriber, and one slow or
+//! failing subscriber never holds up another. The module owns the tables `events`,
+//! `subscribers` and `dead_letters`.
+
+pub mod dispatch;
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::plugin::manifest::{is_valid_topic, is_valid_topic_pattern};
+use crate::store::writer::{GroupWriter, WriteError};
+use crate::store::{self, Migrations, StoreError, now_ms};
+
+/// Migrations of `journal.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "journal",
+    scripts: &[include_str!("../../../migrations/journal/0001_init.sql")],
+};
+
+/// Journal settings (`journal:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct JournalConfig {
+    /// Largest event payload, in bytes (default 256 KiB).
+    pub max_payload_bytes: usize,
+    /// Deliveries of one event to one subscriber before it is dead-lettered (default 5).
+    pub max_attempts: u32,
+    /// Delay before the first redelivery, in ms; doubled each time (default 100).
+    pub backoff_initial_ms: u64,
+    /// Cap of the redelivery delay, in ms (default 10000).
+    pub backoff_max_ms: u64,
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self {
+            max_payload_bytes: 256 << 10,
+            max_attempts: 5,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 10_000,
+        }
+    }
+}
+
+/// Why a journal operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JournalError {
+    /// The event was malformed; nothing was written. The text names the field.
+    #[error("{0}")]
+    InvalidInput(String),
+    /// The journal is shutting down.
+    #[error("the journal is not accepting writes (shutting down)")]
+    Unavailable,
+    /// SQLite failed.
+    #[error("journal storage: {0}")]
+    Storage(String),
+}
+
+impl From<WriteError> for JournalError {
+    fn from(error: WriteError) -> Self {
+        match error {
+            WriteError::Stopped => JournalError::Unavailable,
+            WriteError::Sqlite(text) => JournalError::Storage(text),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for JournalError {
+    fn from(error: rusqlite::Error) -> Self {
+        JournalError::Storage(error.to_string())
+    }
+}
+
+/// An event to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewEvent {
+    /// Dot-separated topic.
+    pub topic: String,
+    /// JSON text.
+    pub payload: String,
+    /// `host` or the emitting plugin's id.
+    pub source: String,
+    /// Session it belongs to.
+    pub session_id: Option<String>,
+    /// Agent it belongs to.
+    pub agent_id: Option<String>,
+    /// User it belongs to.
+    pub user_id: Option<String>,
+}
+
+/// A stored event. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Event {
+    /// Position in the journal.
+    pub seq: i64,
+    /// Topic.
+    pub topic: String,
+    /// JSON text.
+    pub payload: String,
+    /// Who appended it.
+    pub source: String,
+    /// Session, if any.
+    pub session_id: Option<String>,
+    /// Agent, if any.
+    pub agent_id: Option<String>,
+    /// User, if any.
+    pub user_id: Option<String>,
+    /// When it was appended (ms since the epoch).
+    pub created_at: i64,
+}
+
+/// A subscriber's position, for `cairn status`. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubscriberLag {
+    /// Subscriber id (a plugin id).
+    pub id: String,
+    /// Its topic patterns.
+    pub patterns: Vec<String>,
+    /// The last event it consumed.
+    pub cursor: i64,
+    /// Matching events it has not consumed yet.
+    pub lag: i64,
+    /// Events it could not take.
+    pub dead_letters: i64,
+}
+
+/// An event a subscriber could not take. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// Dead-letter id.
+    pub id: i64,
+    /// The subscriber.
+    pub subscriber: String,
+    /// The event's sequence number.
+    pub seq: i64,
+    /// The event's topic.
+    pub topic: String,
+    /// The last error.
+    pub error: String,
+    /// How many deliveries were tried.
+    pub attempts: i64,
+    /// When it was given up on.
+    pub created_at: i64,
+}
+
+/// Whether `topic` matches a subscription pattern: exact, `prefix.*` or `*`.
+pub fn topic_matches(pattern: &str, topic: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some("") => true,
+        Some(prefix) => topic.starts_with(prefix),
+        None => pattern == topic,
+    }
+}
+
+/// SQL `(topic = ? OR substr(topic, 1, n) = ? ...)` for patterns, with its parameters.
+fn pattern_filter(patterns: &[String]) -> (String, Vec<String>) {
+    if patterns.iter().any(|p| p == "*") {
+        return ("1".into(), Vec::new());
+    }
+    if patterns.is_empty() {
+        return ("0".into(), Vec::new());
+    }
+    let mut clauses = Vec::new();
+    let mut values = Vec::new();
+    for pattern in patterns {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                clauses.push(format!("substr(topic, 1, {}) = ?", prefix.len()));
+                values.push(prefix.to_string());
+            }
+            None => {
+                clauses.push("topic = ?".to_string());
+                values.push(pattern.clone());
+            }
+        }
+    }
+    (format!("({})", clauses.join(" OR ")), values)
+}
+
+fn read_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    Ok(Event {
+        seq: row.get(0)?,
+        topic: row.get(1)?,
+        payload: row.get(2)?,
+        source: row.get(3)?,
+        session_id: row.get(4)?,
+        agent_id: row.get(5)?,
+        user_id: row.get(6)?,
+        created_at: row.get(7)?,
+    })
+}
+
+const EVENT_COLUMNS: &str =
+    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
+
+/// Events after `after` matching `patterns`, oldest first.
+pub fn events_after(
+    conn: &Connection,
+    after: i64,
+    patterns: &[String],
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let (filter, values) = pattern_filter(patterns);
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND {filter} ORDER BY seq LIMIT ?"
+    );
+    let mut statement = conn.prepare_cached(&sql)?;
+    let mut bound: Vec<Box<dyn rusqlite::ToSql>> = vec![Box::new(after)];
+    bound.extend(
+        values
+            .into_iter()
+            .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>),
+    );
+    bound.push(Box::new(limit as i64));
+    statement
+        .query_map(
+            rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
+            read_event,
+        )?
+        .collect()
+}
+
+/// The journal of a data dir.
+pub struct Journal {
+    config: JournalConfig,
+    writer: GroupWriter,
+    reader: Mutex<Connection>,
+    appended: Notify,
+}
+
+impl Journal {
+    /// Open `<data>/journal.db` and start its writer.
+    pub fn open(data_dir: &Path, config: JournalConfig) -> Result<Self, StoreError> {
+        let path = data_dir.join("journal.db");
+        let write_conn = store::open(&path, &MIGRATIONS)?;
+        let reader = store::open(&path, &MIGRATIONS)?;
+        let writer =
+            GroupWriter::spawn("journal-writer", write_conn).map_err(|e| StoreError::Open {
+                path: path.clone(),
+                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
+            })?;
+        Ok(Self {
+            config,
+            writer,
+            reader: Mutex::new(reader),
+            appended: Notify::new(),
+        })
+    }
+
+    /// The settings in force.
+    pub fn config(&self) -> &JournalConfig {
+        &self.config
+    }
+
+    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.reader.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn validate(&self, event: &NewEvent) -> Result<(), JournalError> {
+        if !is_valid_topic(&event.topic) {
+            return Err(JournalError::InvalidInput(format!(
+                "topic: `{}` is not a topic; expected dot-separated segments of a-z 0-9 _ -",
+                event.topic
+            )));
+        }
+        if event.payload.len() > self.config.max_payload_bytes {
+            return Err(JournalError::InvalidInput(format!(
+                "payload: {} bytes is over the limit of {} bytes",
+                event.payload.len(),
+                self.config.max_payload_bytes
+            )));
+        }
+        serde_json::from_str::<serde::de::IgnoredAny>(&event.payload)
+            .map_err(|e| JournalError::InvalidInput(format!("payload: expected JSON: {e}")))?;
+        Ok(())
+    }
+
+    fn insert(conn: &Connection, event: &NewEvent) -> rusqlite::Result<i64> {
+        conn.prepare_cached(
+            "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            event.topic,
+            event.payload,
+            event.source,
+            event.session_id,
+            event.agent_id,
+            event.user_id,
+            now_ms()
+        ])?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    /// Append an event; returns its sequence number once it is on disk.
+    pub async fn append(&self, event: NewEvent) -> Result<i64, JournalError> {
+        self.validate(&event)?;
+        let seq = self
+            .writer
+            .write(move |conn| Self::insert(conn, &event))
+            .await?;
+        self.appended.notify_waiters();
+        Ok(seq)
+    }
+
+    /// [`Journal::append`] for threads outside the async runtime (plugin calls).
+    pub fn append_blocking(&self, event: NewEvent) -> Result<i64, JournalError> {
+        self.validate(&event)?;
+        let seq = self
+            .writer
+            .write_blocking(move |conn| Self::insert(conn, &event))?;
+        self.appended.notify_waiters();
+        Ok(seq)
+    }
+
+    /// Append a host event, logging (not failing) when the journal cannot take it.
+    pub async fn emit(
+        &self,
+        topic: &str,
+        payload: serde_json::Value,
+        session_id: Option<String>,
+        user_id: Option<String>,
+    ) {
+        let event = NewEvent {
+            topic: topic.into(),
+            payload: payload.to_string(),
+            source: "host".into(),
+            session_id,
+            user_id,
+            agent_id: None,
+        };
+        if let Err(e) = self.append(event).await {
+            tracing::error!(topic, "cannot journal a host event: {e}");
+        }
+    }
+
+    /// Resolves when an event is appended after the call.
+    pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {
+        self.appended.notified()
+    }
+
+    /// Register a subscriber (or update its patterns) and return its cursor. A new
+    /// subscriber starts at the current end of the journal; a known one resumes.
+    pub async fn subscribe(&self, id: &str, patterns: &[String]) -> Result<i64, JournalError> {
+        if let Some(bad) = patterns.iter().find(|p| !is_valid_topic_pattern(p)) {
+            return Err(JournalError::InvalidInput(format!(
+                "`{bad}` is not a topic pattern"
+            )));
+        }
+        let id = id.to_string();
+        let patterns_json = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
+        Ok(self
+            .writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO subscribers (id, patterns, cursor, updated_at)
+                     VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) FROM events), ?3)
+                     ON CONFLICT (id) DO UPDATE SET patterns = excluded.patterns",
+                    params![id, patterns_json, now_ms()],
+                )?;
+                conn.query_row(
+                    "SELECT cursor FROM subscribers WHERE id = ?1",
+                    params![id],
+                    |r| r.get(0),
+                )
+            })
+            .await?)
+    }
+
+    /// The subscriber's next events after its cursor.
+    pub fn pending(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Vec<Event>, JournalError> {
+        Ok(events_after(&self.reader(), after, patterns, limit)?)
+    }
+
+    /// Move a subscriber's cursor past `seq` (never backwards).
+    pub async fn advance(&self, subscriber: &str, seq: i64) -> Result<(), JournalError> {
+        let subscriber = subscriber.to_string();
+        Ok(self
+            .writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
+                    params![subscriber, seq, now_ms()],
+                )
+                .map(|_| ())
+            })
+            .await?)
+    }
+
+    /// Record that a subscriber gave up on an event, and move its cursor past it, atomically.
+    pub async fn dead_letter(
+        &self,
+        subscriber: &str,
+        event: &Event,
+        error: &str,
+        attempts: u32,
+    ) -> Result<(), JournalError> {
+        let (subscriber, seq, topic, error) = (
+            subscriber.to_string(),
+            event.seq,
+            event.topic.clone(),
+            error.to_string(),
+        );
+        Ok(self
+            .writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![subscriber, seq, topic, error, attempts, now_ms()],
+                )?;
+                conn.execute(
+                    "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
+                    params![subscriber, seq, now_ms()],
+                )
+                .map(|_| ())
+            })
+            .await?)
+    }
+}
+
+/// Per-subscriber lag and dead letters of a journal database.
+pub fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>> {
+    let mut statement = conn.prepare(
+        "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
+         FROM subscribers s ORDER BY s.id",
+    )?;
+    let rows: Vec<(String, String, i64, i64)> = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(id, patterns, cursor, dead_letters)| {
+            let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
+            let (filter, values) = pattern_filter(&patterns);
+            let sql = format!("SELECT count(*) FROM events WHERE seq > ? AND {filter}");
+            let mut bound: Vec<Box<dyn rusqlite::ToSql>> = vec![Box::new(cursor)];
+            bound.extend(
+                values
+                    .into_iter()
+                    .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>),
+            );
+            let lag = conn.query_row(
+                &sql,
+                rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
+                |r| r.get(0),
+            )?;
+            Ok(SubscriberLag {
+                id,
+                patterns,
+                cursor,
+                lag,
+                dead_letters,
+            })
+        })
+        .collect()
+}
+
+/// Dead letters of a journal database, newest first.
+pub fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
+    let mut statement = conn.prepare(
+        "SELECT id, subscriber, seq, topic, error, attempts, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+    )?;
+    statement
+        .query_map(params![limit as i64], |r| {
+            Ok(DeadLetter {
+                id: r.get(0)?,
+                subscriber: r.get(1)?,
+                seq: r.get(2)?,
+                topic: r.get(3)?,
+                error: r.get(4)?,
+                attempts: r.get(5)?,
+                created_at: r.get(6)?,
+            })
+        })?
+        .collect()
+}
+
+/// The newest `limit` events matching `patterns`, oldest first.
+pub fn recent(
+    conn: &Connection,
+    patterns: &[String],
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let (filter, values) = pattern_filter(patterns);
+    let sql =
+        format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
+    let mut statement = conn.prepare(&sql)?;
+    let mut bound: Vec<Box<dyn rusqlite::ToSql>> = values
+        .into_iter()
+        .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>)
+        .collect();
+    bound.push(Box::new(limit as i64));
+    let mut rows: Vec<Event> = statement
+        .query_map(
+            rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
+            read_event,
+        )?
+        .collect::<Result<_, _>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+/// Open a data dir's journal read-only; `None` when there is none yet.
+pub fn open_read_only(data_dir: &Path) -> Result<Option<Connection>, StoreError> {
+    let conn = store::open_read_only(&data_dir.join("journal.db"))?;
+    Ok(conn.filter(store::is_initialised))
+}
+
+/// The newest event's sequence number, if any.
+pub fn head(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
+        .optional()
+        .map(Option::flatten)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(topic: &str) -> NewEvent {
+        NewEvent {
+            topic: topic.into(),
+            payload: "{}".into(),
+            source: "test".into(),
+            ..NewEvent::default()
+        }
+    }
+
+    #[test]
+    fn patterns_match_exact_prefix_and_everything() {
+        assert!(topic_matches("session.ended", "session.ended"));
+        assert!(!topic_matches("session.ended", "session.ended.late"));
+        assert!(topic_matches("schedule.*", "schedule.counter.minute"));
+        assert!(!topic_matches("schedule.*", "schedules.x"));
+        assert!(topic_matches("*", "anything.at_all"));
+    }
+
+    #[tokio::test]
+    async fn subscribers_see_matching_events_after_their_cursor_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("open");
+        journal
+            .append(event("before.subscribe"))
+            .await
+            .expect("append");
+        let patterns = vec!["a.*".to_string(), "b_c.exact".to_string()];
+        let cursor = journal
+            .subscribe("sub", &patterns)
+            .await
+            .expect("subscribe");
+        assert_eq!(cursor, 1, "a new subscriber starts at the end");
+        for topic in ["a.one", "bxc.exact", "b_c.exact", "a.two", "other"] {
+            journal.append(event(topic)).await.expect("append");
+        }
+        let pending = journal.pending(cursor, &patterns, 10).expect("pending");
+        let topics: Vec<&str> = pending.iter().map(|e| e.topic.as_str()).collect();
+        assert_eq!(
+            topics,
+            ["a.one", "b_c.exact", "a.two"],
+            "`_` is literal, not a wildcard"
+        );
+        journal
+            .advance("sub", pending[1].seq)
+            .await
+            .expect("advance");
+        journal
+            .dead_letter("sub", &pending[2], "boom", 5)
+            .await
+            .expect("dead letter");
+        journal
+            .advance("sub", pending[0].seq)
+            .await
+            .expect("never backwards");
+        let conn = open_read_only(dir.path()).expect("open").expect("exists");
+        let lags = subscriber_lags(&conn).expect("lags");
+        assert_eq!(lags[0].cursor, pending[2].seq);
+        assert_eq!(lags[0].lag, 0);
+        assert_eq!(lags[0].dead_letters, 1);
+        assert_eq!(dead_letters(&conn, 10).expect("dead")[0].error, "boom");
+        assert_eq!(
+            journal.subscribe("sub", &patterns).await.expect("resume"),
+            pending[2].seq
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_events_are_rejected_and_nothing_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = JournalConfig {
+            max_payload_bytes: 8,
+            ..JournalConfig::default()
+        };
+        let journal = Journal::open(dir.path(), config).expect("open");
+        for (bad, expected) in [
+            (event("Bad Topic"), "topic:"),
+            (
+                NewEvent {
+                    payload: "{oops".into(),
+                    ..event("t.x")
+                },
+                "payload: expected JSON",
+            ),
+            (
+                NewEvent {
+                    payload: "[1,2,3,4,5]".into(),
+                    ..event("t.x")
+                },
+                "over the limit",
+            ),
+        ] {
+            match journal.append(bad).await {
+                Err(JournalError::InvalidInput(text)) => assert!(text.contains(expected), "{text}"),
+                other => panic!("expected invalid input, got {other:?}"),
+            }
+        }
+        let conn = open_read_only(dir.path()).expect("open").expect("exists");
+        assert_eq!(head(&conn).expect("head"), None);
+    }
+}
