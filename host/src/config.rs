@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::agent::AgentConfig;
 use crate::buffer::BufferConfig;
 use crate::journal::JournalConfig;
+use crate::lifecycle::LifecycleConfig;
 use crate::router::RouterConfig;
 use crate::webhook::HttpConfig;
 
@@ -61,6 +62,8 @@ pub struct HostConfig {
     pub agent: AgentConfig,
     /// The event journal and its delivery.
     pub journal: JournalConfig,
+    /// Sessions, sleep and schedules.
+    pub lifecycle: LifecycleConfig,
 }
 
 impl Default for HostConfig {
@@ -76,6 +79,7 @@ impl Default for HostConfig {
             http: HttpConfig::default(),
             agent: AgentConfig::default(),
             journal: JournalConfig::default(),
+            lifecycle: LifecycleConfig::default(),
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod buffer;
 pub mod cli;
 pub mod config;
 pub mod journal;
+pub mod lifecycle;
 pub mod plugin;
 pub mod router;
 pub mod store;

@@ -169,3 +169,191 @@ fn plugins_emit_only_the_topics_their_manifest_lists() {
     assert_eq!(events[0]["topic"], "emitter.done");
     assert_eq!(events[0]["source"], "emitter");
 }
+
+fn journal_topics(data: &std::path::Path) -> Vec<serde_json::Value> {
+    let tail = cairn(&[
+        "journal",
+        "tail",
+        "--json",
+        "--limit",
+        "1000",
+        "--data",
+        &data.display().to_string(),
+    ]);
+    assert!(tail.status.success());
+    String::from_utf8_lossy(&tail.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+#[test]
+fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
+    let dir = PluginDir::new();
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
+    dir.component("cli");
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "2"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    host.type_line("remember the milk");
+    host.wait_for("cairn> [offline] I received: user: remember the milk", LONG);
+    let data_path = data.path().to_path_buf();
+    host.wait_until(LONG, "sleep.started", |_| {
+        journal_topics(&data_path)
+            .iter()
+            .any(|e| e["topic"] == "sleep.started")
+    });
+    host.type_line("wake up");
+    host.wait_until(LONG, "sleep.completed", |_| {
+        journal_topics(&data_path)
+            .iter()
+            .any(|e| e["topic"] == "sleep.completed")
+    });
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+
+    // A new session of the same user makes the earlier one pending for consolidation.
+    let data_arg = data.path().display().to_string();
+    let sent = cairn(&[
+        "send",
+        "--data",
+        &data_arg,
+        "--channel",
+        "cli",
+        "--conversation",
+        "other",
+        "--sender",
+        "user",
+        "hi",
+    ]);
+    assert!(sent.status.success());
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_until(LONG, "memory.session_completed", |_| {
+        journal_topics(&data_path)
+            .iter()
+            .any(|e| e["topic"] == "memory.session_completed")
+    });
+    host.stop();
+
+    let events = journal_topics(data.path());
+    let ended = events
+        .iter()
+        .find(|e| e["topic"] == "session.ended")
+        .expect("session.ended");
+    let payload: serde_json::Value =
+        serde_json::from_str(ended["payload"].as_str().expect("payload")).expect("json");
+    assert_eq!(payload["reason"], "idle");
+    assert_eq!(payload["session_id"], "cli:cli");
+    assert_eq!(payload["transcript"][0]["text"], "remember the milk");
+    assert_eq!(payload["transcript"][1]["role"], "assistant");
+    let sleeps = events
+        .iter()
+        .filter(|e| e["topic"] == "sleep.started")
+        .count();
+    let wakes = events
+        .iter()
+        .filter(|e| e["topic"] == "sleep.completed")
+        .count();
+    assert!(sleeps >= 1 && wakes >= 1);
+    let order: Vec<&str> = events.iter().filter_map(|e| e["topic"].as_str()).collect();
+    let first_sleep = order
+        .iter()
+        .position(|t| *t == "sleep.started")
+        .expect("sleep");
+    let first_ended = order
+        .iter()
+        .position(|t| *t == "session.ended")
+        .expect("ended");
+    assert!(
+        first_ended < first_sleep,
+        "the session ends before the agent sleeps: {order:?}"
+    );
+    let completed = events
+        .iter()
+        .find(|e| e["topic"] == "memory.session_completed")
+        .expect("completed");
+    assert_eq!(completed["session_id"], "cli:cli");
+}
+
+#[test]
+fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "counter",
+        "handler",
+        "counter",
+        "events: {subscribes: ['schedule.counter.*']}\nschedule: [{name: minute, cron: '* * * * *'}]\ncapabilities: {kv: true}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [("CAIRN_HTTP_LISTEN", "127.0.0.1:0")];
+    // The first run records the schedule without firing it.
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    host.stop();
+    let rewind = || {
+        let conn = rusqlite::Connection::open(data.path().join("host.db")).expect("host.db");
+        let changed = conn
+            .execute(
+                "UPDATE schedule_state SET last_fired_at = last_fired_at - 600000 WHERE plugin_id = 'counter'",
+                [],
+            )
+            .expect("rewind");
+        assert_eq!(changed, 1, "the first run recorded the schedule");
+    };
+    rewind();
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("topic=schedule.counter.minute", LONG);
+    let (_, log) = host.stop();
+    assert_eq!(
+        log.matches("topic=schedule.counter.minute").count(),
+        1,
+        "ten missed ticks fire once"
+    );
+    let events = journal_topics(data.path());
+    let tick = events
+        .iter()
+        .find(|e| e["topic"] == "schedule.counter.minute")
+        .expect("tick");
+    assert!(
+        tick["payload"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("\"missed\":true"),
+        "{tick}"
+    );
+
+    rewind();
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_LIFECYCLE_MISSED_SCHEDULES", "skip"),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    std::thread::sleep(Duration::from_millis(500));
+    host.stop();
+    let missed = journal_topics(data.path())
+        .iter()
+        .filter(|e| e["topic"] == "schedule.counter.minute")
+        .filter(|e| {
+            e["payload"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("\"missed\":true")
+        })
+        .count();
+    assert_eq!(
+        missed, 1,
+        "with `skip`, the second run's missed ticks fire nothing"
+    );
+}

@@ -48,6 +48,7 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
         kv: Arc::new(KvStore::open(data.path(), config.kv.clone()).expect("kv")),
         buffer: None,
         journal: None,
+        interrupt: None,
     });
     let status = Arc::new(StatusStore::open(data.path()).expect("status"));
     let host = PluginHost::start(&set, &config, services, status)

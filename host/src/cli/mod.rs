@@ -18,6 +18,7 @@ use crate::agent::{Agent, llm};
 use crate::buffer::{self, Buffer, BufferError, NewMessage};
 use crate::config::HostConfig;
 use crate::journal::{self, Journal, dispatch};
+use crate::lifecycle::Lifecycle;
 use crate::plugin::capabilities::{HostServices, describe_grants};
 use crate::plugin::kv::KvStore;
 use crate::plugin::manifest::PluginKind;
@@ -684,10 +685,16 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let status = Arc::new(StatusStore::open(&config.data_dir)?);
     status.begin_run(plugins_dir)?;
     let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
+    let lifecycle = Arc::new(Lifecycle::open(
+        &config.data_dir,
+        config.lifecycle.clone(),
+        journal.clone(),
+    )?);
     let services = Arc::new(HostServices {
         kv,
         buffer: Some(buffer.clone()),
         journal: Some(journal.clone()),
+        interrupt: Some(lifecycle.interrupt()),
     });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
 
@@ -726,6 +733,15 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));
     workers.spawn(agent.run_tasks(routed, stopping.clone()));
     workers.spawn(buffer.clone().run_retention(stopping.clone()));
+    workers.spawn(lifecycle.clone().run(stopping.clone()));
+    let scheduled = set
+        .start_order()
+        .iter()
+        .filter(|m| !m.schedule.is_empty())
+        .cloned()
+        .map(Arc::new)
+        .collect();
+    workers.spawn(lifecycle.run_scheduler(scheduled, stopping.clone()));
     for manifest in set
         .start_order()
         .iter()

@@ -24,6 +24,7 @@ use super::manifest::{
 };
 use crate::buffer::{Buffer, BufferError, NewMessage};
 use crate::journal::{Journal, JournalError, NewEvent};
+use crate::lifecycle::Interrupt;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
@@ -33,6 +34,8 @@ pub struct HostServices {
     pub buffer: Option<Arc<Buffer>>,
     /// The event journal, when the host runs one.
     pub journal: Option<Arc<Journal>>,
+    /// The sleep interrupt flag, when the host runs the lifecycle.
+    pub interrupt: Option<Arc<Interrupt>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.
@@ -540,7 +543,12 @@ impl wit::llm::Host for PluginContext {
 
 impl wit::lifecycle::Host for PluginContext {
     fn interrupted(&mut self) -> bool {
-        // Without the lifecycle grant, or before the sleep subsystem exists, nothing interrupts.
-        false
+        // Without the lifecycle grant (or a lifecycle), nothing interrupts.
+        self.grants.lifecycle
+            && self
+                .services
+                .interrupt
+                .as_ref()
+                .is_some_and(|flag| flag.is_set())
     }
 }

@@ -54,7 +54,10 @@ pub struct Migrations {
 /// Migrations of `host.db`.
 pub const HOST_MIGRATIONS: Migrations = Migrations {
     name: "host",
-    scripts: &[include_str!("../../../migrations/host/0001_init.sql")],
+    scripts: &[
+        include_str!("../../../migrations/host/0001_init.sql"),
+        include_str!("../../../migrations/host/0002_lifecycle.sql"),
+    ],
 };
 
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.

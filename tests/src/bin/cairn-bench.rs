@@ -144,6 +144,7 @@ fn main() -> Result<()> {
         kv: Arc::new(KvStore::open(scratch.path(), KvConfig::default())?),
         buffer: None,
         journal: None,
+        interrupt: None,
     });
 
     let instantiations = 2_000;

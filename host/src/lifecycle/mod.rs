@@ -1,0 +1,483 @@
+//! Lifecycle: the session monitor, the sleep trigger and the scheduler.
+//!
+//! - **Sessions**: a host-internal journal subscriber follows `message.received` and
+//!   `agent.response`, keeping each session's transcript. A session idle for
+//!   `session_timeout_secs` ends (`session.ended` with its transcript and the reason); when a
+//!   user starts a new session, their earlier ones become pending
+//!   (`memory.session_completed` for each).
+//! - **Sleep**: with no active session for `sleep_timeout_secs`, `sleep.started` is emitted
+//!   once until new activity; a `message.received` while asleep sets the interrupt flag that
+//!   plugins read through `lifecycle.interrupted()`, and ends the sleep (`sleep.completed`).
+//! - **Scheduler**: manifest `schedule` entries (five-field cron, UTC) emit
+//!   `schedule.<plugin>.<name>`; a tick missed while the host was down fires once at start
+//!   unless `missed_schedules: skip`.
+//!
+//! State lives in `host.db` (tables `lifecycle_sessions`, `lifecycle_state`,
+//! `schedule_state`), owned by this module.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, TimeZone, Utc};
+use rusqlite::{Connection, OptionalExtension, params};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::sync::watch;
+
+use crate::journal::{Event, Journal};
+use crate::plugin::manifest::Manifest;
+use crate::store::{self, StoreError, now_ms};
+
+/// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LifecycleConfig {
+    /// A session idle this long ends (default 1800).
+    pub session_timeout_secs: u64,
+    /// With no active session for this long the agent sleeps (default 7200).
+    pub sleep_timeout_secs: u64,
+    /// How often timeouts are checked, in ms (default 1000).
+    pub check_interval_ms: u64,
+    /// What to do with schedule ticks missed while the host was down: `fire-once` or `skip`.
+    pub missed_schedules: MissedSchedules,
+    /// Transcript entries kept per session (default 500).
+    pub max_transcript_entries: usize,
+}
+
+impl Default for LifecycleConfig {
+    fn default() -> Self {
+        Self {
+            session_timeout_secs: 1800,
+            sleep_timeout_secs: 7200,
+            check_interval_ms: 1000,
+            missed_schedules: MissedSchedules::FireOnce,
+            max_transcript_entries: 500,
+        }
+    }
+}
+
+/// Policy for schedule ticks missed while the host was down.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissedSchedules {
+    /// Fire once at start for any number of missed ticks.
+    FireOnce,
+    /// Drop missed ticks.
+    Skip,
+}
+
+/// The interrupt flag plugins read through `lifecycle.interrupted()`.
+#[derive(Debug, Default)]
+pub struct Interrupt(AtomicBool);
+
+impl Interrupt {
+    /// Whether new activity arrived while the agent slept.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+
+    fn set(&self, value: bool) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+}
+
+/// The lifecycle of a host.
+pub struct Lifecycle {
+    config: LifecycleConfig,
+    conn: Mutex<Connection>,
+    journal: Arc<Journal>,
+    interrupt: Arc<Interrupt>,
+}
+
+/// The journal subscriber id of the session monitor.
+const SUBSCRIBER: &str = "host.lifecycle";
+
+impl Lifecycle {
+    /// Open the lifecycle state in `host.db`.
+    pub fn open(
+        data_dir: &Path,
+        config: LifecycleConfig,
+        journal: Arc<Journal>,
+    ) -> Result<Self, StoreError> {
+        let conn = store::open(&data_dir.join("host.db"), &store::HOST_MIGRATIONS)?;
+        let lifecycle = Self {
+            config,
+            conn: Mutex::new(conn),
+            journal,
+            interrupt: Arc::new(Interrupt::default()),
+        };
+        let interrupted = lifecycle
+            .state("interrupted")
+            .ok()
+            .flatten()
+            .is_some_and(|v| v == "true");
+        lifecycle.interrupt.set(interrupted);
+        Ok(lifecycle)
+    }
+
+    /// The interrupt flag, for the `lifecycle` host interface.
+    pub fn interrupt(&self) -> Arc<Interrupt> {
+        self.interrupt.clone()
+    }
+
+    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn state(&self, key: &str) -> rusqlite::Result<Option<String>> {
+        self.conn()
+            .query_row(
+                "SELECT value FROM lifecycle_state WHERE key = ?1",
+                params![key],
+                |r| r.get(0),
+            )
+            .optional()
+    }
+
+    fn set_state(&self, key: &str, value: &str) -> rusqlite::Result<()> {
+        self.conn().execute(
+            "INSERT INTO lifecycle_state (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![key, value],
+        )?;
+        Ok(())
+    }
+
+    /// Follow the journal and the clock until `stop`.
+    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        let patterns = vec!["message.received".to_string(), "agent.response".to_string()];
+        let mut cursor = match self.journal.subscribe(SUBSCRIBER, &patterns).await {
+            Ok(cursor) => cursor,
+            Err(e) => {
+                tracing::error!("session monitor cannot subscribe: {e}");
+                return;
+            }
+        };
+        let interval = Duration::from_millis(self.config.check_interval_ms.max(10));
+        loop {
+            if *stop.borrow() {
+                return;
+            }
+            let appended = self.journal.appended();
+            match self.journal.pending(cursor, &patterns, 256) {
+                Ok(events) => {
+                    for event in events {
+                        if let Err(e) = self.observe(&event).await {
+                            tracing::error!(
+                                seq = event.seq,
+                                "session monitor failed on an event: {e}"
+                            );
+                        }
+                        if let Err(e) = self.journal.advance(SUBSCRIBER, event.seq).await {
+                            tracing::error!("session monitor cannot move its cursor: {e}");
+                        }
+                        cursor = event.seq;
+                    }
+                }
+                Err(e) => tracing::error!("session monitor cannot read the journal: {e}"),
+            }
+            if let Err(e) = self.check_timeouts().await {
+                tracing::error!("lifecycle check failed: {e}");
+            }
+            tokio::select! {
+                _ = appended => {}
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.changed() => {}
+            }
+        }
+    }
+
+    /// Apply one journal event to the sessions (idempotent: replays are skipped).
+    async fn observe(&self, event: &Event) -> Result<(), rusqlite::Error> {
+        let Some(session) = event.session_id.clone() else {
+            return Ok(());
+        };
+        let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap_or_default();
+        let entry = match event.topic.as_str() {
+            "message.received" => {
+                json!({"role": "user", "sender": payload["sender"], "text": payload["text"], "at": event.created_at})
+            }
+            _ => {
+                json!({"role": "assistant", "text": payload["reply"]["text"], "at": event.created_at})
+            }
+        };
+        let mut completed = Vec::new();
+        let mut woke = false;
+        {
+            let conn = self.conn();
+            let known: Option<i64> = conn
+                .query_row(
+                    "SELECT last_seq FROM lifecycle_sessions WHERE id = ?1",
+                    params![session],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            match known {
+                Some(last_seq) if last_seq >= event.seq => return Ok(()),
+                Some(_) => {
+                    let transcript: String = conn.query_row(
+                        "SELECT transcript FROM lifecycle_sessions WHERE id = ?1",
+                        params![session],
+                        |r| r.get(0),
+                    )?;
+                    let mut entries: Vec<serde_json::Value> =
+                        serde_json::from_str(&transcript).unwrap_or_default();
+                    entries.push(entry.clone());
+                    let excess = entries
+                        .len()
+                        .saturating_sub(self.config.max_transcript_entries);
+                    entries.drain(..excess);
+                    conn.execute(
+                        "UPDATE lifecycle_sessions SET last_activity = ?2, last_seq = ?3, state = 'active',
+                             ended_at = NULL, end_reason = NULL, transcript = ?4
+                         WHERE id = ?1",
+                        params![session, event.created_at, event.seq, serde_json::Value::Array(entries).to_string()],
+                    )?;
+                }
+                None => {
+                    // A new session: the user's earlier sessions wait for consolidation.
+                    if let Some(user) = &event.user_id {
+                        let mut statement = conn.prepare(
+                            "SELECT id FROM lifecycle_sessions WHERE user_id = ?1 AND state IN ('active', 'ended')",
+                        )?;
+                        completed = statement
+                            .query_map(params![user], |r| r.get::<_, String>(0))?
+                            .collect::<Result<Vec<_>, _>>()?;
+                        conn.execute(
+                            "UPDATE lifecycle_sessions SET state = 'pending', ended_at = coalesce(ended_at, ?2),
+                                 end_reason = coalesce(end_reason, 'new session')
+                             WHERE user_id = ?1 AND state IN ('active', 'ended')",
+                            params![user, event.created_at],
+                        )?;
+                    }
+                    conn.execute(
+                        "INSERT INTO lifecycle_sessions (id, user_id, state, started_at, last_activity, last_seq, transcript)
+                         VALUES (?1, ?2, 'active', ?3, ?3, ?4, json_array(json(?5)))",
+                        params![session, event.user_id, event.created_at, event.seq, entry.to_string()],
+                    )?;
+                }
+            }
+        }
+        if event.topic == "message.received" {
+            self.set_state("last_activity", &event.created_at.to_string())?;
+            if self.state("asleep")?.as_deref() == Some("true") {
+                self.set_state("asleep", "false")?;
+                self.set_state("interrupted", "true")?;
+                self.interrupt.set(true);
+                woke = true;
+            }
+        }
+        for id in completed {
+            self.journal
+                .emit(
+                    "memory.session_completed",
+                    json!({"session_id": id, "user_id": event.user_id}),
+                    Some(id.clone()),
+                    event.user_id.clone(),
+                )
+                .await;
+        }
+        if woke {
+            self.journal
+                .emit(
+                    "sleep.completed",
+                    json!({"reason": "interrupted", "by_session": session}),
+                    None,
+                    None,
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// End idle sessions and start sleeping when nothing is active.
+    async fn check_timeouts(&self) -> Result<(), rusqlite::Error> {
+        let now = now_ms();
+        let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
+        let ended: Vec<(String, Option<String>, i64, String)> = {
+            let conn = self.conn();
+            let mut statement = conn.prepare(
+                "SELECT id, user_id, started_at, transcript FROM lifecycle_sessions WHERE state = 'active' AND last_activity <= ?1",
+            )?;
+            let rows = statement
+                .query_map(params![idle_before], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })?
+                .collect::<Result<Vec<_>, _>>()?;
+            conn.execute(
+                "UPDATE lifecycle_sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
+                 WHERE state = 'active' AND last_activity <= ?1",
+                params![idle_before, now],
+            )?;
+            rows
+        };
+        for (id, user, started_at, transcript) in ended {
+            let transcript: serde_json::Value =
+                serde_json::from_str(&transcript).unwrap_or_default();
+            let payload = json!({
+                "session_id": id, "user_id": user, "reason": "idle",
+                "started_at": started_at, "ended_at": now, "transcript": transcript,
+            });
+            self.journal
+                .emit("session.ended", payload, Some(id.clone()), user)
+                .await;
+        }
+
+        let active: i64 = self.conn().query_row(
+            "SELECT count(*) FROM lifecycle_sessions WHERE state = 'active'",
+            [],
+            |r| r.get(0),
+        )?;
+        let asleep = self.state("asleep")?.as_deref() == Some("true");
+        let last_activity = match self.state("last_activity")? {
+            Some(value) => value.parse::<i64>().unwrap_or(now),
+            None => {
+                // First run on this data dir: idleness counts from now.
+                self.set_state("last_activity", &now.to_string())?;
+                now
+            }
+        };
+        if active == 0
+            && !asleep
+            && now - last_activity >= (self.config.sleep_timeout_secs as i64) * 1000
+        {
+            self.set_state("asleep", "true")?;
+            self.set_state("interrupted", "false")?;
+            self.interrupt.set(false);
+            self.journal
+                .emit(
+                    "sleep.started",
+                    json!({"idle_since": last_activity}),
+                    None,
+                    None,
+                )
+                .await;
+        }
+        Ok(())
+    }
+
+    /// Emit the manifests' cron schedules until `stop`.
+    pub async fn run_scheduler(
+        self: Arc<Self>,
+        manifests: Vec<Arc<Manifest>>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        let mut entries = Vec::new();
+        for manifest in &manifests {
+            for entry in &manifest.schedule {
+                match entry.cron.parse::<croner::Cron>() {
+                    Ok(cron) => entries.push((
+                        manifest.id.clone(),
+                        entry.name.clone(),
+                        entry.cron.clone(),
+                        cron,
+                    )),
+                    Err(e) => {
+                        tracing::error!(plugin = %manifest.id, schedule = %entry.name, "bad cron: {e}")
+                    }
+                }
+            }
+        }
+        if entries.is_empty() {
+            return;
+        }
+        let now = Utc::now();
+        for (plugin, name, expression, cron) in &entries {
+            match self.last_fired(plugin, name) {
+                Ok(Some(last)) => {
+                    let missed = cron
+                        .find_next_occurrence(&last, false)
+                        .ok()
+                        .filter(|next| *next <= now);
+                    if let Some(missed_at) = missed {
+                        if self.config.missed_schedules == MissedSchedules::FireOnce {
+                            self.fire(plugin, name, expression, missed_at, true).await;
+                        }
+                        self.record_fired(plugin, name, now);
+                    }
+                }
+                Ok(None) => self.record_fired(plugin, name, now),
+                Err(e) => {
+                    tracing::error!(plugin, schedule = name, "cannot read schedule state: {e}")
+                }
+            }
+        }
+        loop {
+            let now = Utc::now();
+            let next = entries
+                .iter()
+                .filter_map(|(plugin, name, expression, cron)| {
+                    let from = self
+                        .last_fired(plugin, name)
+                        .ok()
+                        .flatten()
+                        .unwrap_or(now)
+                        .max(now);
+                    cron.find_next_occurrence(&from, false)
+                        .ok()
+                        .map(|at| (at, plugin, name, expression))
+                })
+                .min_by_key(|(at, ..)| *at);
+            let Some((at, plugin, name, expression)) = next else {
+                return;
+            };
+            let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {
+                    self.fire(plugin, name, expression, at, false).await;
+                    self.record_fired(plugin, name, at);
+                }
+                _ = stop.changed() => {
+                    if *stop.borrow() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn fire(
+        &self,
+        plugin: &str,
+        name: &str,
+        expression: &str,
+        at: DateTime<Utc>,
+        missed: bool,
+    ) {
+        let topic = format!("schedule.{plugin}.{name}");
+        let payload = json!({
+            "plugin": plugin, "name": name, "cron": expression,
+            "scheduled_for": at.timestamp_millis(), "missed": missed,
+        });
+        self.journal.emit(&topic, payload, None, None).await;
+    }
+
+    fn last_fired(&self, plugin: &str, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
+        let millis: Option<i64> = self
+            .conn()
+            .query_row(
+                "SELECT last_fired_at FROM schedule_state WHERE plugin_id = ?1 AND name = ?2",
+                params![plugin, name],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(millis.and_then(|ms| Utc.timestamp_millis_opt(ms).single()))
+    }
+
+    fn record_fired(&self, plugin: &str, name: &str, at: DateTime<Utc>) {
+        let result = self.conn().execute(
+            "INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
+             ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at",
+            params![plugin, name, at.timestamp_millis()],
+        );
+        if let Err(e) = result {
+            tracing::error!(
+                plugin,
+                schedule = name,
+                "cannot record a schedule tick: {e}"
+            );
+        }
+    }
+}
