@@ -29,6 +29,9 @@ CREATE TABLE dead_letters (
     topic      TEXT    NOT NULL,
     error      TEXT    NOT NULL,
     attempts   INTEGER NOT NULL,
+    -- dead: given up on; retry: an operator asked for one more delivery.
+    status     TEXT    NOT NULL DEFAULT 'dead' CHECK (status IN ('dead', 'retry')),
     created_at INTEGER NOT NULL,
     UNIQUE (subscriber, seq)
 );
+CREATE INDEX dead_letters_retry ON dead_letters (subscriber, seq) WHERE status = 'retry';

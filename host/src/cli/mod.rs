@@ -114,15 +114,44 @@ enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List events that subscribers gave up on.
+    /// Deliver a subscriber's events again from a sequence number (on a running host too).
+    Replay {
+        /// The subscriber (plugin id).
+        #[arg(long)]
+        subscriber: String,
+        /// The first event to deliver again.
+        #[arg(long)]
+        from: i64,
+    },
+    /// Events that subscribers gave up on: list them, retry them, or discard them.
     DeadLetters {
-        /// How many, newest first.
+        /// What to do (default: list).
+        #[arg(value_enum, default_value = "list")]
+        action: DeadLetterAction,
+        /// Only this subscriber's dead letters.
+        #[arg(long)]
+        subscriber: Option<String>,
+        /// Only this dead letter.
+        #[arg(long)]
+        id: Option<i64>,
+        /// How many to list, newest first.
         #[arg(long, default_value_t = 50)]
         limit: usize,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
     },
+}
+
+/// What `cairn journal dead-letters` does.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DeadLetterAction {
+    /// Print them.
+    List,
+    /// Deliver them once more (with the usual retries).
+    Retry,
+    /// Delete them.
+    Discard,
 }
 
 #[derive(Subcommand, Debug)]
@@ -471,7 +500,52 @@ fn journal_command(data_dir: &Path, command: &JournalCommand) -> Result<ExitCode
                 }
             }
         }
-        JournalCommand::DeadLetters { limit, json } => {
+        JournalCommand::Replay { subscriber, from } => {
+            if *from < 1 {
+                return Err(
+                    BadInput("--from: expected a sequence number of 1 or more".into()).into(),
+                );
+            }
+            let conn = journal::open_for_admin(data_dir)?;
+            if !journal::replay_from(&conn, subscriber, *from)? {
+                return Err(BadInput(format!(
+                    "--subscriber: no subscriber `{subscriber}` in this journal"
+                ))
+                .into());
+            }
+            println!("{subscriber} will receive events again from #{from}");
+            Ok(ExitCode::SUCCESS)
+        }
+        JournalCommand::DeadLetters {
+            action: action @ (DeadLetterAction::Retry | DeadLetterAction::Discard),
+            subscriber,
+            id,
+            ..
+        } => {
+            if subscriber.is_none() && id.is_none() {
+                return Err(BadInput(
+                    "name the dead letters: --subscriber ID and/or --id N".into(),
+                )
+                .into());
+            }
+            let conn = journal::open_for_admin(data_dir)?;
+            let changed = match action {
+                DeadLetterAction::Retry => {
+                    journal::retry_dead_letters(&conn, subscriber.as_deref(), *id)?
+                }
+                _ => journal::discard_dead_letters(&conn, subscriber.as_deref(), *id)?,
+            };
+            println!(
+                "{changed} dead letter(s) {}",
+                if matches!(action, DeadLetterAction::Retry) {
+                    "queued for retry"
+                } else {
+                    "discarded"
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        JournalCommand::DeadLetters { limit, json, .. } => {
             let letters = match &conn {
                 Some(conn) => journal::dead_letters(conn, *limit)?,
                 None => Vec::new(),
@@ -733,6 +807,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));
     workers.spawn(agent.run_tasks(routed, stopping.clone()));
     workers.spawn(buffer.clone().run_retention(stopping.clone()));
+    workers.spawn(journal.clone().run_retention(stopping.clone()));
     workers.spawn(lifecycle.clone().run(stopping.clone()));
     let scheduled = set
         .start_order()

@@ -32,8 +32,63 @@ fn to_wit(event: &Event) -> WitEvent {
     }
 }
 
+/// How a delivery with retries ended.
+enum Delivery {
+    /// The subscriber took the event.
+    Taken,
+    /// Every attempt failed; the last error and the number of attempts.
+    GaveUp(String, u32),
+    /// The host is stopping; the event is left for the next start.
+    Stopping,
+}
+
+/// Deliver one event, retrying with capped exponential backoff up to `max_attempts`.
+async fn deliver(
+    journal: &Journal,
+    plugin: &PluginHandle,
+    event: &Event,
+    stop: &mut watch::Receiver<bool>,
+) -> Delivery {
+    let config = journal.config();
+    let wit = to_wit(event);
+    let mut attempt = 0u32;
+    loop {
+        attempt += 1;
+        let delivered = wit.clone();
+        match plugin
+            .call(move |instance| instance.on_event(&delivered))
+            .await
+        {
+            Ok(()) => return Delivery::Taken,
+            Err(error) if attempt >= config.max_attempts => {
+                return Delivery::GaveUp(describe(&error), attempt);
+            }
+            Err(error) => {
+                let backoff = config
+                    .backoff_initial_ms
+                    .saturating_mul(1 << (attempt - 1).min(20))
+                    .min(config.backoff_max_ms);
+                tracing::warn!(
+                    subscriber = plugin.id(),
+                    seq = event.seq,
+                    attempt,
+                    backoff_ms = backoff,
+                    "delivery failed: {}",
+                    describe(&error)
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
+                    _ = stop.changed() => return Delivery::Stopping,
+                }
+            }
+        }
+    }
+}
+
 /// Deliver matching events to `plugin` until `stop` turns true; an event in flight when
 /// the stop comes is finished first (or left for the next start if it is being retried).
+/// Each round also re-delivers dead letters an operator asked to retry, and reads the
+/// stored cursor, so `cairn journal replay` takes effect on a running host.
 pub async fn serve(
     journal: Arc<Journal>,
     plugin: PluginHandle,
@@ -41,19 +96,33 @@ pub async fn serve(
     mut stop: watch::Receiver<bool>,
 ) {
     let id = plugin.id().to_string();
-    let mut cursor = match journal.subscribe(&id, &patterns).await {
-        Ok(cursor) => cursor,
-        Err(e) => {
-            tracing::error!(subscriber = %id, "cannot subscribe: {e}");
-            return;
-        }
-    };
-    let config = journal.config().clone();
+    if let Err(e) = journal.subscribe(&id, &patterns).await {
+        tracing::error!(subscriber = %id, "cannot subscribe: {e}");
+        return;
+    }
     loop {
         if *stop.borrow() {
             return;
         }
         let appended = journal.appended();
+        for event in journal.retries(&id).unwrap_or_default() {
+            let failure = match deliver(&journal, &plugin, &event, &mut stop).await {
+                Delivery::Taken => None,
+                Delivery::GaveUp(error, attempts) => Some((error, attempts)),
+                Delivery::Stopping => return,
+            };
+            if let Err(e) = journal.settle_retry(&id, event.seq, failure).await {
+                tracing::error!(subscriber = %id, "cannot settle a retried dead letter: {e}");
+            }
+        }
+        let cursor = match journal.cursor(&id) {
+            Ok(Some(cursor)) => cursor,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
+                return;
+            }
+        };
         let events = match journal.pending(cursor, &patterns, READ_AHEAD) {
             Ok(events) => events,
             Err(e) => {
@@ -70,43 +139,18 @@ pub async fn serve(
             continue;
         }
         for event in events {
-            let wit = to_wit(&event);
-            let mut attempt = 0u32;
-            let outcome = loop {
-                attempt += 1;
-                let delivered = wit.clone();
-                match plugin
-                    .call(move |instance| instance.on_event(&delivered))
-                    .await
-                {
-                    Ok(()) => break Ok(()),
-                    Err(error) if attempt >= config.max_attempts => break Err(describe(&error)),
-                    Err(error) => {
-                        let backoff = config
-                            .backoff_initial_ms
-                            .saturating_mul(1 << (attempt - 1).min(20))
-                            .min(config.backoff_max_ms);
-                        tracing::warn!(subscriber = %id, seq = event.seq, attempt, backoff_ms = backoff, "delivery failed: {}", describe(&error));
-                        tokio::select! {
-                            _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
-                            // Stopping: leave the event for the next start.
-                            _ = stop.changed() => return,
-                        }
-                    }
+            let recorded = match deliver(&journal, &plugin, &event, &mut stop).await {
+                Delivery::Taken => journal.advance(&id, event.seq).await,
+                Delivery::GaveUp(error, attempts) => {
+                    tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
+                    journal.dead_letter(&id, &event, &error, attempts).await
                 }
-            };
-            let recorded = match &outcome {
-                Ok(()) => journal.advance(&id, event.seq).await,
-                Err(error) => {
-                    tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts = attempt, "event dead-lettered: {error}");
-                    journal.dead_letter(&id, &event, error, attempt).await
-                }
+                Delivery::Stopping => return,
             };
             if let Err(e) = recorded {
                 tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
                 return;
             }
-            cursor = event.seq;
             if *stop.borrow() {
                 return;
             }

@@ -38,6 +38,8 @@ pub struct JournalConfig {
     pub backoff_initial_ms: u64,
     /// Cap of the redelivery delay, in ms (default 10000).
     pub backoff_max_ms: u64,
+    /// Events older than this that every subscriber has consumed are pruned (default 30).
+    pub retention_days: u32,
 }
 
 impl Default for JournalConfig {
@@ -47,6 +49,7 @@ impl Default for JournalConfig {
             max_attempts: 5,
             backoff_initial_ms: 100,
             backoff_max_ms: 10_000,
+            retention_days: 30,
         }
     }
 }
@@ -148,6 +151,8 @@ pub struct DeadLetter {
     pub error: String,
     /// How many deliveries were tried.
     pub attempts: i64,
+    /// `dead`, or `retry` while one more delivery is pending.
+    pub status: String,
     /// When it was given up on.
     pub created_at: i64,
 }
@@ -376,6 +381,94 @@ impl Journal {
             .await?)
     }
 
+    /// The cursor of a subscriber as stored (an operator may have rewound it).
+    pub fn cursor(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {
+        Ok(self
+            .reader()
+            .query_row(
+                "SELECT cursor FROM subscribers WHERE id = ?1",
+                params![subscriber],
+                |r| r.get(0),
+            )
+            .optional()?)
+    }
+
+    /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
+    pub fn retries(&self, subscriber: &str) -> Result<Vec<Event>, JournalError> {
+        let conn = self.reader();
+        let mut statement = conn.prepare_cached(&format!(
+            "SELECT {EVENT_COLUMNS} FROM events WHERE seq IN
+               (SELECT seq FROM dead_letters WHERE subscriber = ?1 AND status = 'retry') ORDER BY seq"
+        ))?;
+        Ok(statement
+            .query_map(params![subscriber], read_event)?
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Settle a retried dead letter: delete it when delivered, or put it back with the error.
+    pub async fn settle_retry(
+        &self,
+        subscriber: &str,
+        seq: i64,
+        failure: Option<(String, u32)>,
+    ) -> Result<(), JournalError> {
+        let subscriber = subscriber.to_string();
+        Ok(self
+            .writer
+            .write(move |conn| {
+                match failure {
+                    None => conn.execute(
+                        "DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2",
+                        params![subscriber, seq],
+                    ),
+                    Some((error, attempts)) => conn.execute(
+                        "UPDATE dead_letters SET status = 'dead', error = ?3, attempts = attempts + ?4, created_at = ?5
+                         WHERE subscriber = ?1 AND seq = ?2",
+                        params![subscriber, seq, error, attempts, now_ms()],
+                    ),
+                }
+                .map(|_| ())
+            })
+            .await?)
+    }
+
+    /// Delete events older than `retention_days` that every subscriber has consumed and no
+    /// dead letter refers to; returns how many.
+    pub async fn prune(&self) -> Result<usize, JournalError> {
+        let before = now_ms() - i64::from(self.config.retention_days) * 86_400_000;
+        Ok(self
+            .writer
+            .write(move |conn| {
+                conn.execute(
+                    "DELETE FROM events WHERE created_at < ?1
+                       AND seq <= (SELECT coalesce(min(cursor), 0) FROM subscribers)
+                       AND seq NOT IN (SELECT seq FROM dead_letters)",
+                    params![before],
+                )
+            })
+            .await?)
+    }
+
+    /// Prune now, then daily, until `stop` turns true.
+    pub async fn run_retention(
+        self: std::sync::Arc<Self>,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            match self.prune().await {
+                Ok(0) => {}
+                Ok(pruned) => {
+                    tracing::info!(pruned, "pruned consumed journal events past retention")
+                }
+                Err(e) => tracing::error!("journal retention failed: {e}"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_secs(86_400)) => {}
+                _ = stop.changed() => return,
+            }
+        }
+    }
+
     /// The subscriber's next events after its cursor.
     pub fn pending(
         &self,
@@ -472,7 +565,7 @@ pub fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>
 /// Dead letters of a journal database, newest first.
 pub fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
     let mut statement = conn.prepare(
-        "SELECT id, subscriber, seq, topic, error, attempts, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+        "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
     )?;
     statement
         .query_map(params![limit as i64], |r| {
@@ -483,7 +576,8 @@ pub fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<Dea
                 topic: r.get(3)?,
                 error: r.get(4)?,
                 attempts: r.get(5)?,
-                created_at: r.get(6)?,
+                status: r.get(6)?,
+                created_at: r.get(7)?,
             })
         })?
         .collect()
@@ -512,6 +606,47 @@ pub fn recent(
         .collect::<Result<_, _>>()?;
     rows.reverse();
     Ok(rows)
+}
+
+/// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`; a running
+/// host picks the new position up on its next round. Returns whether the subscriber exists.
+pub fn replay_from(conn: &Connection, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
+    let changed = conn.execute(
+        "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
+        params![subscriber, (from_seq - 1).max(0), now_ms()],
+    )?;
+    Ok(changed == 1)
+}
+
+/// Ask for one more delivery of dead letters (all of a subscriber's, or one by id);
+/// returns how many.
+pub fn retry_dead_letters(
+    conn: &Connection,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+) -> rusqlite::Result<usize> {
+    conn.execute(
+        "UPDATE dead_letters SET status = 'retry'
+         WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+        params![subscriber, id],
+    )
+}
+
+/// Delete dead letters (all of a subscriber's, or one by id); returns how many.
+pub fn discard_dead_letters(
+    conn: &Connection,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+) -> rusqlite::Result<usize> {
+    conn.execute(
+        "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+        params![subscriber, id],
+    )
+}
+
+/// Open a data dir's journal for an operator's change (replay, retry, discard).
+pub fn open_for_admin(data_dir: &Path) -> Result<Connection, StoreError> {
+    store::open(&data_dir.join("journal.db"), &MIGRATIONS)
 }
 
 /// Open a data dir's journal read-only; `None` when there is none yet.
@@ -594,6 +729,47 @@ mod tests {
         assert_eq!(
             journal.subscribe("sub", &patterns).await.expect("resume"),
             pending[2].seq
+        );
+    }
+
+    #[tokio::test]
+    async fn retention_prunes_only_events_every_subscriber_consumed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = JournalConfig {
+            retention_days: 0,
+            ..JournalConfig::default()
+        };
+        let journal = Journal::open(dir.path(), config).expect("open");
+        let all = vec!["*".to_string()];
+        journal.subscribe("fast", &all).await.expect("subscribe");
+        journal.subscribe("slow", &all).await.expect("subscribe");
+        let mut seqs = Vec::new();
+        for topic in ["a.one", "a.two", "a.three", "a.four"] {
+            seqs.push(journal.append(event(topic)).await.expect("append"));
+        }
+        journal.advance("fast", seqs[3]).await.expect("advance");
+        journal.advance("slow", seqs[2]).await.expect("advance");
+        let events = journal.pending(0, &all, 10).expect("read");
+        journal
+            .dead_letter("slow", &events[0], "boom", 1)
+            .await
+            .expect("dead letter");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(
+            journal.prune().await.expect("prune"),
+            2,
+            "a.two and a.three"
+        );
+        let left: Vec<String> = journal
+            .pending(0, &all, 10)
+            .expect("read")
+            .into_iter()
+            .map(|e| e.topic)
+            .collect();
+        assert_eq!(
+            left,
+            ["a.one", "a.four"],
+            "dead-lettered and still-pending events stay"
         );
     }
 
