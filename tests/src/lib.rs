@@ -419,3 +419,60 @@ pub fn buffer_db(data: &Path) -> rusqlite::Connection {
     )
     .expect("open buffer.db")
 }
+
+/// A thread that posts signed `pull_request` deliveries (payload `seq` = 0, 1, 2, ...) to
+/// the webhook channel on `port` until `finished` turns true. Deliveries that fail (the host
+/// is down) are not retried. The thread returns how many it tried and which were
+/// acknowledged with 202.
+pub fn spawn_webhook_sender(
+    port: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    finished: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    secret: &'static str,
+    pause: Duration,
+) -> std::thread::JoinHandle<(usize, Vec<usize>)> {
+    use std::sync::atomic::Ordering;
+    std::thread::spawn(move || {
+        let client = http_client();
+        let mut attempts = 0;
+        let mut acknowledged = Vec::new();
+        for i in 0.. {
+            if finished.load(Ordering::SeqCst) {
+                break;
+            }
+            let body = serde_json::to_vec(&serde_json::json!({
+                "action": "opened",
+                "repository": {"full_name": "octo/restart"},
+                "pull_request": {"number": i % 7, "title": format!("change {i}")},
+                "sender": {"login": "octocat"},
+                "seq": i,
+            }))
+            .expect("serialise");
+            let signature = github_signature(secret.as_bytes(), &body);
+            attempts += 1;
+            let port = port.load(Ordering::SeqCst);
+            match post_webhook(
+                &client,
+                port,
+                "pull_request",
+                &format!("d-{i}"),
+                &body,
+                Some(&signature),
+            ) {
+                Ok((202, _)) => acknowledged.push(i),
+                // The host is down: not acknowledged, so the producer may not count on it.
+                _ => std::thread::sleep(Duration::from_millis(20)),
+            }
+            std::thread::sleep(pause);
+        }
+        (attempts, acknowledged)
+    })
+}
+
+/// A pseudo-random pause of 150 to 550 ms from a linear congruential sequence, so kill
+/// points vary but a failing run can be repeated.
+pub fn kill_pause(seed: &mut u64) -> Duration {
+    *seed = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    Duration::from_millis(150 + (*seed >> 33) % 400)
+}

@@ -3,13 +3,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn_tests::{
-    Host, PluginDir, buffer_db, cairn, github_examples, github_signature, http_client,
-    post_webhook, status_json,
+    Host, PluginDir, buffer_db, cairn, github_examples, github_signature, http_client, kill_pause,
+    post_webhook, spawn_webhook_sender, status_json,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -357,54 +357,10 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
     let mut host = Host::start(dir.path(), data.path(), &env);
     let port = Arc::new(AtomicU16::new(host.webhook_port()));
     let finished = Arc::new(AtomicBool::new(false));
-    let acknowledged = Arc::new(Mutex::new(Vec::<usize>::new()));
-    let sender = {
-        let port = port.clone();
-        let finished = finished.clone();
-        let acknowledged = acknowledged.clone();
-        std::thread::spawn(move || {
-            let client = http_client();
-            let mut attempts = 0;
-            // Keep sending until every kill is done, so deliveries are in flight at each kill.
-            for i in 0.. {
-                if finished.load(Ordering::SeqCst) {
-                    break;
-                }
-                let body = serde_json::to_vec(&serde_json::json!({
-                    "action": "opened",
-                    "repository": {"full_name": "octo/restart"},
-                    "pull_request": {"number": i % 7, "title": format!("change {i}")},
-                    "sender": {"login": "octocat"},
-                    "seq": i,
-                }))
-                .expect("serialise");
-                let signature = github_signature(SECRET.as_bytes(), &body);
-                attempts += 1;
-                let result = post_webhook(
-                    &client,
-                    port.load(Ordering::SeqCst),
-                    "pull_request",
-                    &format!("d-{i}"),
-                    &body,
-                    Some(&signature),
-                );
-                if let Ok((202, _)) = result {
-                    acknowledged.lock().expect("lock").push(i);
-                } else {
-                    // The host is down: not acknowledged, so the producer may not count on it.
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
-            attempts
-        })
-    };
-
+    let sender = spawn_webhook_sender(port.clone(), finished.clone(), SECRET, Duration::ZERO);
     let mut seed: u64 = 0x5eed_cafe;
     for _ in 0..kills {
-        seed = seed
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        std::thread::sleep(Duration::from_millis(150 + (seed >> 33) % 400));
+        std::thread::sleep(kill_pause(&mut seed));
         host.kill9();
         host = Host::start(dir.path(), data.path(), &env);
         port.store(host.webhook_port(), Ordering::SeqCst);
@@ -412,12 +368,11 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
     // A last stretch of traffic to the final host, then stop the sender.
     std::thread::sleep(Duration::from_millis(300));
     finished.store(true, Ordering::SeqCst);
-    let attempts: usize = sender.join().expect("sender");
+    let (attempts, acknowledged) = sender.join().expect("sender");
     wait_until_settled(&mut host, data.path());
     let (exit, _) = host.stop();
     assert!(exit.success());
 
-    let acknowledged = acknowledged.lock().expect("lock").clone();
     let db = buffer_db(data.path());
     let mut rows: BTreeMap<usize, Vec<(i64, Option<i64>)>> = BTreeMap::new();
     let mut statement = db

@@ -176,7 +176,7 @@ fn journal_topics(data: &std::path::Path) -> Vec<serde_json::Value> {
         "tail",
         "--json",
         "--limit",
-        "1000",
+        "1000000",
         "--data",
         &data.display().to_string(),
     ]);
@@ -356,4 +356,142 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
         missed, 1,
         "with `skip`, the second run's missed ticks fire nothing"
     );
+}
+
+/// Sequence numbers a subscriber logged (`counter: event #N seq=S`), in log order.
+fn delivered(log: &str, plugin: &str) -> Vec<i64> {
+    let tag = format!("plugin=\"{plugin}\"");
+    log.lines()
+        .filter(|l| l.contains("counter: event #") && l.contains(&tag))
+        .filter_map(|l| {
+            l.split("seq=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+#[test]
+fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+
+    const SECRET: &str = "journal-crash-secret";
+    let dir = PluginDir::new();
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(
+        root.join("manifests/webhook.yaml"),
+        dir.path().join("webhook.yaml"),
+    )
+    .expect("manifest");
+    dir.component("webhook");
+    let subscriptions = [
+        ("counter", vec!["message.received"]),
+        ("tally", vec!["turn.*", "agent.response"]),
+    ];
+    for (id, patterns) in &subscriptions {
+        let list = patterns
+            .iter()
+            .map(|p| format!("'{p}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        dir.plugin(
+            id,
+            "handler",
+            "counter",
+            &format!("events: {{subscribes: [{list}]}}\ncapabilities: {{kv: true}}\n"),
+        );
+    }
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_WEBHOOK_SECRET", SECRET),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+    ];
+    let kills = 5;
+    let mut logs = Vec::new();
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = Arc::new(AtomicU16::new(host.webhook_port()));
+    let finished = Arc::new(AtomicBool::new(false));
+    let sender = cairn_tests::spawn_webhook_sender(
+        port.clone(),
+        finished.clone(),
+        SECRET,
+        Duration::from_millis(5),
+    );
+    let mut seed: u64 = 0x0ddb_a11;
+    for _ in 0..kills {
+        std::thread::sleep(cairn_tests::kill_pause(&mut seed));
+        logs.push(host.kill9());
+        host = Host::start(dir.path(), data.path(), &env);
+        port.store(host.webhook_port(), Ordering::SeqCst);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    finished.store(true, Ordering::SeqCst);
+    sender.join().expect("sender");
+    let data_path = data.path().to_path_buf();
+    host.wait_until(LONG, "every subscriber caught up", |_| {
+        let status = status_json(&data_path);
+        let batches = &status["buffer"]["batches"];
+        status["buffer"]["depth"] == 0
+            && batches.get("main/queued").is_none()
+            && batches.get("main/running").is_none()
+            && status["subscribers"]
+                .as_array()
+                .is_some_and(|s| s.iter().all(|s| s["lag"] == 0))
+    });
+    let (exit, last) = host.stop();
+    assert!(exit.success());
+    logs.push(last);
+
+    let events = journal_topics(data.path());
+    let mut total_duplicates = 0;
+    for (id, patterns) in &subscriptions {
+        let expected: Vec<i64> = events
+            .iter()
+            .filter(|e| {
+                let topic = e["topic"].as_str().unwrap_or_default();
+                patterns
+                    .iter()
+                    .any(|p| cairn::journal::topic_matches(p, topic))
+            })
+            .filter_map(|e| e["seq"].as_i64())
+            .collect();
+        assert!(
+            expected.len() > 20,
+            "{id}: the stream should be substantial ({} events)",
+            expected.len()
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        let mut deliveries = 0;
+        for (run, log) in logs.iter().enumerate() {
+            let seqs = delivered(log, id);
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "{id}: out of order in run {run}: {seqs:?}"
+            );
+            deliveries += seqs.len();
+            seen.extend(seqs);
+        }
+        let missing: Vec<&i64> = expected.iter().filter(|s| !seen.contains(s)).collect();
+        assert!(
+            missing.is_empty(),
+            "{id}: events never delivered: {missing:?}"
+        );
+        let unexpected: Vec<&i64> = seen.iter().filter(|s| !expected.contains(s)).collect();
+        assert!(
+            unexpected.is_empty(),
+            "{id}: delivered events it does not subscribe to: {unexpected:?}"
+        );
+        total_duplicates += deliveries - seen.len();
+        println!(
+            "journal crash test: {id}: {} events, {deliveries} deliveries, {} duplicates, 0 skipped",
+            expected.len(),
+            deliveries - seen.len()
+        );
+    }
+    println!("journal crash test: {kills} kill -9, {total_duplicates} duplicate deliveries in all");
 }
