@@ -422,7 +422,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
         SECRET,
         Duration::from_millis(5),
     );
-    let mut seed: u64 = 0x0ddb_a11;
+    let mut seed: u64 = 0x00dd_ba11;
     for _ in 0..kills {
         std::thread::sleep(cairn_tests::kill_pause(&mut seed));
         logs.push(host.kill9());
