@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 
 use cairn::buffer::{Buffer, BufferConfig, NewMessage};
 use cairn::config::{KvConfig, RuntimeConfig};
+use cairn::journal::{Journal, JournalConfig, NewEvent};
 use cairn::plugin::bindings::v0_1::types::Event;
 use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::KvStore;
@@ -230,6 +231,7 @@ fn main() -> Result<()> {
     buffer_rows(&mut rows, scratch.path())?;
     route_rows(&mut rows, scratch.path())?;
     end_to_end_rows(&mut rows, scratch.path())?;
+    journal_rows(&mut rows, scratch.path(), &rust_component)?;
     print_and_save(&rows)
 }
 
@@ -474,4 +476,267 @@ fn print_and_save(rows: &[Row]) -> Result<()> {
     std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
     println!("\nwritten to {}", path.display());
     Ok(())
+}
+
+fn bench_event(i: usize) -> NewEvent {
+    NewEvent {
+        topic: "bench.checksum".into(),
+        payload: format!("{{\"text\":\"event {i} with a few words of payload\"}}"),
+        source: "bench".into(),
+        ..NewEvent::default()
+    }
+}
+
+/// Journal rows: durable append, dispatch to WASM subscribers next to a native one, and
+/// emit → on-event latency at 1k events/s.
+fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for appenders in [1usize, 64] {
+            let dir = scratch.join(format!("journal-append-{appenders}"));
+            std::fs::create_dir_all(&dir)?;
+            let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+            let per = if appenders == 1 { 300 } else { 40 };
+            let started = Instant::now();
+            let mut tasks = tokio::task::JoinSet::new();
+            for a in 0..appenders {
+                let journal = journal.clone();
+                tasks.spawn(async move {
+                    let mut latencies = Vec::new();
+                    for i in 0..per {
+                        let sent = Instant::now();
+                        journal.append(bench_event(a * per + i)).await?;
+                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                    }
+                    anyhow::Ok(latencies)
+                });
+            }
+            let mut latencies = Vec::new();
+            while let Some(done) = tasks.join_next().await {
+                latencies.extend(done??);
+            }
+            let rate = (appenders * per) as f64 / started.elapsed().as_secs_f64();
+            latencies.sort_by(|a, b| a.total_cmp(b));
+            rows.push(Row {
+                name: format!("journal durable append, {appenders} appender(s)"),
+                value: rate,
+                unit: "ev/s",
+                note: format!(
+                    "ack p50 {:.1} ms, p99 {:.1} ms",
+                    percentile(&latencies, 0.5),
+                    percentile(&latencies, 0.99)
+                ),
+            });
+        }
+
+        let native = dispatch_rate(scratch, component, 0).await?;
+        for subscribers in [1usize, 10] {
+            let wasm = dispatch_rate(scratch, component, subscribers).await?;
+            rows.push(Row {
+                name: format!("dispatch to {subscribers} WASM subscriber(s)"),
+                value: wasm,
+                unit: "ev/s",
+                note: format!(
+                    "native Rust subscriber, same cursor handling: {native:.0} ev/s (ratio {:.2})",
+                    wasm / native
+                ),
+            });
+        }
+        let latencies = emit_latency(scratch, component).await?;
+        rows.push(Row {
+            name: "emit → on-event at 1k events/s".into(),
+            value: percentile(&latencies, 0.5),
+            unit: "ms",
+            note: format!(
+                "p50; p99 {:.2} ms; until the subscriber's cursor passed the event",
+                percentile(&latencies, 0.99)
+            ),
+        });
+        anyhow::Ok(())
+    })
+}
+
+/// A plugin host with `count` bench subscribers on `journal`.
+async fn bench_subscribers(
+    dir: &Path,
+    component: &Path,
+    count: usize,
+    journal: Arc<Journal>,
+) -> Result<(
+    cairn::plugin::PluginHost,
+    Vec<cairn::plugin::supervisor::PluginHandle>,
+)> {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins)?;
+    for i in 0..count {
+        std::fs::write(
+            plugins.join(format!("sub{i}.yaml")),
+            format!(
+                "id: sub{i}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\nevents: {{subscribes: ['bench.*']}}\n",
+                component.display()
+            ),
+        )?;
+    }
+    let set = cairn::plugin::resolve::load(&plugins).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+    let mut config = cairn::config::HostConfig {
+        data_dir: dir.to_path_buf(),
+        ..Default::default()
+    };
+    config.runtime.cache_dir = workspace_root().join("target/test-cache");
+    let services = Arc::new(HostServices {
+        kv: Arc::new(KvStore::open(dir, KvConfig::default())?),
+        buffer: None,
+        journal: Some(journal),
+        interrupt: None,
+    });
+    let status = Arc::new(cairn::plugin::status::StatusStore::open(dir)?);
+    let host = cairn::plugin::PluginHost::start(&set, &config, services, status).await?;
+    let handles = (0..count)
+        .filter_map(|i| host.handle(&format!("sub{i}")).cloned())
+        .collect();
+    Ok((host, handles))
+}
+
+/// Events per second delivered to `subscribers` WASM subscribers (0: one native subscriber).
+async fn dispatch_rate(scratch: &Path, component: &Path, subscribers: usize) -> Result<f64> {
+    let dir = scratch.join(format!("dispatch-{subscribers}"));
+    std::fs::create_dir_all(&dir)?;
+    let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+    let events = 2_000usize;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let patterns = vec!["bench.*".to_string()];
+    let (host, handles) = bench_subscribers(&dir, component, subscribers, journal.clone()).await?;
+    let ids: Vec<String> = if subscribers == 0 {
+        journal.subscribe("native", &patterns).await?;
+        vec!["native".into()]
+    } else {
+        for handle in &handles {
+            journal.subscribe(handle.id(), &patterns).await?;
+        }
+        handles.iter().map(|h| h.id().to_string()).collect()
+    };
+    let mut appends = tokio::task::JoinSet::new();
+    for i in 0..events {
+        let journal = journal.clone();
+        appends.spawn(async move { journal.append(bench_event(i)).await });
+    }
+    while let Some(done) = appends.join_next().await {
+        done??;
+    }
+    let head = journal
+        .pending(0, &patterns, usize::MAX)?
+        .last()
+        .map(|e| e.seq)
+        .unwrap_or(0);
+    let started = Instant::now();
+    let mut workers = tokio::task::JoinSet::new();
+    if subscribers == 0 {
+        let journal = journal.clone();
+        workers.spawn(async move {
+            let mut cursor = 0;
+            while cursor < head {
+                for event in journal
+                    .pending(cursor, &["bench.*".to_string()], 256)
+                    .unwrap_or_default()
+                {
+                    black_box(fnv1a(event.payload.as_bytes()));
+                    let _ = journal.advance("native", event.seq).await;
+                    cursor = event.seq;
+                }
+            }
+        });
+    } else {
+        for handle in handles {
+            workers.spawn(cairn::journal::dispatch::serve(
+                journal.clone(),
+                handle,
+                patterns.clone(),
+                stopping.clone(),
+            ));
+        }
+    }
+    loop {
+        let done = ids
+            .iter()
+            .all(|id| journal.cursor(id).ok().flatten().unwrap_or(0) >= head);
+        if done {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let _ = stop.send(true);
+    while workers.join_next().await.is_some() {}
+    host.stop().await;
+    Ok((events * ids.len()) as f64 / elapsed)
+}
+
+/// Latency from a journal append to the subscriber having taken it, at 1k events/s.
+async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
+    let dir = scratch.join("emit-latency");
+    std::fs::create_dir_all(&dir)?;
+    let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+    let (host, handles) = bench_subscribers(&dir, component, 1, journal.clone()).await?;
+    let patterns = vec!["bench.*".to_string()];
+    let handle = handles.into_iter().next().context("a subscriber")?;
+    journal.subscribe(handle.id(), &patterns).await?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let worker = tokio::spawn(cairn::journal::dispatch::serve(
+        journal.clone(),
+        handle,
+        patterns,
+        stopping,
+    ));
+    let events = 2_000usize;
+    let appended: Arc<std::sync::Mutex<Vec<(i64, Instant)>>> = Arc::default();
+    let appender = {
+        let journal = journal.clone();
+        let appended = appended.clone();
+        tokio::spawn(async move {
+            let start = Instant::now();
+            for i in 0..events {
+                let due = start + Duration::from_micros(1_000 * i as u64);
+                tokio::time::sleep_until(due.into()).await;
+                let seq = journal.append(bench_event(i)).await?;
+                appended
+                    .lock()
+                    .map_err(|_| anyhow::anyhow!("lock"))?
+                    .push((seq, Instant::now()));
+            }
+            anyhow::Ok(())
+        })
+    };
+    let mut taken: BTreeMap<i64, Instant> = BTreeMap::new();
+    let mut last_seen = 0;
+    while taken.len() < events {
+        let cursor = journal.cursor("sub0")?.unwrap_or(0);
+        if cursor > last_seen {
+            let now = Instant::now();
+            for seq in last_seen + 1..=cursor {
+                taken.insert(seq, now);
+            }
+            last_seen = cursor;
+        }
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+    appender.await??;
+    let _ = stop.send(true);
+    let _ = worker.await;
+    host.stop().await;
+    let appended = appended
+        .lock()
+        .map_err(|_| anyhow::anyhow!("lock"))?
+        .clone();
+    let mut latencies: Vec<f64> = appended
+        .iter()
+        .filter_map(|(seq, at)| {
+            taken
+                .get(seq)
+                .map(|t| t.saturating_duration_since(*at).as_secs_f64() * 1e3)
+        })
+        .collect();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    Ok(latencies)
 }
