@@ -495,3 +495,81 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     }
     println!("journal crash test: {kills} kill -9, {total_duplicates} duplicate deliveries in all");
 }
+
+#[test]
+fn a_hanging_subscriber_never_delays_the_others() {
+    let dir = PluginDir::new();
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
+    dir.component("cli");
+    dir.plugin(
+        "counter",
+        "handler",
+        "counter",
+        "events: {subscribes: [message.received]}\ncapabilities: {kv: true}\n",
+    );
+    dir.plugin(
+        "hanger",
+        "handler",
+        "hostile",
+        "events: {subscribes: [message.received]}\nlimits: {timeout_ms: 400}\nconfig: {mode: ok, event: hang}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ("CAIRN_JOURNAL_MAX_ATTEMPTS", "2"),
+        ("CAIRN_JOURNAL_BACKOFF_INITIAL_MS", "50"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    for line in ["one", "two", "three"] {
+        host.type_line(line);
+        host.wait_for(&format!("cairn> [offline] I received: user: {line}"), LONG);
+    }
+    host.wait_until(LONG, "the hanger gives up on every event", |log| {
+        log.matches("event dead-lettered").count() == 3
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    let lines: Vec<&str> = log.lines().collect();
+    let position = |needle: &str| lines.iter().position(|l| l.contains(needle));
+    let counted = position("counter: event #3").expect("the counter took all three events");
+    let first_give_up = position("event dead-lettered").expect("dead letter");
+    assert!(
+        counted < first_give_up,
+        "the counter had all three events before the hanger gave up on its first"
+    );
+    assert!(
+        log.contains("timeout: wasm trap: interrupt"),
+        "the hanger was stopped by its deadline"
+    );
+}
+
+#[test]
+fn a_sleep_handler_sees_the_interrupt_flag() {
+    let dir = PluginDir::new();
+    let root = cairn_tests::workspace_root();
+    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
+    dir.component("cli");
+    dir.plugin(
+        "dreamer",
+        "sleep-handler",
+        "hostile",
+        "events: {subscribes: ['sleep.*']}\ncapabilities: {lifecycle: true}\nconfig: {mode: ok, event: interrupted}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("probe interrupted: ok false on sleep.started", LONG);
+    host.type_line("are you awake?");
+    host.wait_for("probe interrupted: ok true on sleep.completed", LONG);
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+}

@@ -11,7 +11,8 @@
 //! - `log-flood`: writes tens of thousands of log and stdout lines;
 //! - `emit`: emits `config.allowed` and `config.denied` through `journal.emit`.
 //!
-//! Every mode traps on every event it receives.
+//! On events it does what `config.event` says: `trap` (the default) traps, `hang` spins
+//! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds.
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -24,7 +25,12 @@ wit_bindgen::generate!({
 use std::hint::black_box;
 use std::io::Write;
 
-use cairn::plugin::{journal, log};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use cairn::plugin::{journal, lifecycle, log};
+
+/// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag.
+static ON_EVENT: AtomicU8 = AtomicU8::new(0);
 use cairn::plugin::types::LogLevel;
 
 use exports::cairn::plugin::handler_plugin::Guest;
@@ -94,6 +100,12 @@ impl Guest for Hostile {
         let config: serde_json::Value =
             serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
         let mode = config.get("mode").and_then(|m| m.as_str()).unwrap_or("ok");
+        let on_event = match config.get("event").and_then(|m| m.as_str()) {
+            Some("hang") => 1,
+            Some("interrupted") => 2,
+            _ => 0,
+        };
+        ON_EVENT.store(on_event, Ordering::Relaxed);
         say(&format!("hostile: init in mode {mode}"));
         match mode {
             "trap-init" => panic!("hostile: trapping in init on purpose"),
@@ -123,7 +135,19 @@ impl Guest for Hostile {
     }
 
     fn on_event(event: Event) -> Result<(), Error> {
-        panic!("hostile: trapping on event {}", event.seq)
+        match ON_EVENT.load(Ordering::Relaxed) {
+            1 => {
+                let mut spins: u64 = 0;
+                loop {
+                    spins = black_box(spins.wrapping_add(1));
+                }
+            }
+            2 => {
+                say(&format!("probe interrupted: ok {} on {}", lifecycle::interrupted(), event.topic));
+                Ok(())
+            }
+            _ => panic!("hostile: trapping on event {}", event.seq),
+        }
     }
 }
 
