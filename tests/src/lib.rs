@@ -80,6 +80,14 @@ impl PluginDir {
         self
     }
 
+    /// Add a bundled plugin as shipped: its manifest from `manifests/` and its component.
+    pub fn bundled(&self, id: &str) -> &Self {
+        let manifest = workspace_root().join(format!("manifests/{id}.yaml"));
+        std::fs::copy(&manifest, self.dir.path().join(format!("{id}.yaml")))
+            .unwrap_or_else(|e| panic!("copy {}: {e}", manifest.display()));
+        self.component(id)
+    }
+
     /// Write a manifest file `<id>.yaml` with this YAML body.
     pub fn manifest(&self, id: &str, yaml: &str) -> &Self {
         std::fs::write(self.dir.path().join(format!("{id}.yaml")), yaml).expect("write manifest");

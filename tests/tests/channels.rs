@@ -15,16 +15,6 @@ use cairn_tests::{
 const LONG: Duration = Duration::from_secs(60);
 const SECRET: &str = "it's a secret to everybody";
 
-fn bundled(dir: &PluginDir, id: &str) {
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(
-        root.join(format!("manifests/{id}.yaml")),
-        dir.path().join(format!("{id}.yaml")),
-    )
-    .expect("manifest");
-    dir.component(id);
-}
-
 fn fast_env() -> Vec<(&'static str, &'static str)> {
     vec![
         ("CAIRN_ROUTER_BATCH_WINDOW_MS", "200"),
@@ -48,7 +38,7 @@ fn wait_until_settled(host: &mut Host, data: &Path) {
 #[test]
 fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
     let dir = PluginDir::new();
-    bundled(&dir, "cli");
+    dir.bundled("cli");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &fast_env());
     host.wait_for("cairn is running", LONG);
@@ -85,7 +75,7 @@ fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
 #[test]
 fn github_deliveries_are_verified_and_each_becomes_one_message() {
     let dir = PluginDir::new();
-    bundled(&dir, "webhook");
+    dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &fast_env());
     let port = host.webhook_port();
@@ -310,7 +300,7 @@ fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
     .expect("config");
     // The host starts with the rules and picks up what was left unrouted.
     let dir = PluginDir::new();
-    bundled(&dir, "cli");
+    dir.bundled("cli");
     let mut host = Host::start_with_config(
         dir.path(),
         data.path(),
@@ -349,7 +339,7 @@ fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
 #[test]
 fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
     let dir = PluginDir::new();
-    bundled(&dir, "webhook");
+    dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
     let env = fast_env();
     let kills = 6usize;

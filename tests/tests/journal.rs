@@ -11,9 +11,7 @@ const LONG: Duration = Duration::from_secs(60);
 #[test]
 fn turn_events_reach_subscribers_and_a_failing_one_is_dead_lettered_alone() {
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
-    dir.component("cli");
+    dir.bundled("cli");
     dir.plugin(
         "counter",
         "handler",
@@ -190,9 +188,7 @@ fn journal_topics(data: &std::path::Path) -> Vec<serde_json::Value> {
 #[test]
 fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
-    dir.component("cli");
+    dir.bundled("cli");
     let data = tempfile::tempdir().expect("data");
     let env = [
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
@@ -381,13 +377,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
 
     const SECRET: &str = "journal-crash-secret";
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(
-        root.join("manifests/webhook.yaml"),
-        dir.path().join("webhook.yaml"),
-    )
-    .expect("manifest");
-    dir.component("webhook");
+    dir.bundled("webhook");
     let subscriptions = [
         ("counter", vec!["message.received"]),
         ("tally", vec!["turn.*", "agent.response"]),
@@ -499,9 +489,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
 #[test]
 fn a_hanging_subscriber_never_delays_the_others() {
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
-    dir.component("cli");
+    dir.bundled("cli");
     dir.plugin(
         "counter",
         "handler",
@@ -549,9 +537,7 @@ fn a_hanging_subscriber_never_delays_the_others() {
 #[test]
 fn a_sleep_handler_sees_the_interrupt_flag() {
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(root.join("manifests/cli.yaml"), dir.path().join("cli.yaml")).expect("manifest");
-    dir.component("cli");
+    dir.bundled("cli");
     dir.plugin(
         "dreamer",
         "sleep-handler",

@@ -37,13 +37,7 @@ fn steady_ticks(log: &str) -> usize {
 #[test]
 fn the_bundled_counter_counts_its_starts_across_runs() {
     let dir = PluginDir::new();
-    let root = cairn_tests::workspace_root();
-    std::fs::copy(
-        root.join("manifests/counter.yaml"),
-        dir.path().join("counter.yaml"),
-    )
-    .expect("manifest");
-    dir.component("counter");
+    dir.bundled("counter");
     let data = tempfile::tempdir().expect("data");
 
     for run in 1..=2 {

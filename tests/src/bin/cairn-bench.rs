@@ -531,9 +531,9 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
             });
         }
 
-        let native = dispatch_rate(scratch, component, 0).await?;
         for subscribers in [1usize, 10] {
-            let wasm = dispatch_rate(scratch, component, subscribers).await?;
+            let native = dispatch_rate(scratch, component, subscribers, true).await?;
+            let wasm = dispatch_rate(scratch, component, subscribers, false).await?;
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s)"),
                 value: wasm,
@@ -599,24 +599,30 @@ async fn bench_subscribers(
     Ok((host, handles))
 }
 
-/// Events per second delivered to `subscribers` WASM subscribers (0: one native subscriber).
-async fn dispatch_rate(scratch: &Path, component: &Path, subscribers: usize) -> Result<f64> {
-    let dir = scratch.join(format!("dispatch-{subscribers}"));
+/// Events per second delivered in all to `subscribers` subscribers, WASM plugins or native
+/// Rust loops doing the same work with the same cursor handling.
+async fn dispatch_rate(
+    scratch: &Path,
+    component: &Path,
+    subscribers: usize,
+    native: bool,
+) -> Result<f64> {
+    let dir = scratch.join(format!("dispatch-{subscribers}-{native}"));
     std::fs::create_dir_all(&dir)?;
     let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
     let events = 2_000usize;
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let patterns = vec!["bench.*".to_string()];
-    let (host, handles) = bench_subscribers(&dir, component, subscribers, journal.clone()).await?;
-    let ids: Vec<String> = if subscribers == 0 {
-        journal.subscribe("native", &patterns).await?;
-        vec!["native".into()]
+    let plugins = if native { 0 } else { subscribers };
+    let (host, handles) = bench_subscribers(&dir, component, plugins, journal.clone()).await?;
+    let ids: Vec<String> = if native {
+        (0..subscribers).map(|i| format!("native{i}")).collect()
     } else {
-        for handle in &handles {
-            journal.subscribe(handle.id(), &patterns).await?;
-        }
         handles.iter().map(|h| h.id().to_string()).collect()
     };
+    for id in &ids {
+        journal.subscribe(id, &patterns).await?;
+    }
     let mut appends = tokio::task::JoinSet::new();
     for i in 0..events {
         let journal = journal.clone();
