@@ -133,16 +133,54 @@ fn main() -> Result<()> {
         rust_component.display()
     );
 
-    compile_rows(&mut rows, scratch.path(), "Rust", &rust_component, 5)?;
-    compile_rows(&mut rows, scratch.path(), "Python", &python_component, 2)?;
+    // `cargo xtask bench -- SECTION` runs one section: plugins, buffer, route, e2e, journal.
+    let only = std::env::args().nth(1);
+    let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
+    if wanted("plugins") {
+        eprintln!("bench: plugins");
+        plugin_rows(
+            &mut rows,
+            scratch.path(),
+            &rust_component,
+            &python_component,
+        )?;
+    }
+    if wanted("buffer") {
+        eprintln!("bench: buffer");
+        buffer_rows(&mut rows, scratch.path())?;
+    }
+    if wanted("route") {
+        eprintln!("bench: route");
+        route_rows(&mut rows, scratch.path())?;
+    }
+    if wanted("e2e") {
+        eprintln!("bench: e2e");
+        end_to_end_rows(&mut rows, scratch.path())?;
+    }
+    if wanted("journal") {
+        eprintln!("bench: journal");
+        journal_rows(&mut rows, scratch.path(), &rust_component)?;
+    }
+    print_and_save(&rows)
+}
+
+/// Compile, cache, instantiate and call rows on the Rust bench plugin (and the Python one).
+fn plugin_rows(
+    rows: &mut Vec<Row>,
+    scratch: &Path,
+    rust_component: &Path,
+    python_component: &Path,
+) -> Result<()> {
+    compile_rows(rows, scratch, "Rust", rust_component, 5)?;
+    compile_rows(rows, scratch, "Python", python_component, 2)?;
 
     // Instantiate from the InstancePre, and calls, on the Rust bench plugin.
-    let cache = scratch.path().join("cache-calls");
+    let cache = scratch.join("cache-calls");
     let runtime = runtime(&cache)?;
-    let manifest = write_manifest(scratch.path(), "bench", &rust_component)?;
-    let prepared = runtime.prepare(manifest, scratch.path())?;
+    let manifest = write_manifest(scratch, "bench", rust_component)?;
+    let prepared = runtime.prepare(manifest, scratch)?;
     let services = Arc::new(HostServices {
-        kv: Arc::new(KvStore::open(scratch.path(), KvConfig::default())?),
+        kv: Arc::new(KvStore::open(scratch, KvConfig::default())?),
         buffer: None,
         journal: None,
         interrupt: None,
@@ -228,11 +266,7 @@ fn main() -> Result<()> {
         note: format!("{imports} calls inside one on-event"),
     });
 
-    buffer_rows(&mut rows, scratch.path())?;
-    route_rows(&mut rows, scratch.path())?;
-    end_to_end_rows(&mut rows, scratch.path())?;
-    journal_rows(&mut rows, scratch.path(), &rust_component)?;
-    print_and_save(&rows)
+    Ok(())
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -532,18 +566,21 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
         }
 
         for subscribers in [1usize, 10] {
+            eprintln!("bench: journal dispatch, {subscribers} native");
             let native = dispatch_rate(scratch, component, subscribers, true).await?;
+            eprintln!("bench: journal dispatch, {subscribers} wasm");
             let wasm = dispatch_rate(scratch, component, subscribers, false).await?;
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s)"),
                 value: wasm,
                 unit: "ev/s",
                 note: format!(
-                    "native Rust subscriber, same cursor handling: {native:.0} ev/s (ratio {:.2})",
+                    "{subscribers} native Rust subscriber(s), same cursor handling: {native:.0} ev/s (ratio {:.2})",
                     wasm / native
                 ),
             });
         }
+        eprintln!("bench: journal emit latency");
         let latencies = emit_latency(scratch, component).await?;
         rows.push(Row {
             name: "emit → on-event at 1k events/s".into(),
@@ -638,21 +675,21 @@ async fn dispatch_rate(
         .unwrap_or(0);
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    if subscribers == 0 {
-        let journal = journal.clone();
-        workers.spawn(async move {
-            let mut cursor = 0;
-            while cursor < head {
-                for event in journal
-                    .pending(cursor, &["bench.*".to_string()], 256)
-                    .unwrap_or_default()
-                {
-                    black_box(fnv1a(event.payload.as_bytes()));
-                    let _ = journal.advance("native", event.seq).await;
-                    cursor = event.seq;
+    if native {
+        for id in ids.clone() {
+            let journal = journal.clone();
+            let patterns = patterns.clone();
+            workers.spawn(async move {
+                let mut cursor = 0;
+                while cursor < head {
+                    for event in journal.pending(cursor, &patterns, 256).unwrap_or_default() {
+                        black_box(fnv1a(event.payload.as_bytes()));
+                        let _ = journal.advance(&id, event.seq).await;
+                        cursor = event.seq;
+                    }
                 }
-            }
-        });
+            });
+        }
     } else {
         for handle in handles {
             workers.spawn(cairn::journal::dispatch::serve(
