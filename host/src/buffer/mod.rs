@@ -9,7 +9,7 @@
 mod sql;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Mutex;
 
 use crate::store::writer::{GroupWriter, WriteError};
@@ -285,7 +285,6 @@ pub struct TaskRow {
 
 /// The buffer of a data dir: a writer thread for writes, a connection for reads.
 pub struct Buffer {
-    path: PathBuf,
     config: BufferConfig,
     channel_defaults: BTreeMap<String, u32>,
     writer: GroupWriter,
@@ -360,26 +359,14 @@ impl Buffer {
         config: BufferConfig,
         channel_defaults: BTreeMap<String, u32>,
     ) -> Result<Self, StoreError> {
-        let path = data_dir.join("buffer.db");
-        let write_conn = store::open(&path, &MIGRATIONS)?;
-        let reader = store::open(&path, &MIGRATIONS)?;
-        let writer =
-            GroupWriter::spawn("buffer-writer", write_conn).map_err(|e| StoreError::Open {
-                path: path.clone(),
-                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-            })?;
+        let (writer, reader) =
+            store::open_with_writer(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?;
         Ok(Self {
-            path,
             config,
             channel_defaults,
             writer,
             reader: Mutex::new(reader),
         })
-    }
-
-    /// The database file.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The settings in force.
@@ -620,9 +607,6 @@ pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StoreError> {
     let Some(conn) = store::open_read_only(&path)? else {
         return Ok(None);
     };
-    if !store::is_initialised(&conn) {
-        return Ok(None);
-    }
     stats(&conn)
         .map(Some)
         .map_err(|source| StoreError::Open { path, source })

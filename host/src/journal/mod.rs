@@ -12,7 +12,8 @@ pub mod dispatch;
 use std::path::Path;
 use std::sync::Mutex;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -166,29 +167,31 @@ pub fn topic_matches(pattern: &str, topic: &str) -> bool {
     }
 }
 
-/// SQL `(topic = ? OR substr(topic, 1, n) = ? ...)` for patterns, with its parameters.
-fn pattern_filter(patterns: &[String]) -> (String, Vec<String>) {
-    if patterns.iter().any(|p| p == "*") {
-        return ("1".into(), Vec::new());
-    }
-    if patterns.is_empty() {
-        return ("0".into(), Vec::new());
-    }
-    let mut clauses = Vec::new();
-    let mut values = Vec::new();
-    for pattern in patterns {
-        match pattern.strip_suffix('*') {
-            Some(prefix) => {
-                clauses.push(format!("substr(topic, 1, {}) = ?", prefix.len()));
-                values.push(prefix.to_string());
-            }
-            None => {
-                clauses.push("topic = ?".to_string());
-                values.push(pattern.clone());
-            }
-        }
-    }
-    (format!("({})", clauses.join(" OR ")), values)
+/// SQL selecting events after `after` whose topic matches `patterns`
+/// (`seq > ? AND (topic = ? OR substr(topic, 1, n) = ? ...)`), with its parameters.
+fn event_filter(patterns: &[String], after: i64) -> (String, Vec<Value>) {
+    let mut values = vec![Value::Integer(after)];
+    let topics = if patterns.iter().any(|p| p == "*") {
+        "1".to_string()
+    } else if patterns.is_empty() {
+        "0".to_string()
+    } else {
+        let clauses: Vec<String> = patterns
+            .iter()
+            .map(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => {
+                    values.push(Value::Text(prefix.to_string()));
+                    format!("substr(topic, 1, {}) = ?", prefix.len())
+                }
+                None => {
+                    values.push(Value::Text(pattern.clone()));
+                    "topic = ?".to_string()
+                }
+            })
+            .collect();
+        clauses.join(" OR ")
+    };
+    (format!("seq > ? AND ({topics})"), values)
 }
 
 fn read_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
@@ -214,23 +217,12 @@ pub fn events_after(
     patterns: &[String],
     limit: usize,
 ) -> rusqlite::Result<Vec<Event>> {
-    let (filter, values) = pattern_filter(patterns);
-    let sql = format!(
-        "SELECT {EVENT_COLUMNS} FROM events WHERE seq > ? AND {filter} ORDER BY seq LIMIT ?"
-    );
+    let (filter, mut values) = event_filter(patterns, after);
+    values.push(Value::Integer(limit as i64));
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq LIMIT ?");
     let mut statement = conn.prepare_cached(&sql)?;
-    let mut bound: Vec<Box<dyn rusqlite::ToSql>> = vec![Box::new(after)];
-    bound.extend(
-        values
-            .into_iter()
-            .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>),
-    );
-    bound.push(Box::new(limit as i64));
     statement
-        .query_map(
-            rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
-            read_event,
-        )?
+        .query_map(params_from_iter(values), read_event)?
         .collect()
 }
 
@@ -245,14 +237,8 @@ pub struct Journal {
 impl Journal {
     /// Open `<data>/journal.db` and start its writer.
     pub fn open(data_dir: &Path, config: JournalConfig) -> Result<Self, StoreError> {
-        let path = data_dir.join("journal.db");
-        let write_conn = store::open(&path, &MIGRATIONS)?;
-        let reader = store::open(&path, &MIGRATIONS)?;
-        let writer =
-            GroupWriter::spawn("journal-writer", write_conn).map_err(|e| StoreError::Open {
-                path: path.clone(),
-                source: rusqlite::Error::ToSqlConversionFailure(Box::new(e)),
-            })?;
+        let (writer, reader) =
+            store::open_with_writer(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?;
         Ok(Self {
             config,
             writer,
@@ -538,19 +524,9 @@ pub fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>
     rows.into_iter()
         .map(|(id, patterns, cursor, dead_letters)| {
             let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
-            let (filter, values) = pattern_filter(&patterns);
-            let sql = format!("SELECT count(*) FROM events WHERE seq > ? AND {filter}");
-            let mut bound: Vec<Box<dyn rusqlite::ToSql>> = vec![Box::new(cursor)];
-            bound.extend(
-                values
-                    .into_iter()
-                    .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>),
-            );
-            let lag = conn.query_row(
-                &sql,
-                rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
-                |r| r.get(0),
-            )?;
+            let (filter, values) = event_filter(&patterns, cursor);
+            let sql = format!("SELECT count(*) FROM events WHERE {filter}");
+            let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
             Ok(SubscriberLag {
                 id,
                 patterns,
@@ -589,20 +565,13 @@ pub fn recent(
     patterns: &[String],
     limit: usize,
 ) -> rusqlite::Result<Vec<Event>> {
-    let (filter, values) = pattern_filter(patterns);
+    let (filter, mut values) = event_filter(patterns, 0);
+    values.push(Value::Integer(limit as i64));
     let sql =
         format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
     let mut statement = conn.prepare(&sql)?;
-    let mut bound: Vec<Box<dyn rusqlite::ToSql>> = values
-        .into_iter()
-        .map(|v| Box::new(v) as Box<dyn rusqlite::ToSql>)
-        .collect();
-    bound.push(Box::new(limit as i64));
     let mut rows: Vec<Event> = statement
-        .query_map(
-            rusqlite::params_from_iter(bound.iter().map(|b| b.as_ref())),
-            read_event,
-        )?
+        .query_map(params_from_iter(values), read_event)?
         .collect::<Result<_, _>>()?;
     rows.reverse();
     Ok(rows)
@@ -651,20 +620,16 @@ pub fn open_for_admin(data_dir: &Path) -> Result<Connection, StoreError> {
 
 /// Open a data dir's journal read-only; `None` when there is none yet.
 pub fn open_read_only(data_dir: &Path) -> Result<Option<Connection>, StoreError> {
-    let conn = store::open_read_only(&data_dir.join("journal.db"))?;
-    Ok(conn.filter(store::is_initialised))
-}
-
-/// The newest event's sequence number, if any.
-pub fn head(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    conn.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
-        .optional()
-        .map(Option::flatten)
+    store::open_read_only(&data_dir.join("journal.db"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn head(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+        conn.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
+    }
 
     fn event(topic: &str) -> NewEvent {
         NewEvent {

@@ -299,11 +299,6 @@ impl PluginContext {
     pub fn limiter(&mut self) -> &mut StoreLimits {
         &mut self.limits
     }
-
-    /// The plugin id.
-    pub fn plugin(&self) -> &str {
-        &self.plugin
-    }
 }
 
 impl WasiView for PluginContext {

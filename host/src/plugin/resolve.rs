@@ -29,16 +29,6 @@ impl PluginSet {
             .map(|m| m.id.as_str())
             .collect()
     }
-
-    /// The manifest of a plugin by id.
-    pub fn get(&self, id: &str) -> Option<&Manifest> {
-        self.start_order.iter().find(|m| m.id == id)
-    }
-
-    /// Whether the set is empty.
-    pub fn is_empty(&self) -> bool {
-        self.start_order.is_empty()
-    }
 }
 
 /// Load and resolve a plugin directory, reporting every problem at once.

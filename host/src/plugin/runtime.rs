@@ -250,11 +250,6 @@ impl Runtime {
         self.pooling
     }
 
-    /// The engine (for benchmarks and tools).
-    pub fn engine(&self) -> &Engine {
-        &self.engine
-    }
-
     /// Load a component, from this run's memory or the disk cache when they hold a
     /// compiled copy of the same bytes for this engine; compile it otherwise.
     pub fn load_component(&self, path: &Path) -> Result<(Component, CacheOutcome), RuntimeError> {
@@ -602,16 +597,6 @@ impl PluginInstance {
         self.run(|exports, store| match exports {
             WorldInstance::Handler(h) => {
                 Some(h.cairn_plugin_handler_plugin().call_on_event(store, event))
-            }
-            _ => None,
-        })
-    }
-
-    /// Call a memory backend's `health`.
-    pub fn health(&mut self) -> Result<String, CallError> {
-        self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => {
-                Some(m.cairn_plugin_memory_backend_plugin().call_health(store))
             }
             _ => None,
         })

@@ -156,10 +156,6 @@ pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
     let Some(conn) = store::open_read_only(&path)? else {
         return Ok(None);
     };
-    if !store::is_initialised(&conn) {
-        // A host is creating the file right now; it has nothing to report yet.
-        return Ok(None);
-    }
     let query = || -> Result<StatusReport, rusqlite::Error> {
         let run = conn
             .query_row(

@@ -31,6 +31,14 @@ pub enum StoreError {
         /// SQLite's error.
         source: rusqlite::Error,
     },
+    /// The database's writer thread could not be started.
+    #[error("{path}: cannot start the writer thread: {source}")]
+    Spawn {
+        /// The database file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
     /// The database was written by a newer Cairn with more migrations than this one knows.
     #[error("{path}: schema version {found} is newer than this cairn supports ({known})")]
     TooNew {
@@ -79,7 +87,26 @@ pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StoreErr
     Ok(conn)
 }
 
-/// Open an existing database read-only, without migrating; `None` when the file is missing.
+/// Open a database for a store that writes through a group-commit writer: returns the
+/// writer (thread `writer_name`, owning one connection) and a second connection for reads.
+pub fn open_with_writer(
+    path: &Path,
+    migrations: &Migrations,
+    writer_name: &str,
+) -> Result<(writer::GroupWriter, Connection), StoreError> {
+    let write_conn = open(path, migrations)?;
+    let reader = open(path, migrations)?;
+    let writer = writer::GroupWriter::spawn(writer_name, write_conn).map_err(|source| {
+        StoreError::Spawn {
+            path: path.to_path_buf(),
+            source,
+        }
+    })?;
+    Ok((writer, reader))
+}
+
+/// Open an existing database read-only, without migrating; `None` when the file is missing
+/// or not yet migrated (a host is creating it right now and has nothing to report).
 pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StoreError> {
     if !path.exists() {
         return Ok(None);
@@ -94,11 +121,11 @@ pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StoreError> {
             path: path.to_path_buf(),
             source,
         })?;
-    Ok(Some(conn))
+    Ok(Some(conn).filter(is_initialised))
 }
 
 /// Whether a database has been created and migrated at least once.
-pub fn is_initialised(conn: &Connection) -> bool {
+fn is_initialised(conn: &Connection) -> bool {
     conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
         .is_ok_and(|version| version > 0)
 }
