@@ -14,6 +14,7 @@ use crate::agent::AgentConfig;
 use crate::buffer::BufferConfig;
 use crate::journal::JournalConfig;
 use crate::lifecycle::LifecycleConfig;
+use crate::memory::MemoryConfig;
 use crate::router::RouterConfig;
 use crate::webhook::HttpConfig;
 
@@ -64,6 +65,8 @@ pub struct HostConfig {
     pub journal: JournalConfig,
     /// Sessions, sleep and schedules.
     pub lifecycle: LifecycleConfig,
+    /// Agent memory: backend, embeddings, ranking, maintenance.
+    pub memory: MemoryConfig,
 }
 
 impl Default for HostConfig {
@@ -80,6 +83,7 @@ impl Default for HostConfig {
             agent: AgentConfig::default(),
             journal: JournalConfig::default(),
             lifecycle: LifecycleConfig::default(),
+            memory: MemoryConfig::default(),
         }
     }
 }
@@ -233,6 +237,9 @@ impl HostConfig {
         }
         if let Err(e) = crate::router::validate_rules(&self.router.rules) {
             return problem(&e.to_string());
+        }
+        if let Err(message) = self.memory.validate() {
+            return problem(&message);
         }
         Ok(())
     }

@@ -1,7 +1,7 @@
 //! Cairn: a host process for AI agents.
 //!
-//! The host owns durable stores (the message buffer in `buffer.db`; plugin key/value state
-//! and status in `host.db`) and runs channels, memory backends, consolidators and sleep handlers as sandboxed
+//! The host owns durable stores (the message buffer in `buffer.db`, the event journal in
+//! `journal.db`, agent memory in `memory.db`; plugin key/value state and status in `host.db`) and runs channels, memory backends, consolidators and sleep handlers as sandboxed
 //! WebAssembly components declared by YAML manifests. See `DESIGN.md` for the map.
 
 pub mod agent;
@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod journal;
 pub mod lifecycle;
+pub mod memory;
 pub mod plugin;
 pub mod router;
 pub mod store;

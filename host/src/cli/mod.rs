@@ -2,6 +2,8 @@
 //!
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (arguments, config, manifests).
 
+mod memory;
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,6 +21,7 @@ use crate::buffer::{self, Buffer, BufferError, NewMessage};
 use crate::config::HostConfig;
 use crate::journal::{self, Journal, dispatch};
 use crate::lifecycle::Lifecycle;
+use crate::memory::{MemoryService, MemoryStore};
 use crate::plugin::capabilities::{HostServices, describe_grants};
 use crate::plugin::kv::KvStore;
 use crate::plugin::manifest::PluginKind;
@@ -88,6 +91,11 @@ enum Command {
     Journal {
         #[command(subcommand)]
         command: JournalCommand,
+    },
+    /// Inspect, search and maintain agent memory (`<data>/memory.db`).
+    Memory {
+        #[command(subcommand)]
+        command: memory::MemoryCommand,
     },
     /// List every setting with its environment variable and current value.
     Config {
@@ -231,6 +239,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins {
             command: PluginsCommand::List { dir, json },
         } => list(dir, *json),
+        Command::Memory { command } => {
+            let config = load_config(&cli)?;
+            memory::run(&config, command)
+        }
         Command::Status { json } => {
             let config = load_config(&cli)?;
             show_status(&config.data_dir, *json)
@@ -759,18 +771,28 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let status = Arc::new(StatusStore::open(&config.data_dir)?);
     status.begin_run(plugins_dir)?;
     let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
-    let lifecycle = Arc::new(Lifecycle::open(
-        &config.data_dir,
-        config.lifecycle.clone(),
-        journal.clone(),
-    )?);
+    check_memory_backend(&config, &set)?;
+    let memory_store = MemoryStore::open(&config.data_dir, config.memory.clone())?;
+    let memory = Arc::new(MemoryService::new(memory_store.clone()));
+    let lifecycle = Arc::new(
+        Lifecycle::open(&config.data_dir, config.lifecycle.clone(), journal.clone())?
+            .with_memory(memory_store.clone()),
+    );
     let services = Arc::new(HostServices {
         kv,
         buffer: Some(buffer.clone()),
         journal: Some(journal.clone()),
         interrupt: Some(lifecycle.interrupt()),
+        memory: Some(memory.clone()),
     });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
+    if let Some(backend) = memory.backend_plugin()
+        && let Some(handle) = host.handle(backend)
+    {
+        memory.attach_backend(handle.clone());
+        tracing::info!(plugin = backend, "memory is served by a backend plugin");
+    }
+    memory_store.start_embedder();
 
     let (requeued_batches, requeued_tasks) = buffer.requeue_interrupted().await?;
     if requeued_batches + requeued_tasks > 0 {
@@ -798,6 +820,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let agent = Arc::new(Agent::new(
         buffer.clone(),
         Some(journal.clone()),
+        Some(memory.clone()),
         llm,
         channels,
         config.agent.clone(),
@@ -809,6 +832,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     workers.spawn(buffer.clone().run_retention(stopping.clone()));
     workers.spawn(journal.clone().run_retention(stopping.clone()));
     workers.spawn(lifecycle.clone().run(stopping.clone()));
+    workers.spawn(run_memory_hygiene(memory_store.clone(), stopping.clone()));
     let scheduled = set
         .start_order()
         .iter()
@@ -859,9 +883,52 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         );
     }
     host.stop().await;
+    memory_store.stop_embedder();
     status.end_run()?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `memory.backend` must be `sqlite` or the id of a memory-backend plugin of the directory.
+fn check_memory_backend(config: &HostConfig, set: &resolve::PluginSet) -> Result<()> {
+    let backend = &config.memory.backend;
+    if backend == "sqlite" {
+        return Ok(());
+    }
+    match set.start_order().iter().find(|m| &m.id == backend) {
+        Some(m) if m.kind == PluginKind::MemoryBackend => Ok(()),
+        Some(m) => Err(BadInput(format!(
+            "memory.backend: plugin `{backend}` is a {}, not a memory-backend",
+            m.kind
+        ))
+        .into()),
+        None => Err(BadInput(format!(
+            "memory.backend: no plugin `{backend}` in the plugin directory (expected `sqlite` or a memory-backend plugin id)"
+        ))
+        .into()),
+    }
+}
+
+/// Run memory hygiene when due (it throttles itself to `hygiene_interval_hours`, with its
+/// state in memory.db), checking every ten minutes until `stop`.
+async fn run_memory_hygiene(memory: Arc<MemoryStore>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let store = memory.clone();
+        match tokio::task::spawn_blocking(move || store.hygiene(false)).await {
+            Ok(Ok(report)) if report.ran => tracing::info!(
+                forgotten = ?report.forgotten,
+                snapshot_entries = ?report.snapshot_entries,
+                "memory hygiene ran"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("memory hygiene failed: {e}"),
+            Err(e) => tracing::warn!("memory hygiene panicked: {e}"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_secs(600)) => {}
+            _ = stop.changed() => return,
+        }
+    }
 }
 
 /// How long a stop waits for the router, the agent and the webhook server to finish.

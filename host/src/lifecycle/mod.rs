@@ -13,7 +13,8 @@
 //!   unless `missed_schedules: skip`.
 //!
 //! State lives in `host.db` (tables `lifecycle_sessions`, `lifecycle_state`,
-//! `schedule_state`), owned by this module.
+//! `schedule_state`), owned by this module. When memory runs, sessions that end are also
+//! marked pending in memory.db, where consolidators find them.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +28,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::journal::{Event, Journal};
+use crate::memory::MemoryStore;
 use crate::plugin::manifest::Manifest;
 use crate::store::{self, StoreError, now_ms};
 
@@ -89,6 +91,7 @@ pub struct Lifecycle {
     conn: Mutex<Connection>,
     journal: Arc<Journal>,
     interrupt: Arc<Interrupt>,
+    memory: Option<Arc<MemoryStore>>,
 }
 
 /// The journal subscriber id of the session monitor.
@@ -107,6 +110,7 @@ impl Lifecycle {
             conn: Mutex::new(conn),
             journal,
             interrupt: Arc::new(Interrupt::default()),
+            memory: None,
         };
         let interrupted = lifecycle
             .state("interrupted")
@@ -115,6 +119,23 @@ impl Lifecycle {
             .is_some_and(|v| v == "true");
         lifecycle.interrupt.set(interrupted);
         Ok(lifecycle)
+    }
+
+    /// Tell `memory` when sessions end, so they wait for consolidation there.
+    pub fn with_memory(mut self, memory: Arc<MemoryStore>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    async fn session_over(&self, id: &str, at: i64) {
+        if let Some(memory) = &self.memory
+            && let Err(e) = memory.end_session(id, at).await
+        {
+            tracing::warn!(
+                session = id,
+                "cannot mark the session pending in memory: {e}"
+            );
+        }
     }
 
     /// The interrupt flag, for the `lifecycle` host interface.
@@ -270,6 +291,7 @@ impl Lifecycle {
             }
         }
         for id in completed {
+            self.session_over(&id, event.created_at).await;
             self.journal
                 .emit(
                     "memory.session_completed",
@@ -314,6 +336,7 @@ impl Lifecycle {
             rows
         };
         for (id, user, started_at, transcript) in ended {
+            self.session_over(&id, now).await;
             let transcript: serde_json::Value =
                 serde_json::from_str(&transcript).unwrap_or_default();
             let payload = json!({

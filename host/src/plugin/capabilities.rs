@@ -20,11 +20,15 @@ use super::bindings::v0_1::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, KvStore};
 use super::logging::{Level, LogStream, PluginLog};
 use super::manifest::{
-    FileMode, Manifest, MemoryAccess, PluginKind, is_valid_topic, parse_network_target,
+    FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
+    parse_network_target,
 };
 use crate::buffer::{Buffer, BufferError, NewMessage};
 use crate::journal::{Journal, JournalError, NewEvent};
 use crate::lifecycle::Interrupt;
+use crate::memory::service::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
+use crate::memory::store::ListFilter;
+use crate::memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
@@ -36,6 +40,8 @@ pub struct HostServices {
     pub journal: Option<Arc<Journal>>,
     /// The sleep interrupt flag, when the host runs the lifecycle.
     pub interrupt: Option<Arc<Interrupt>>,
+    /// Agent memory, when the host runs it.
+    pub memory: Option<Arc<MemoryService>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.
@@ -45,8 +51,8 @@ pub struct Grants {
     pub kind: PluginKind,
     /// `capabilities.kv`.
     pub kv: bool,
-    /// `capabilities.memory`.
-    pub memory: Option<MemoryAccess>,
+    /// `capabilities.memory`: the access and the parsed scope patterns.
+    pub memory: Option<(MemoryAccess, Vec<ScopePattern>)>,
     /// `capabilities.llm`.
     pub llm: bool,
     /// `capabilities.lifecycle`.
@@ -61,7 +67,14 @@ impl Grants {
         Self {
             kind: manifest.kind,
             kv: manifest.capabilities.kv,
-            memory: manifest.capabilities.memory,
+            memory: manifest.capabilities.memory.as_ref().map(|grant| {
+                let patterns = grant
+                    .scopes
+                    .iter()
+                    .filter_map(|s| ScopePattern::parse(s))
+                    .collect();
+                (grant.access, patterns)
+            }),
             llm: manifest.capabilities.llm,
             lifecycle: manifest.capabilities.lifecycle,
             emits: manifest.events.emits.iter().cloned().collect(),
@@ -98,13 +111,15 @@ pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
     if manifest.kind == PluginKind::Channel {
         out.push("buffer: push".into());
     }
-    match caps.memory {
-        Some(MemoryAccess::Read) => out.push("memory: read".into()),
-        Some(MemoryAccess::ReadWrite) if manifest.kind == PluginKind::Consolidator => {
-            out.push("memory: read-write + consolidation tools".into())
-        }
-        Some(MemoryAccess::ReadWrite) => out.push("memory: read-write".into()),
-        None => {}
+    if let Some(grant) = &caps.memory {
+        let access = match grant.access {
+            MemoryAccess::Read => "read",
+            MemoryAccess::ReadWrite if manifest.kind == PluginKind::Consolidator => {
+                "read-write + consolidation tools"
+            }
+            MemoryAccess::ReadWrite => "read-write",
+        };
+        out.push(format!("memory: {access} in {}", grant.scopes.join(", ")));
     }
     if caps.llm {
         out.push("llm: complete".into());
@@ -373,26 +388,153 @@ impl PluginContext {
         }
     }
 
-    fn require_memory(&self, write: bool) -> Result<(), WitError> {
-        match self.grants.memory {
-            Some(MemoryAccess::ReadWrite) => Ok(()),
-            Some(MemoryAccess::Read) if !write => Ok(()),
-            Some(MemoryAccess::Read) => Err(denied(
-                "memory: the manifest grants capabilities.memory: read, not read-write",
-            )),
-            None => Err(denied(
-                "memory: the manifest does not grant capabilities.memory",
-            )),
+    fn require_memory(&self, write: bool) -> Result<&MemoryService, WitError> {
+        match &self.grants.memory {
+            Some((MemoryAccess::ReadWrite, _)) => {}
+            Some((MemoryAccess::Read, _)) if !write => {}
+            Some((MemoryAccess::Read, _)) => {
+                return Err(denied(
+                    "memory: the manifest grants capabilities.memory.access: read, not read-write",
+                ));
+            }
+            None => {
+                return Err(denied(
+                    "memory: the manifest does not grant capabilities.memory",
+                ));
+            }
         }
+        self.services
+            .memory
+            .as_deref()
+            .ok_or_else(|| unavailable("agent memory"))
     }
 
-    fn require_consolidation(&self) -> Result<(), WitError> {
+    fn require_consolidation(&self) -> Result<&MemoryService, WitError> {
         if self.grants.kind != PluginKind::Consolidator {
             return Err(denied(
                 "memory: consolidation tools are only for plugins of kind consolidator",
             ));
         }
         self.require_memory(true)
+    }
+
+    fn scope_patterns(&self) -> &[ScopePattern] {
+        self.grants
+            .memory
+            .as_ref()
+            .map(|(_, patterns)| patterns.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// A call may address `scope` when it names every level the manifest declares, each
+    /// matching one of that level's patterns (or the manifest declares `all`).
+    fn check_scope(&self, scope: &Scope, what: &str) -> Result<(), WitError> {
+        let patterns = self.scope_patterns();
+        if patterns.contains(&ScopePattern::All) {
+            return Ok(());
+        }
+        for level in [ScopeLevel::Agent, ScopeLevel::User, ScopeLevel::Session] {
+            let allowed: Vec<&Option<String>> = patterns
+                .iter()
+                .filter_map(|p| match p {
+                    ScopePattern::Level { level: l, id } if *l == level => Some(id),
+                    _ => None,
+                })
+                .collect();
+            if allowed.is_empty() {
+                continue;
+            }
+            let (name, value) = level_value(scope, level);
+            let Some(value) = value else {
+                return Err(denied(&format!(
+                    "memory: {what} must name {name} (the manifest's capabilities.memory.scopes limit it)"
+                )));
+            };
+            if !allowed
+                .iter()
+                .any(|id| id.as_ref().is_none_or(|id| id == value))
+            {
+                return Err(denied(&format!(
+                    "memory: {name} `{value}` is outside the manifest's capabilities.memory.scopes"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// An existing entry is reachable when every declared level matches it; entries shared at
+    /// a declared level (no id there) are readable but not writable.
+    fn check_entry(&self, entry: &MemoryEntry, write: bool) -> Result<(), WitError> {
+        let patterns = self.scope_patterns();
+        if patterns.contains(&ScopePattern::All) {
+            return Ok(());
+        }
+        let outside = || WitError::NotFound(format!("memory `{}` does not exist", entry.id));
+        for pattern in patterns {
+            let ScopePattern::Level { level, .. } = pattern else {
+                continue;
+            };
+            match level_value(&entry.scope, *level).1 {
+                None if write => return Err(outside()),
+                None => {}
+                Some(_) => {
+                    let mut probe = Scope::default();
+                    match level {
+                        ScopeLevel::Agent => probe.agent_id = entry.scope.agent_id.clone(),
+                        ScopeLevel::User => probe.user_id = entry.scope.user_id.clone(),
+                        ScopeLevel::Session => probe.session_id = entry.scope.session_id.clone(),
+                    }
+                    if self.check_level(&probe, *level).is_err() {
+                        return Err(outside());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_level(&self, scope: &Scope, level: ScopeLevel) -> Result<(), ()> {
+        let value = level_value(scope, level).1.ok_or(())?;
+        let matched = self.scope_patterns().iter().any(|p| match p {
+            ScopePattern::All => true,
+            ScopePattern::Level { level: l, id } => {
+                *l == level && id.as_ref().is_none_or(|id| id == value)
+            }
+        });
+        if matched { Ok(()) } else { Err(()) }
+    }
+
+    fn entry_in_scope(
+        &self,
+        memory: &MemoryService,
+        id: &str,
+        write: bool,
+    ) -> Result<MemoryEntry, WitError> {
+        let entry = memory
+            .get(id)
+            .map_err(memory_error)?
+            .filter(|e| e.forgotten_at.is_none())
+            .ok_or_else(|| WitError::NotFound(format!("memory `{id}` does not exist")))?;
+        self.check_entry(&entry, write)?;
+        Ok(entry)
+    }
+}
+
+/// The name and value of one level of a scope.
+fn level_value(scope: &Scope, level: ScopeLevel) -> (&'static str, Option<&String>) {
+    match level {
+        ScopeLevel::Agent => ("agent-id", scope.agent_id.as_ref()),
+        ScopeLevel::User => ("user-id", scope.user_id.as_ref()),
+        ScopeLevel::Session => ("session-id", scope.session_id.as_ref()),
+    }
+}
+
+fn memory_error(error: MemoryError) -> WitError {
+    match error {
+        MemoryError::InvalidInput(text) => WitError::InvalidInput(text),
+        MemoryError::NotFound(text) => WitError::NotFound(text),
+        MemoryError::Unavailable(text) => WitError::Unavailable(text),
+        MemoryError::Storage(text) => WitError::Internal(text),
     }
 }
 
@@ -453,74 +595,176 @@ impl wit::journal::Host for PluginContext {
 }
 
 impl wit::memory::Host for PluginContext {
-    fn store(&mut self, _entry: wit::types::NewMemory) -> Result<String, WitError> {
-        self.require_memory(true)?;
-        Err(unavailable("memory store"))
+    fn store(&mut self, entry: wit::types::NewMemory) -> Result<String, WitError> {
+        let memory = self.require_memory(true)?;
+        let entry = from_wit_new(entry);
+        self.check_scope(&entry.scope, "the memory's scope")?;
+        if let Some(target) = &entry.supersedes {
+            self.entry_in_scope(memory, target, true)?;
+        }
+        let outcome = memory.save(entry).map_err(memory_error)?;
+        Ok(outcome.id().to_string())
     }
 
     fn recall(
         &mut self,
-        _query: wit::types::RecallQuery,
+        query: wit::types::RecallQuery,
     ) -> Result<Vec<wit::types::RecallHit>, WitError> {
-        self.require_memory(false)?;
-        Err(unavailable("memory store"))
+        let memory = self.require_memory(false)?;
+        let scope = from_wit_scope(query.scope);
+        self.check_scope(&scope, "the query's scope")?;
+        let hits = memory
+            .recall(&RecallQuery {
+                text: query.text,
+                scope,
+                kinds: query.kinds.into_iter().map(from_wit_kind).collect(),
+                limit: query.limit.clamp(1, 100) as usize,
+                as_of: query.as_of,
+                exclude_session: query.exclude_session,
+                ..RecallQuery::default()
+            })
+            .map_err(memory_error)?;
+        Ok(hits
+            .into_iter()
+            .map(|hit| wit::types::RecallHit {
+                entry: to_wit_entry(hit.entry),
+                score: hit.score,
+            })
+            .collect())
     }
 
-    fn get(&mut self, _id: String) -> Result<wit::types::MemoryEntry, WitError> {
-        self.require_memory(false)?;
-        Err(unavailable("memory store"))
+    fn get(&mut self, id: String) -> Result<wit::types::MemoryEntry, WitError> {
+        let memory = self.require_memory(false)?;
+        Ok(to_wit_entry(self.entry_in_scope(memory, &id, false)?))
     }
 
     fn list_entries(
         &mut self,
-        _scope: wit::types::MemoryScope,
-        _kinds: Vec<wit::types::MemoryKind>,
-        _limit: u32,
+        scope: wit::types::MemoryScope,
+        kinds: Vec<wit::types::MemoryKind>,
+        limit: u32,
     ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
-        self.require_memory(false)?;
-        Err(unavailable("memory store"))
+        let memory = self.require_memory(false)?;
+        let scope = from_wit_scope(scope);
+        self.check_scope(&scope, "the scope")?;
+        let entries = memory
+            .list(&ListFilter {
+                scope,
+                kinds: kinds.into_iter().map(from_wit_kind).collect(),
+                limit: limit.clamp(1, 1000) as usize,
+                ..ListFilter::default()
+            })
+            .map_err(memory_error)?;
+        Ok(entries.into_iter().map(to_wit_entry).collect())
     }
 
-    fn forget(&mut self, _id: String) -> Result<bool, WitError> {
-        self.require_memory(true)?;
-        Err(unavailable("memory store"))
+    fn forget(&mut self, id: String) -> Result<bool, WitError> {
+        let memory = self.require_memory(true)?;
+        match self.entry_in_scope(memory, &id, true) {
+            Ok(_) => {}
+            Err(WitError::NotFound(_)) => return Ok(false),
+            Err(denial) => return Err(denial),
+        }
+        memory
+            .forget(&id, &format!("plugin:{}", self.plugin))
+            .map_err(memory_error)
     }
 
-    fn count(&mut self, _scope: wit::types::MemoryScope) -> Result<u64, WitError> {
-        self.require_memory(false)?;
-        Err(unavailable("memory store"))
+    fn count(&mut self, scope: wit::types::MemoryScope) -> Result<u64, WitError> {
+        let memory = self.require_memory(false)?;
+        let scope = from_wit_scope(scope);
+        self.check_scope(&scope, "the scope")?;
+        memory.count(&scope).map_err(memory_error)
     }
 
-    fn pending_sessions(&mut self, _limit: u32) -> Result<Vec<wit::memory::Session>, WitError> {
-        self.require_consolidation()?;
-        Err(unavailable("memory store"))
+    fn pending_sessions(&mut self, limit: u32) -> Result<Vec<wit::memory::Session>, WitError> {
+        let memory = self.require_consolidation()?;
+        let sessions = memory
+            .store()
+            .pending_sessions(limit.clamp(1, 1000) as usize)
+            .map_err(memory_error)?;
+        Ok(sessions
+            .into_iter()
+            .filter(|s| self.check_scope(&session_scope(s), "the session").is_ok())
+            .map(|s| wit::memory::Session {
+                id: s.id,
+                user_id: s.user_id,
+                started_at: s.started_at,
+                ended_at: s.ended_at,
+                state: s.state,
+            })
+            .collect())
     }
 
     fn session_episodes(
         &mut self,
-        _session_id: String,
+        session_id: String,
     ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
-        self.require_consolidation()?;
-        Err(unavailable("memory store"))
+        let memory = self.require_consolidation()?;
+        self.session_in_scope(memory, &session_id)?;
+        let episodes = memory
+            .store()
+            .session_episodes(&session_id)
+            .map_err(memory_error)?;
+        Ok(episodes.into_iter().map(to_wit_entry).collect())
     }
 
     fn save_facts(
         &mut self,
-        _session_id: String,
-        _facts: Vec<wit::types::NewMemory>,
+        session_id: String,
+        facts: Vec<wit::types::NewMemory>,
     ) -> Result<Vec<String>, WitError> {
-        self.require_consolidation()?;
-        Err(unavailable("memory store"))
+        let memory = self.require_consolidation()?;
+        self.session_in_scope(memory, &session_id)?;
+        let facts: Vec<_> = facts.into_iter().map(from_wit_new).collect();
+        for (i, fact) in facts.iter().enumerate() {
+            self.check_scope(&fact.scope, &format!("facts[{i}]'s scope"))?;
+        }
+        memory
+            .store()
+            .save_facts(&session_id, facts)
+            .map_err(memory_error)
     }
 
-    fn mark_consolidated(&mut self, _session_id: String) -> Result<(), WitError> {
-        self.require_consolidation()?;
-        Err(unavailable("memory store"))
+    fn mark_consolidated(&mut self, session_id: String) -> Result<(), WitError> {
+        let memory = self.require_consolidation()?;
+        self.session_in_scope(memory, &session_id)?;
+        memory
+            .store()
+            .mark_consolidated(&session_id)
+            .map_err(memory_error)
     }
 
-    fn is_consolidated(&mut self, _session_id: String) -> Result<bool, WitError> {
-        self.require_consolidation()?;
-        Err(unavailable("memory store"))
+    fn is_consolidated(&mut self, session_id: String) -> Result<bool, WitError> {
+        let memory = self.require_consolidation()?;
+        let session = self.session_in_scope(memory, &session_id)?;
+        Ok(session.state == "consolidated")
+    }
+}
+
+impl PluginContext {
+    fn session_in_scope(
+        &self,
+        memory: &MemoryService,
+        id: &str,
+    ) -> Result<crate::memory::Session, WitError> {
+        let session = memory
+            .store()
+            .session(id)
+            .map_err(memory_error)?
+            .ok_or_else(|| WitError::NotFound(format!("session `{id}` does not exist")))?;
+        self.check_scope(&session_scope(&session), "the session")
+            .map_err(|_| WitError::NotFound(format!("session `{id}` does not exist")))?;
+        Ok(session)
+    }
+}
+
+/// The scope a session's memories carry.
+fn session_scope(session: &crate::memory::Session) -> Scope {
+    Scope {
+        agent_id: session.agent_id.clone(),
+        user_id: session.user_id.clone(),
+        session_id: Some(session.id.clone()),
     }
 }
 

@@ -210,6 +210,65 @@ pub enum MemoryAccess {
     ReadWrite,
 }
 
+/// The memory interface a plugin is granted: how much of it, and in which scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryGrant {
+    /// `read` or `read-write`.
+    pub access: MemoryAccess,
+    /// Where the plugin may reach: `all`, or patterns `agent:<id>`, `user:<id>`,
+    /// `session:<id>` (`*` for any id). Every call must name each declared level and match
+    /// one of its patterns.
+    pub scopes: Vec<String>,
+}
+
+/// One parsed `capabilities.memory.scopes` pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopePattern {
+    /// Any scope at all.
+    All,
+    /// `level:id` or `level:*`.
+    Level {
+        /// `agent`, `user` or `session`.
+        level: ScopeLevel,
+        /// The id, or none for `*`.
+        id: Option<String>,
+    },
+}
+
+/// A level of memory scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ScopeLevel {
+    /// `agent:`.
+    Agent,
+    /// `user:`.
+    User,
+    /// `session:`.
+    Session,
+}
+
+impl ScopePattern {
+    /// The pattern `text` spells, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text == "all" {
+            return Some(ScopePattern::All);
+        }
+        let (level, id) = text.split_once(':')?;
+        let level = match level {
+            "agent" => ScopeLevel::Agent,
+            "user" => ScopeLevel::User,
+            "session" => ScopeLevel::Session,
+            _ => return None,
+        };
+        let id = match id {
+            "*" => None,
+            "" => return None,
+            id => Some(id.to_string()),
+        };
+        Some(ScopePattern::Level { level, id })
+    }
+}
+
 /// What a plugin's sandbox is granted. Nothing is granted by default.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -228,7 +287,7 @@ pub struct Capabilities {
     pub stdio: bool,
     /// The memory interface.
     #[serde(default)]
-    pub memory: Option<MemoryAccess>,
+    pub memory: Option<MemoryGrant>,
     /// The LLM interface.
     #[serde(default)]
     pub llm: bool,
@@ -713,6 +772,22 @@ fn validate_capabilities(raw: &RawManifest, problems: &mut Problems<'_>) {
             "capabilities.memory",
             "a memory-backend is the memory; it cannot be granted the memory interface",
         );
+    }
+    if let Some(grant) = &caps.memory {
+        if grant.scopes.is_empty() {
+            problems.add(
+                "capabilities.memory.scopes",
+                "expected at least one scope: `all`, or `agent:<id>`, `user:<id>`, `session:<id>` (`*` for any id)",
+            );
+        }
+        for (i, scope) in grant.scopes.iter().enumerate() {
+            if ScopePattern::parse(scope).is_none() {
+                problems.add(
+                    format!("capabilities.memory.scopes[{i}]"),
+                    format!("`{scope}` is not a scope; expected `all`, `agent:<id>`, `user:<id>` or `session:<id>` (`*` for any id)"),
+                );
+            }
+        }
     }
     let mut dir_names = BTreeSet::new();
     for (i, grant) in caps.files.iter().enumerate() {

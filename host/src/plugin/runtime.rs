@@ -23,7 +23,8 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
 use super::bindings::v0_1::types::{
-    Error as WitError, Event, HttpRequest, HttpResponse, OutboundMessage,
+    Error as WitError, Event, HttpRequest, HttpResponse, MemoryEntry, MemoryKind, MemoryScope,
+    NewMemory, OutboundMessage, RecallHit, RecallQuery,
 };
 use super::bindings::v0_1::{channel, handler, memory_backend};
 use super::capabilities::{HostServices, PluginContext, Sandbox, SandboxError};
@@ -597,6 +598,86 @@ impl PluginInstance {
         self.run(|exports, store| match exports {
             WorldInstance::Handler(h) => {
                 Some(h.cairn_plugin_handler_plugin().call_on_event(store, event))
+            }
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `store-entry`.
+    pub fn memory_store(&mut self, entry: &NewMemory) -> Result<String, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_store_entry(store, entry),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `recall`.
+    pub fn memory_recall(&mut self, query: &RecallQuery) -> Result<Vec<RecallHit>, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_recall(store, query),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `get`.
+    pub fn memory_get(&mut self, id: &str) -> Result<MemoryEntry, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => {
+                Some(m.cairn_plugin_memory_backend_plugin().call_get(store, id))
+            }
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `list-entries`.
+    pub fn memory_list(
+        &mut self,
+        scope: &MemoryScope,
+        kinds: &[MemoryKind],
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_list_entries(store, scope, kinds, limit),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `forget`.
+    pub fn memory_forget(&mut self, id: &str) -> Result<bool, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_forget(store, id),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `count`.
+    pub fn memory_count(&mut self, scope: &MemoryScope) -> Result<u64, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_count(store, scope),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `health`.
+    pub fn memory_health(&mut self) -> Result<String, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => {
+                Some(m.cairn_plugin_memory_backend_plugin().call_health(store))
             }
             _ => None,
         })

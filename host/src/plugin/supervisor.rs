@@ -71,6 +71,31 @@ impl PluginHandle {
         &self,
         call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
     ) -> Result<T, CallError> {
+        match self.send(call) {
+            Ok(answer) => answer.await.unwrap_or_else(|_| Err(self.stopped())),
+            Err(stopped) => Err(stopped),
+        }
+    }
+
+    /// [`PluginHandle::call`] for threads outside the async runtime (e.g. another plugin's
+    /// host import reaching a memory-backend plugin).
+    pub fn call_blocking<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
+    ) -> Result<T, CallError> {
+        match self.send(call) {
+            Ok(answer) => answer
+                .blocking_recv()
+                .unwrap_or_else(|_| Err(self.stopped())),
+            Err(stopped) => Err(stopped),
+        }
+    }
+
+    /// Queue `call` on the plugin's executor; the receiver yields its result.
+    fn send<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
+    ) -> Result<oneshot::Receiver<Result<T, CallError>>, CallError> {
         let (reply, answer) = oneshot::channel();
         // Either the run or the abandonment answers, whichever comes first.
         let reply = Arc::new(Mutex::new(Some(reply)));
@@ -104,7 +129,7 @@ impl PluginHandle {
         if self.commands.send(Command::Call(job)).is_err() {
             return Err(self.stopped());
         }
-        answer.await.unwrap_or_else(|_| Err(self.stopped()))
+        Ok(answer)
     }
 
     fn stopped(&self) -> CallError {

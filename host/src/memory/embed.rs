@@ -1,0 +1,543 @@
+//! Embeddings: the providers that turn text into vectors, the in-memory vector index recall
+//! scans, and the background embedder that vectorises new entries off the hot path.
+//!
+//! Providers:
+//! - `hash` (the offline default): feature hashing of words and word pairs into a fixed
+//!   number of signed buckets. It is deterministic and needs no network, but it is
+//!   **lexical**: it finds the same words (and close word orders), not synonyms.
+//! - `openai`: any OpenAI-compatible `/embeddings` endpoint (OpenAI, Ollama, vLLM,
+//!   llama.cpp). Semantic, at the cost of a network call per batch.
+//!
+//! Each stored vector records its provider and model; entries whose vector came from
+//! another model are re-embedded by the background worker (and by `cairn memory reindex`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::Scope;
+
+/// Which embedding provider to use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// No embeddings: recall is BM25 only.
+    None,
+    /// Offline feature hashing (lexical).
+    Hash,
+    /// An OpenAI-compatible `/embeddings` endpoint.
+    Openai,
+}
+
+/// Embedding settings (`memory.embeddings:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct EmbeddingConfig {
+    /// `hash` (default), `openai` or `none`.
+    pub provider: ProviderKind,
+    /// The model name sent to an `openai` endpoint (e.g. `text-embedding-3-small`,
+    /// `nomic-embed-text`); ignored by `hash`.
+    pub model: String,
+    /// Dimensions of `hash` vectors (default 256).
+    pub dims: usize,
+    /// Base URL of an `openai` endpoint, up to and including `/v1`.
+    pub url: String,
+    /// Environment variable holding the API key (none sends no `Authorization`).
+    pub api_key_env: Option<String>,
+    /// Texts per provider call (default 32).
+    pub batch_size: usize,
+    /// Timeout of one provider call in ms (default 30000).
+    pub timeout_ms: u64,
+    /// Rows kept in the embedding cache; the least recently used are evicted (default 50000).
+    pub cache_entries: usize,
+}
+
+impl Default for EmbeddingConfig {
+    fn default() -> Self {
+        Self {
+            provider: ProviderKind::Hash,
+            model: "text-embedding-3-small".into(),
+            dims: 256,
+            url: "https://api.openai.com/v1".into(),
+            api_key_env: Some("OPENAI_API_KEY".into()),
+            batch_size: 32,
+            timeout_ms: 30_000,
+            cache_entries: 50_000,
+        }
+    }
+}
+
+/// Why texts could not be embedded.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EmbedError {
+    /// The provider could not be reached or answered with an error.
+    #[error("embedding provider {provider}: {message}")]
+    Provider {
+        /// Provider name.
+        provider: String,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+/// Something that turns texts into vectors.
+pub trait EmbeddingProvider: Send + Sync {
+    /// The provider's name (`hash`, `openai`), recorded with every vector.
+    fn provider(&self) -> &str;
+    /// The model, recorded with every vector; a change re-embeds.
+    fn model(&self) -> &str;
+    /// One vector per text, in order.
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// The provider `config` describes, or none when embeddings are off.
+pub fn provider_from_config(config: &EmbeddingConfig) -> Option<Arc<dyn EmbeddingProvider>> {
+    match config.provider {
+        ProviderKind::None => None,
+        ProviderKind::Hash => Some(Arc::new(HashEmbedder::new(config.dims))),
+        ProviderKind::Openai => Some(Arc::new(OpenAiEmbedder::new(config))),
+    }
+}
+
+/// Offline, deterministic, lexical embeddings by feature hashing.
+pub struct HashEmbedder {
+    dims: usize,
+    model: String,
+}
+
+impl HashEmbedder {
+    /// Vectors of `dims` dimensions (at least 8).
+    pub fn new(dims: usize) -> Self {
+        let dims = dims.max(8);
+        Self {
+            dims,
+            model: format!("hash-v1-{dims}"),
+        }
+    }
+
+    /// The vector of one text: words and adjacent word pairs hashed into signed buckets,
+    /// weighted by log term frequency, L2-normalised.
+    pub fn vector(&self, text: &str) -> Vec<f32> {
+        let words = super::recall::terms(text);
+        let mut counts: HashMap<u64, f32> = HashMap::new();
+        for word in &words {
+            *counts.entry(fnv1a(word.as_bytes())).or_default() += 1.0;
+        }
+        for pair in words.windows(2) {
+            let key = fnv1a(format!("{} {}", pair[0], pair[1]).as_bytes());
+            *counts.entry(key).or_default() += 0.5;
+        }
+        let mut vector = vec![0f32; self.dims];
+        for (hash, count) in counts {
+            let bucket = (hash % self.dims as u64) as usize;
+            let sign = if (hash >> 63) & 1 == 1 { -1.0 } else { 1.0 };
+            vector[bucket] += sign * (1.0 + count.ln());
+        }
+        normalise(&mut vector);
+        vector
+    }
+}
+
+/// 64-bit FNV-1a: a stable hash (unlike std's), so hash vectors never change between builds.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl EmbeddingProvider for HashEmbedder {
+    fn provider(&self) -> &str {
+        "hash"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        Ok(texts.iter().map(|t| self.vector(t)).collect())
+    }
+}
+
+/// An OpenAI-compatible `/embeddings` endpoint.
+pub struct OpenAiEmbedder {
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl OpenAiEmbedder {
+    /// A client for the endpoint in `config`; the API key is read from its env var now.
+    pub fn new(config: &EmbeddingConfig) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_millis(config.timeout_ms.max(1))))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self {
+            url: format!("{}/embeddings", config.url.trim_end_matches('/')),
+            model: config.model.clone(),
+            api_key: config
+                .api_key_env
+                .as_deref()
+                .and_then(|name| std::env::var(name).ok())
+                .filter(|key| !key.is_empty()),
+            agent,
+        }
+    }
+
+    fn error(&self, message: impl Into<String>) -> EmbedError {
+        EmbedError::Provider {
+            provider: format!("openai ({})", self.url),
+            message: message.into(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct EmbeddingsResponse {
+    data: Vec<EmbeddingDatum>,
+}
+
+#[derive(Deserialize)]
+struct EmbeddingDatum {
+    index: usize,
+    embedding: Vec<f32>,
+}
+
+impl EmbeddingProvider for OpenAiEmbedder {
+    fn provider(&self) -> &str {
+        "openai"
+    }
+
+    fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let body = serde_json::json!({"model": self.model, "input": texts}).to_string();
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json");
+        if let Some(key) = &self.api_key {
+            request = request.header("Authorization", format!("Bearer {key}"));
+        }
+        let mut response = request.send(body).map_err(|e| self.error(e.to_string()))?;
+        let status = response.status();
+        let text = response
+            .body_mut()
+            .read_to_string()
+            .map_err(|e| self.error(format!("cannot read the answer: {e}")))?;
+        if !status.is_success() {
+            let excerpt: String = text.chars().take(300).collect();
+            return Err(self.error(format!("HTTP {status}: {excerpt}")));
+        }
+        let parsed: EmbeddingsResponse = serde_json::from_str(&text)
+            .map_err(|e| self.error(format!("unexpected answer ({e})")))?;
+        let mut vectors = vec![Vec::new(); texts.len()];
+        for datum in parsed.data {
+            let Some(slot) = vectors.get_mut(datum.index) else {
+                return Err(self.error(format!("answer has index {} out of range", datum.index)));
+            };
+            *slot = datum.embedding;
+        }
+        if let Some(missing) = vectors.iter().position(Vec::is_empty) {
+            return Err(self.error(format!("answer has no vector for input {missing}")));
+        }
+        for vector in &mut vectors {
+            normalise(vector);
+        }
+        Ok(vectors)
+    }
+}
+
+/// Scale `vector` to unit length (left as is when it is all zeros).
+pub fn normalise(vector: &mut [f32]) {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if norm > 0.0 {
+        for x in vector {
+            *x /= norm;
+        }
+    }
+}
+
+/// Cosine similarity of two unit vectors (their dot product); 0 when dimensions differ.
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+/// A vector as stored: little-endian f32s.
+pub fn to_bytes(vector: &[f32]) -> Vec<u8> {
+    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// A stored vector back as f32s.
+pub fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// Scope keys of one indexed vector (0 = none), so a scan skips other users' entries
+/// before scoring. SQL re-checks every candidate; this only keeps the scan focused.
+#[derive(Clone, Copy)]
+struct IndexedScope {
+    agent: u32,
+    user: u32,
+    session: u32,
+}
+
+#[derive(Default)]
+struct IndexData {
+    dims: usize,
+    vectors: Vec<f32>,
+    seqs: Vec<i64>,
+    scopes: Vec<IndexedScope>,
+    position: HashMap<i64, usize>,
+    names: HashMap<String, u32>,
+}
+
+impl IndexData {
+    fn key(&mut self, name: &Option<String>) -> u32 {
+        match name {
+            None => 0,
+            Some(name) => {
+                let next = self.names.len() as u32 + 1;
+                *self.names.entry(name.clone()).or_insert(next)
+            }
+        }
+    }
+
+    fn lookup(&self, name: &Option<String>) -> Option<u32> {
+        name.as_ref()
+            .map(|n| self.names.get(n).copied().unwrap_or(u32::MAX))
+    }
+}
+
+/// Which indexed vectors a scan may return.
+pub struct ScanFilter<'a> {
+    /// The query's scope: a set agent or user also admits entries shared at that level.
+    pub scope: &'a Scope,
+    /// Entries of this session are skipped.
+    pub exclude_session: Option<&'a str>,
+}
+
+/// Every vector of the configured model, in memory, scanned exhaustively at recall.
+#[derive(Default)]
+pub struct VectorIndex {
+    data: RwLock<IndexData>,
+}
+
+impl VectorIndex {
+    /// Add or replace the vector of entry `seq`.
+    pub fn upsert(&self, seq: i64, scope: &Scope, vector: &[f32]) {
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        if data.dims == 0 {
+            data.dims = vector.len();
+        }
+        if vector.len() != data.dims {
+            // A model with other dimensions: the index starts over with it.
+            *data = IndexData {
+                dims: vector.len(),
+                ..IndexData::default()
+            };
+        }
+        let indexed = IndexedScope {
+            agent: data.key(&scope.agent_id),
+            user: data.key(&scope.user_id),
+            session: data.key(&scope.session_id),
+        };
+        match data.position.get(&seq).copied() {
+            Some(at) => {
+                let dims = data.dims;
+                data.vectors[at * dims..(at + 1) * dims].copy_from_slice(vector);
+                data.scopes[at] = indexed;
+            }
+            None => {
+                let at = data.seqs.len();
+                data.vectors.extend_from_slice(vector);
+                data.seqs.push(seq);
+                data.scopes.push(indexed);
+                data.position.insert(seq, at);
+            }
+        }
+    }
+
+    /// Drop the vector of entry `seq` (purged).
+    pub fn remove(&self, seq: i64) {
+        let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = data.position.remove(&seq) else {
+            return;
+        };
+        let last = data.seqs.len() - 1;
+        let dims = data.dims;
+        if at != last {
+            data.vectors
+                .copy_within(last * dims..(last + 1) * dims, at * dims);
+            let moved = data.seqs[last];
+            data.seqs[at] = moved;
+            data.scopes[at] = data.scopes[last];
+            data.position.insert(moved, at);
+        }
+        data.vectors.truncate(last * dims);
+        data.seqs.pop();
+        data.scopes.pop();
+    }
+
+    /// How many vectors the index holds.
+    pub fn len(&self) -> usize {
+        self.data
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .seqs
+            .len()
+    }
+
+    /// Whether the index is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The vector of entry `seq`, if indexed.
+    pub fn vector(&self, seq: i64) -> Option<Vec<f32>> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let at = *data.position.get(&seq)?;
+        Some(data.vectors[at * data.dims..(at + 1) * data.dims].to_vec())
+    }
+
+    /// The `k` entries most similar to `query` that pass `filter`, best first.
+    pub fn nearest(&self, query: &[f32], filter: &ScanFilter<'_>, k: usize) -> Vec<(i64, f32)> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        if data.dims == 0 || query.len() != data.dims || k == 0 {
+            return Vec::new();
+        }
+        let agent = data.lookup(&filter.scope.agent_id);
+        let user = data.lookup(&filter.scope.user_id);
+        let session = data.lookup(&filter.scope.session_id);
+        let excluded = filter
+            .exclude_session
+            .map(|s| data.names.get(s).copied().unwrap_or(u32::MAX));
+        let admits = |key: u32, wanted: Option<u32>| wanted.is_none_or(|w| key == w || key == 0);
+        let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
+        let mut floor = f32::MIN;
+        for (at, scope) in data.scopes.iter().enumerate() {
+            if !admits(scope.agent, agent)
+                || !admits(scope.user, user)
+                || session.is_some_and(|s| scope.session != s)
+                || excluded.is_some_and(|s| scope.session == s)
+            {
+                continue;
+            }
+            let score = cosine(query, &data.vectors[at * data.dims..(at + 1) * data.dims]);
+            if best.len() == k && score <= floor {
+                continue;
+            }
+            let place = best.partition_point(|(_, s)| *s >= score);
+            best.insert(place, (data.seqs[at], score));
+            best.truncate(k);
+            if best.len() == k {
+                floor = best[k - 1].1;
+            }
+        }
+        best
+    }
+}
+
+/// Wakes the background embedder when entries are stored, and tells it to stop.
+#[derive(Default)]
+pub struct EmbedSignal {
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl EmbedSignal {
+    /// New entries wait to be embedded.
+    pub fn notify(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.0 = true;
+        self.changed.notify_all();
+    }
+
+    /// The embedder should finish.
+    pub fn stop(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.1 = true;
+        self.changed.notify_all();
+    }
+
+    /// Wait until notified, stopped or `timeout`; returns false once stopped.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut state, _) = self
+            .changed
+            .wait_timeout_while(state, timeout, |s| !s.0 && !s.1)
+            .unwrap_or_else(|p| p.into_inner());
+        state.0 = false;
+        !state.1
+    }
+
+    /// Whether stop was asked.
+    pub fn stopped(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_vectors_are_deterministic_and_lexical() {
+        let embedder = HashEmbedder::new(256);
+        let a = embedder.vector("Alice moved to Berlin last spring");
+        assert_eq!(a, embedder.vector("Alice moved to Berlin last spring"));
+        let near = embedder.vector("Alice moved to Berlin in spring");
+        let far = embedder.vector("the build cache is corrupted");
+        assert!(cosine(&a, &near) > 0.6, "{}", cosine(&a, &near));
+        assert!(cosine(&a, &far) < 0.3, "{}", cosine(&a, &far));
+    }
+
+    #[test]
+    fn the_index_scans_only_admitted_scopes() {
+        let index = VectorIndex::default();
+        let embedder = HashEmbedder::new(64);
+        let scope = |user: &str| Scope {
+            user_id: Some(user.into()),
+            ..Scope::default()
+        };
+        index.upsert(1, &scope("alice"), &embedder.vector("likes tea"));
+        index.upsert(2, &scope("bob"), &embedder.vector("likes tea"));
+        index.upsert(3, &Scope::default(), &embedder.vector("likes coffee"));
+        let query = embedder.vector("tea");
+        let bob = scope("bob");
+        let hits = index.nearest(
+            &query,
+            &ScanFilter {
+                scope: &bob,
+                exclude_session: None,
+            },
+            5,
+        );
+        let seqs: Vec<i64> = hits.iter().map(|h| h.0).collect();
+        assert_eq!(
+            seqs,
+            vec![2, 3],
+            "bob's own entry first, the shared one after, never alice's"
+        );
+        index.remove(2);
+        assert_eq!(index.len(), 2);
+        assert!(index.vector(2).is_none());
+        assert!(index.vector(3).is_some());
+    }
+}

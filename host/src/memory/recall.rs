@@ -1,0 +1,247 @@
+//! Recall scoring: how a query's text becomes a safe full-text query, and how the signals of
+//! a candidate (BM25, cosine, importance, recency) become one score that can be explained.
+//!
+//! Relevance is the weighted mean of the signals present: BM25 normalised per query (the
+//! best lexical match scores 1) and cosine similarity when the entry and query have vectors.
+//! The final score blends relevance with importance (1–10 → 0.1–1) and recency (halving
+//! every `half_life_hours` of age), as in Generative Agents.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::{MemoryEntry, MemoryKind, Scope};
+
+/// Ranking settings (`memory.recall:` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecallConfig {
+    /// Weight of the BM25 signal inside relevance (default 1).
+    pub bm25_weight: f64,
+    /// Weight of the cosine signal inside relevance (default 1).
+    pub vector_weight: f64,
+    /// Weight of relevance in the final score (default 0.7).
+    pub relevance_weight: f64,
+    /// Weight of importance in the final score (default 0.15).
+    pub importance_weight: f64,
+    /// Weight of recency in the final score (default 0.15).
+    pub recency_weight: f64,
+    /// Age at which recency halves, in hours (default 168, a week).
+    pub half_life_hours: f64,
+    /// Hits whose relevance is below this are dropped (default 0.1).
+    pub min_relevance: f64,
+    /// Hits this similar (word overlap) to a better hit are collapsed into it (default 0.9).
+    pub duplicate_similarity: f64,
+    /// Candidates taken from each signal before ranking, per requested hit (default 10).
+    pub candidates_per_hit: usize,
+}
+
+impl Default for RecallConfig {
+    fn default() -> Self {
+        Self {
+            bm25_weight: 1.0,
+            vector_weight: 1.0,
+            relevance_weight: 0.7,
+            importance_weight: 0.15,
+            recency_weight: 0.15,
+            half_life_hours: 168.0,
+            min_relevance: 0.1,
+            duplicate_similarity: 0.9,
+            candidates_per_hit: 10,
+        }
+    }
+}
+
+/// A recall request.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecallQuery {
+    /// Free text, matched as words (never as query syntax).
+    pub text: String,
+    /// Only memories in this scope (plus those shared at a set agent or user level).
+    pub scope: Scope,
+    /// Only these kinds; empty means all.
+    pub kinds: Vec<MemoryKind>,
+    /// Only these categories; empty means all.
+    pub categories: Vec<String>,
+    /// Skip memories of this session (the context provider skips the current one).
+    pub exclude_session: Option<String>,
+    /// Only memories valid from this time on (ms).
+    pub since: Option<i64>,
+    /// Only memories valid from before this time (ms).
+    pub until: Option<i64>,
+    /// Answer as memory stood at this time: what was valid and known then. None = now.
+    pub as_of: Option<i64>,
+    /// Most hits returned.
+    pub limit: usize,
+    /// Overrides the configured minimum relevance.
+    pub min_relevance: Option<f64>,
+    /// Use BM25 only, even when embeddings are on.
+    pub lexical_only: bool,
+}
+
+/// The components of one hit's score, for `--explain`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ScoreParts {
+    /// SQLite's BM25 for the entry (lower is better), when the text matched.
+    pub bm25_raw: Option<f64>,
+    /// BM25 normalised per query to 0–1.
+    pub bm25: f64,
+    /// Cosine similarity to the query, when both have vectors.
+    pub cosine: Option<f64>,
+    /// Weighted mean of the signals present.
+    pub relevance: f64,
+    /// Importance mapped to 0.1–1.
+    pub importance: f64,
+    /// 0–1, halving every half-life of age.
+    pub recency: f64,
+    /// Age at the query's time, in hours.
+    pub age_hours: f64,
+    /// relevance·w + importance·w + recency·w.
+    pub score: f64,
+}
+
+/// One recalled memory.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RecallHit {
+    /// The memory.
+    pub entry: MemoryEntry,
+    /// Final score, higher is better.
+    pub score: f64,
+    /// How the score was made.
+    pub explain: ScoreParts,
+}
+
+/// Words too common to say anything about relevance.
+const STOPWORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
+    "had", "has", "have", "he", "her", "his", "i", "in", "is", "it", "its", "me", "my", "of", "on",
+    "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to", "was", "we",
+    "were", "what", "when", "where", "which", "who", "why", "will", "with", "you", "your",
+];
+
+/// The words of `text`: lower-case runs of letters and digits, without stop words.
+pub fn terms(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .collect()
+}
+
+/// A full-text query that matches any of the words of `text`, each quoted so that nothing
+/// the user typed (`"`, `*`, `NEAR`, `OR`, column filters) is read as FTS5 syntax. None when
+/// the text has no words.
+pub fn fts_query(text: &str) -> Option<String> {
+    let unique: BTreeSet<String> = terms(text).into_iter().take(32).collect();
+    (!unique.is_empty()).then(|| {
+        unique
+            .iter()
+            .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+            .collect::<Vec<_>>()
+            .join(" OR ")
+    })
+}
+
+/// Recency of something `age_ms` old: 1 now, halving every `half_life_hours`.
+pub fn recency(age_ms: i64, half_life_hours: f64) -> f64 {
+    let hours = age_ms.max(0) as f64 / 3_600_000.0;
+    if half_life_hours <= 0.0 {
+        return 1.0;
+    }
+    0.5f64.powf(hours / half_life_hours)
+}
+
+/// Score a candidate from its signals.
+pub fn score(
+    config: &RecallConfig,
+    bm25_raw: Option<f64>,
+    best_bm25: f64,
+    cosine: Option<f64>,
+    importance: u8,
+    age_ms: i64,
+) -> ScoreParts {
+    let bm25 = match bm25_raw {
+        Some(raw) if best_bm25 > 0.0 => (-raw / best_bm25).clamp(0.0, 1.0),
+        _ => 0.0,
+    };
+    let (mut weighted, mut weights) = (config.bm25_weight * bm25, config.bm25_weight);
+    if let Some(cosine) = cosine {
+        weighted += config.vector_weight * cosine.clamp(0.0, 1.0);
+        weights += config.vector_weight;
+    }
+    let relevance = if weights > 0.0 {
+        weighted / weights
+    } else {
+        0.0
+    };
+    let importance = f64::from(importance.clamp(1, 10)) / 10.0;
+    let recency = recency(age_ms, config.half_life_hours);
+    let score = config.relevance_weight * relevance
+        + config.importance_weight * importance
+        + config.recency_weight * recency;
+    ScoreParts {
+        bm25_raw,
+        bm25,
+        cosine,
+        relevance,
+        importance,
+        recency,
+        age_hours: age_ms.max(0) as f64 / 3_600_000.0,
+        score,
+    }
+}
+
+/// Keep hits in order, dropping each one that nearly repeats a better one.
+pub fn collapse_duplicates(hits: Vec<RecallHit>, threshold: f64) -> Vec<RecallHit> {
+    let mut kept: Vec<RecallHit> = Vec::with_capacity(hits.len());
+    for hit in hits {
+        let repeats = kept.iter().any(|k| {
+            k.entry.content == hit.entry.content
+                || jaccard(&k.entry.content, &hit.entry.content) >= threshold
+        });
+        if !repeats {
+            kept.push(hit);
+        }
+    }
+    kept
+}
+
+/// |A ∩ B| / |A ∪ B| over the words of two texts.
+pub fn jaccard(a: &str, b: &str) -> f64 {
+    let a: BTreeSet<String> = terms(a).into_iter().collect();
+    let b: BTreeSet<String> = terms(b).into_iter().collect();
+    let union = a.union(&b).count();
+    if union == 0 {
+        return 1.0;
+    }
+    a.intersection(&b).count() as f64 / union as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_syntax_is_quoted_away() {
+        assert_eq!(
+            fts_query("tea* OR \"x\" NEAR(a b) content:secret").as_deref(),
+            Some("\"b\" OR \"content\" OR \"near\" OR \"secret\" OR \"tea\" OR \"x\"")
+        );
+        assert_eq!(fts_query("the of ?!"), None);
+    }
+
+    #[test]
+    fn scores_blend_relevance_importance_and_recency() {
+        let config = RecallConfig::default();
+        let fresh = score(&config, Some(-4.0), 4.0, Some(0.5), 10, 0);
+        assert!((fresh.bm25 - 1.0).abs() < 1e-9);
+        assert!((fresh.relevance - 0.75).abs() < 1e-9);
+        assert!((fresh.score - (0.7 * 0.75 + 0.15 + 0.15)).abs() < 1e-9);
+        let week_old = score(&config, Some(-4.0), 4.0, None, 10, 168 * 3_600_000);
+        assert!((week_old.recency - 0.5).abs() < 1e-9);
+        assert!(
+            (week_old.relevance - 1.0).abs() < 1e-9,
+            "only the signals present count"
+        );
+    }
+}
