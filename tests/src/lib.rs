@@ -1,6 +1,8 @@
 //! Helpers for the integration tests: plugin directories assembled from the built guest
 //! components, and the real `cairn` binary run as a child process whose log is captured.
 
+pub mod memory_dataset;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};

@@ -786,10 +786,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         memory: Some(memory.clone()),
     });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
-    if let Some(backend) = memory.backend_plugin()
-        && let Some(handle) = host.handle(backend)
-    {
-        memory.attach_backend(handle.clone());
+    if let Some(backend) = memory.backend_plugin() {
         tracing::info!(plugin = backend, "memory is served by a backend plugin");
     }
     memory_store.start_embedder();

@@ -69,7 +69,7 @@ pub struct RecallQuery {
     pub since: Option<i64>,
     /// Only memories valid from before this time (ms).
     pub until: Option<i64>,
-    /// Answer as memory stood at this time: what was valid and known then. None = now.
+    /// Answer as memory stood at this time: what was valid then (valid time). None = now.
     pub as_of: Option<i64>,
     /// Most hits returned.
     pub limit: usize,

@@ -504,7 +504,6 @@ impl MemoryStore {
                     "(e.valid_to IS NULL OR e.valid_to > ?)",
                     Value::Integer(as_of),
                 );
-                sql.push("e.recorded_at <= ?", Value::Integer(as_of));
             }
         }
 
@@ -825,9 +824,11 @@ impl MemoryStore {
             after = last.seq;
             let hashes: Vec<String> = pending.iter().map(|p| p.content_hash.clone()).collect();
             let cached = self.cached_vectors(&provider, &model, &hashes)?;
+            let mut unique = std::collections::HashSet::new();
             let missing: Vec<&Unembedded> = pending
                 .iter()
                 .filter(|p| !cached.contains_key(&p.content_hash))
+                .filter(|p| unique.insert(p.content_hash.as_str()))
                 .collect();
             let texts: Vec<String> = missing.iter().map(|p| p.content.clone()).collect();
             let fresh = embedder
@@ -1207,6 +1208,11 @@ impl MemoryStore {
             })?;
             entries.push(entry);
         }
+        entries.sort_by(|a, b| {
+            a.recorded_at
+                .cmp(&b.recorded_at)
+                .then_with(|| a.id.cmp(&b.id))
+        });
         let restored = self.writer.write_blocking(move |conn| {
             let mut restored = 0;
             for entry in &entries {

@@ -56,7 +56,13 @@ impl PluginHost {
             "plugin runtime ready"
         );
         let mut plugins = Vec::new();
-        for manifest in set.start_order() {
+        // A memory backend without dependencies starts first, so that every other plugin's
+        // `init` can already reach memory through it.
+        let mut order: Vec<&manifest::Manifest> = set.start_order().iter().collect();
+        order.sort_by_key(|m| {
+            !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
+        });
+        for manifest in order {
             let manifest = Arc::new(manifest.clone());
             let runtime = runtime.clone();
             let data_dir = config.data_dir.clone();
@@ -105,6 +111,11 @@ impl PluginHost {
                 plugin: manifest.id.clone(),
                 message: format!("cannot spawn supervisor thread: {e}"),
             })?;
+            if let Some(memory) = &services.memory
+                && memory.backend_plugin() == Some(manifest.id.as_str())
+            {
+                memory.attach_backend(supervised.handle().clone());
+            }
             let state = supervised.start().await;
             if state != PluginState::Running {
                 tracing::warn!(plugin = %manifest.id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");

@@ -184,6 +184,7 @@ fn plugin_rows(
         buffer: None,
         journal: None,
         interrupt: None,
+        memory: None,
     });
 
     let instantiations = 2_000;
@@ -627,6 +628,7 @@ async fn bench_subscribers(
         buffer: None,
         journal: Some(journal),
         interrupt: None,
+        memory: None,
     });
     let status = Arc::new(cairn::plugin::status::StatusStore::open(dir)?);
     let host = cairn::plugin::PluginHost::start(&set, &config, services, status).await?;
