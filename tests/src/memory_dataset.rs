@@ -185,7 +185,7 @@ impl Rng {
     }
 
     /// The next number.
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -194,11 +194,23 @@ impl Rng {
 
     /// A number below `n`.
     pub fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
+        (self.next_u64() % n as u64) as usize
     }
 }
 
 const DAY_MS: i64 = 86_400_000;
+
+/// A line of a session: its text, and which planted fact it states (slot, is an update).
+type Line = (String, Option<(usize, bool)>);
+
+/// Labels of the memories that state one planted fact.
+#[derive(Clone, Default)]
+struct Labels {
+    first_episode: Option<String>,
+    first_fact: Option<String>,
+    update_episode: Option<String>,
+    update_fact: Option<String>,
+}
 
 /// Generate `users` users with three sessions each, four planted facts per user and about
 /// a third of the facts updated in the last session. Times count back from `now`.
@@ -214,7 +226,7 @@ pub fn generate(users: usize, seed: u64, now: i64) -> Dataset {
             picked.swap(i, rng.below(i + 1));
         }
         picked.truncate(4);
-        let mut plan: Vec<Vec<(String, Option<(usize, bool)>)>> = vec![Vec::new(); 3];
+        let mut plan: Vec<Vec<Line>> = vec![Vec::new(); 3];
         let mut values = Vec::new();
         for (slot, template) in picked.iter().enumerate() {
             let t = &TEMPLATES[*template];
@@ -233,12 +245,7 @@ pub fn generate(users: usize, seed: u64, now: i64) -> Dataset {
             }
             values.push((*template, first, latest, updated));
         }
-        let mut labels: Vec<(
-            Option<String>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        )> = vec![(None, None, None, None); picked.len()];
+        let mut labels: Vec<Labels> = vec![Labels::default(); picked.len()];
         for (s, lines) in plan.iter_mut().enumerate() {
             for _ in 0..4 {
                 let at = rng.below(lines.len() + 1);
@@ -296,17 +303,22 @@ pub fn generate(users: usize, seed: u64, now: i64) -> Dataset {
                     });
                     let entry = &mut labels[*slot];
                     if *is_update {
-                        entry.2 = Some(label.clone());
-                        entry.3 = Some(fact_label);
+                        entry.update_episode = Some(label.clone());
+                        entry.update_fact = Some(fact_label);
                     } else {
-                        entry.0 = Some(label.clone());
-                        entry.1 = Some(fact_label);
+                        entry.first_episode = Some(label.clone());
+                        entry.first_fact = Some(fact_label);
                     }
                 }
             }
         }
         for (slot, (template, _, _, updated)) in values.iter().enumerate() {
-            let (first_episode, first_fact, update_episode, update_fact) = labels[slot].clone();
+            let Labels {
+                first_episode,
+                first_fact,
+                update_episode,
+                update_fact,
+            } = labels[slot].clone();
             let (evidence, stale): (Vec<String>, Vec<String>) = if *updated {
                 (
                     [update_episode, update_fact]

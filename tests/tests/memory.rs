@@ -604,7 +604,10 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
 
 /// A minimal OpenAI-compatible embeddings server: vectors count letters, so texts sharing
 /// letters are similar. Records (model, authorization, inputs) of each request.
-fn embeddings_server() -> (u16, Arc<Mutex<Vec<(String, String, usize)>>>) {
+/// What the embeddings server saw: (model, Authorization header, number of inputs) per request.
+type SeenRequests = Arc<Mutex<Vec<(String, String, usize)>>>;
+
+fn embeddings_server() -> (u16, SeenRequests) {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = listener.local_addr().expect("addr").port();
     let seen = Arc::new(Mutex::new(Vec::new()));

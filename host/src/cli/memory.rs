@@ -295,18 +295,17 @@ pub fn run(config: &HostConfig, command: &MemoryCommand) -> Result<ExitCode> {
                 .ok_or_else(|| BadInput(format!("no memory `{id}`")))?;
             let trail = memory.audit_trail(id).map_err(memory_failure)?;
             if *json {
-                let audit: Vec<_> = trail
-                    .iter()
-                    .map(|(action, actor, at, detail)| {
-                        json!({"action": action, "actor": actor, "at": at, "detail": detail})
-                    })
-                    .collect();
-                print_json(&json!({"entry": entry, "audit": audit}))?;
+                print_json(&json!({"entry": entry, "audit": trail}))?;
             } else {
                 print_entry(&entry);
-                for (action, actor, at, detail) in trail {
-                    let detail = detail.map(|d| format!(" ({d})")).unwrap_or_default();
-                    println!("audit:       {} {action} by {actor}{detail}", time(at));
+                for row in trail {
+                    let detail = row.detail.map(|d| format!(" ({d})")).unwrap_or_default();
+                    println!(
+                        "audit:       {} {} by {}{detail}",
+                        time(row.at),
+                        row.action,
+                        row.actor
+                    );
                 }
             }
         }

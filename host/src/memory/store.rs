@@ -60,9 +60,22 @@ pub struct ListFilter {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ExportRecord {
     /// A memory with every field.
-    Entry(MemoryEntry),
+    Entry(Box<MemoryEntry>),
     /// A session with its consolidation state.
     Session(Session),
+}
+
+/// One row of an entry's audit trail.
+#[derive(Debug, Clone, Serialize)]
+pub struct AuditRow {
+    /// `forget`, `purge` or `supersede`.
+    pub action: String,
+    /// Who did it: `cli`, `hygiene`, `plugin:<id>`, `store`.
+    pub actor: String,
+    /// When (ms since the epoch).
+    pub at: i64,
+    /// For a supersede, the id of the newer entry.
+    pub detail: Option<String>,
 }
 
 /// What an import did.
@@ -315,12 +328,11 @@ impl MemoryStore {
                    AND agent_id IS ?3 AND user_id IS ?4 AND predicate IS NOT ?5
                  ORDER BY seq DESC LIMIT 50",
             )?;
-            let rows = statement
+            statement
                 .query_map(params![subject, kind, agent, user, predicate], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?))
                 })?
-                .collect();
-            rows
+                .collect()
         })?;
         if candidates.is_empty() {
             return Ok(None);
@@ -379,10 +391,9 @@ impl MemoryStore {
             let targets: Vec<(i64, String)> = if ids.is_empty() {
                 let mut statement =
                     conn.prepare("SELECT seq, id FROM entries WHERE forgotten_at IS NOT NULL")?;
-                let rows = statement
+                statement
                     .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-                    .collect::<Result<_, _>>()?;
-                rows
+                    .collect::<Result<_, _>>()?
             } else {
                 let mut found = Vec::new();
                 for id in &ids {
@@ -445,10 +456,9 @@ impl MemoryStore {
         );
         self.read(|conn| {
             let mut statement = conn.prepare(&query)?;
-            let rows = statement
+            statement
                 .query_map(params_from_iter(sql.values.iter()), row_to_entry)?
-                .collect();
-            rows
+                .collect()
         })
     }
 
@@ -520,12 +530,11 @@ impl MemoryStore {
             values.extend(sql.values.iter().cloned());
             let rows: Vec<(i64, f64)> = self.read(|conn| {
                 let mut statement = conn.prepare_cached(&statement_sql)?;
-                let rows = statement
+                statement
                     .query_map(params_from_iter(values.iter()), |r| {
                         Ok((r.get(0)?, r.get(1)?))
                     })?
-                    .collect();
-                rows
+                    .collect()
             })?;
             bm25.extend(rows);
         }
@@ -533,7 +542,7 @@ impl MemoryStore {
         // Semantic candidates from the vector index (the scope is re-checked in SQL below).
         let query_vector = match (&self.embedder, query.lexical_only) {
             (Some(embedder), false) if !query.text.trim().is_empty() => {
-                match embedder.embed(&[query.text.clone()]) {
+                match embedder.embed(std::slice::from_ref(&query.text)) {
                     Ok(mut vectors) => vectors.pop(),
                     Err(e) => {
                         tracing::warn!("recall falls back to BM25 only: {e}");
@@ -578,12 +587,11 @@ impl MemoryStore {
             values.extend(sql.values.iter().cloned());
             let rows: Vec<(i64, MemoryEntry)> = self.read(|conn| {
                 let mut statement = conn.prepare(&statement_sql)?;
-                let rows = statement
+                statement
                     .query_map(params_from_iter(values.iter()), |r| {
                         Ok((r.get(0)?, row_to_entry(r)?))
                     })?
-                    .collect();
-                rows
+                    .collect()
             })?;
             entries.extend(rows);
         }
@@ -670,10 +678,9 @@ impl MemoryStore {
                 "SELECT id, user_id, agent_id, started_at, ended_at, state FROM sessions
                  WHERE state = 'pending' ORDER BY ended_at, id LIMIT ?1",
             )?;
-            let rows = statement
+            statement
                 .query_map(params![limit.max(1) as i64], row_to_session)?
-                .collect();
-            rows
+                .collect()
         })
     }
 
@@ -696,8 +703,7 @@ impl MemoryStore {
                 "SELECT {ENTRY_COLUMNS} FROM entries e
                  WHERE e.session_id = ?1 AND e.kind = 'episode' AND e.forgotten_at IS NULL ORDER BY e.seq"
             ))?;
-            let rows = statement.query_map(params![id], row_to_entry)?.collect();
-            rows
+            statement.query_map(params![id], row_to_entry)?.collect()
         })
     }
 
@@ -900,7 +906,7 @@ impl MemoryStore {
                    AND (m.entry_seq IS NULL OR m.provider != ?1 OR m.model != ?2)
                  ORDER BY e.seq LIMIT ?4",
             )?;
-            let rows = statement
+            statement
                 .query_map(params![provider, model, after, limit as i64], |r| {
                     Ok(Unembedded {
                         seq: r.get(0)?,
@@ -913,8 +919,7 @@ impl MemoryStore {
                         },
                     })
                 })?
-                .collect();
-            rows
+                .collect()
         })
     }
 
@@ -1047,11 +1052,11 @@ impl MemoryStore {
             Ok((entries, sessions))
         })?;
         let mut lines = 0;
-        for record in sessions
-            .into_iter()
-            .map(ExportRecord::Session)
-            .chain(entries.into_iter().map(ExportRecord::Entry))
-        {
+        for record in sessions.into_iter().map(ExportRecord::Session).chain(
+            entries
+                .into_iter()
+                .map(|e| ExportRecord::Entry(Box::new(e))),
+        ) {
             let line =
                 serde_json::to_string(&record).map_err(|e| MemoryError::Storage(e.to_string()))?;
             writeln!(out, "{line}").map_err(io)?;
@@ -1225,20 +1230,21 @@ impl MemoryStore {
     }
 
     /// The audit trail of an entry: (action, actor, at, detail), oldest first.
-    pub fn audit_trail(
-        &self,
-        id: &str,
-    ) -> Result<Vec<(String, String, i64, Option<String>)>, MemoryError> {
+    pub fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, MemoryError> {
         self.read(|conn| {
             let mut statement = conn.prepare(
                 "SELECT action, actor, at, detail FROM audit WHERE entry_id = ?1 ORDER BY seq",
             )?;
-            let rows = statement
+            statement
                 .query_map(params![id], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    Ok(AuditRow {
+                        action: r.get(0)?,
+                        actor: r.get(1)?,
+                        at: r.get(2)?,
+                        detail: r.get(3)?,
+                    })
                 })?
-                .collect();
-            rows
+                .collect()
         })
     }
 }

@@ -133,7 +133,7 @@ fn main() -> Result<()> {
         rust_component.display()
     );
 
-    // `cargo xtask bench -- SECTION` runs one section: plugins, buffer, route, e2e, journal.
+    // `cargo xtask bench -- SECTION` runs one section: plugins, buffer, route, e2e, journal, memory.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -160,6 +160,15 @@ fn main() -> Result<()> {
     if wanted("journal") {
         eprintln!("bench: journal");
         journal_rows(&mut rows, scratch.path(), &rust_component)?;
+    }
+    if wanted("memory") {
+        eprintln!("bench: memory");
+        // CAIRN_BENCH_MEMORY_MAX lowers the largest size (default 1M) for quick runs.
+        let largest = std::env::var("CAIRN_BENCH_MEMORY_MAX")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        memory_rows(&mut rows, scratch.path(), largest)?;
     }
     print_and_save(&rows)
 }
@@ -784,4 +793,204 @@ async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
         .collect();
     latencies.sort_by(|a, b| a.total_cmp(b));
     Ok(latencies)
+}
+
+/// Memory rows: recall latency (BM25 only and hybrid) at 10k, 100k and 1M entries, episode
+/// save latency alone and while recall runs, and the size of memory.db at 1M.
+fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()> {
+    use cairn::memory::store::ExportRecord;
+    use cairn::memory::{MemoryConfig, MemoryKind, MemoryStore, NewMemory, RecallQuery, Scope};
+    use cairn_tests::memory_dataset;
+
+    let dir = scratch.join("memory");
+    std::fs::create_dir_all(&dir)?;
+    let mut config = MemoryConfig::default();
+    config.embeddings.batch_size = 1024;
+    let memory = MemoryStore::open(&dir, config)?;
+    let now = cairn::store::now_ms();
+    // About 52 memories per generated user (episodes, replies, facts).
+    let dataset = memory_dataset::generate(largest / 50 + 1, 99, now);
+    let mut planned = dataset.memories.iter();
+    let mut loaded = 0usize;
+    let mut users = Vec::new();
+    for size in [10_000usize, 100_000, 1_000_000]
+        .into_iter()
+        .filter(|s| *s <= largest)
+    {
+        let started = Instant::now();
+        while loaded < size {
+            let mut chunk = String::new();
+            for item in planned.by_ref().take((size - loaded).min(50_000)) {
+                let entry = bulk_entry(&item.memory, loaded, now);
+                if let Some(user) = &entry.scope.user_id
+                    && users.len() < 200
+                    && !users.contains(user)
+                {
+                    users.push(user.clone());
+                }
+                chunk.push_str(&serde_json::to_string(&ExportRecord::Entry(Box::new(
+                    entry,
+                )))?);
+                chunk.push('\n');
+                loaded += 1;
+            }
+            anyhow::ensure!(
+                !chunk.is_empty(),
+                "the dataset ran out at {loaded} memories"
+            );
+            memory.import(&chunk)?;
+        }
+        let load_s = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        memory.embed_pending(|_, _| {})?;
+        let embed_s = started.elapsed().as_secs_f64();
+        eprintln!("bench: memory at {size}: loaded in {load_s:.1} s, embedded in {embed_s:.1} s");
+        let questions: Vec<&memory_dataset::Question> = dataset
+            .questions
+            .iter()
+            .filter(|q| users.contains(&q.user) && !q.paraphrase)
+            .take(if size >= 1_000_000 { 100 } else { 200 })
+            .collect();
+        for (label, lexical) in [("BM25 only", true), ("hybrid", false)] {
+            let query = |q: &memory_dataset::Question| RecallQuery {
+                text: q.text.clone(),
+                scope: Scope {
+                    agent_id: Some("main".into()),
+                    user_id: Some(q.user.clone()),
+                    session_id: None,
+                },
+                limit: 5,
+                lexical_only: lexical,
+                ..RecallQuery::default()
+            };
+            memory.recall(&query(questions[0]))?;
+            let mut samples = Vec::new();
+            for q in &questions {
+                let started = Instant::now();
+                black_box(memory.recall(&query(q))?);
+                samples.push(started.elapsed().as_secs_f64() * 1e3);
+            }
+            samples.sort_by(|a, b| a.total_cmp(b));
+            rows.push(Row {
+                name: format!("recall top-5 at {}k entries, {label}", size / 1000),
+                value: percentile(&samples, 0.5),
+                unit: "ms",
+                note: format!(
+                    "p50; p99 {:.1} ms; {} scoped questions",
+                    percentile(&samples, 0.99),
+                    samples.len()
+                ),
+            });
+        }
+    }
+
+    // Episode saves on the hot path, alone and while another thread recalls non-stop.
+    let save = |n: usize| -> Result<Vec<f64>> {
+        let mut samples = Vec::new();
+        for i in 0..n {
+            let mut episode = NewMemory::new(
+                MemoryKind::Episode,
+                format!("bench episode {i}: the build finished and the tests passed"),
+            );
+            episode.scope = Scope {
+                agent_id: Some("main".into()),
+                user_id: Some("bench-user".into()),
+                session_id: Some("bench:s".into()),
+            };
+            let started = Instant::now();
+            memory.store_blocking(episode)?;
+            samples.push(started.elapsed().as_secs_f64() * 1e3);
+            // A steady trickle (about 200 saves/s), as turns produce them.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        samples.sort_by(|a, b| a.total_cmp(b));
+        Ok(samples)
+    };
+    let alone = save(500)?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let recalls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let busy = std::thread::scope(|scope| -> Result<Vec<f64>> {
+        let (reader_stop, recalls, memory, users) =
+            (stop.clone(), recalls.clone(), &memory, &users);
+        scope.spawn(move || {
+            let mut i = 0;
+            while !reader_stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let query = RecallQuery {
+                    text: "which city do I live in and what car do I drive".into(),
+                    scope: Scope {
+                        user_id: Some(users[i % users.len()].clone()),
+                        ..Scope::default()
+                    },
+                    limit: 5,
+                    ..RecallQuery::default()
+                };
+                let _ = black_box(memory.recall(&query));
+                recalls.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                i += 1;
+            }
+        });
+        let samples = save(500);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        samples
+    })?;
+    rows.push(Row {
+        name: "episode save (hot path), alone".into(),
+        value: percentile(&alone, 0.99),
+        unit: "ms",
+        note: format!(
+            "p99; p50 {:.2} ms; durable (group commit)",
+            percentile(&alone, 0.5)
+        ),
+    });
+    rows.push(Row {
+        name: "episode save while recall runs".into(),
+        value: percentile(&busy, 0.99),
+        unit: "ms",
+        note: format!(
+            "p99; p50 {:.2} ms; {} recalls ran meanwhile at {}k entries",
+            percentile(&busy, 0.5),
+            recalls.load(std::sync::atomic::Ordering::Relaxed),
+            loaded / 1000
+        ),
+    });
+    let stats = memory.stats()?;
+    rows.push(Row {
+        name: format!("memory.db size at {}k entries", loaded / 1000),
+        value: stats.database_bytes as f64 / 1_048_576.0,
+        unit: "MiB",
+        note: format!(
+            "with FTS5 and {} {}-dim vectors (db + WAL)",
+            stats.embedded, 256
+        ),
+    });
+    memory.stop_embedder();
+    Ok(())
+}
+
+/// A generated memory as an import record, as the store would have written it.
+fn bulk_entry(memory: &cairn::memory::NewMemory, n: usize, now: i64) -> cairn::memory::MemoryEntry {
+    let (issue_refs, pr_refs) = cairn::memory::stream::extract_refs(&memory.content);
+    cairn::memory::MemoryEntry {
+        id: format!("mem_bench{n:010}"),
+        kind: memory.kind,
+        content: memory.content.clone(),
+        category: memory.kind.default_category().into(),
+        scope: memory.scope.clone(),
+        importance: cairn::memory::stream::default_importance(
+            &memory.content,
+            memory.kind,
+            &memory.tags,
+        ),
+        tags: memory.tags.clone(),
+        issue_refs,
+        pr_refs,
+        sources: Vec::new(),
+        subject: memory.subject.clone(),
+        predicate: memory.predicate.clone(),
+        valid_from: memory.valid_from.unwrap_or(now),
+        valid_to: None,
+        recorded_at: now,
+        superseded_by: None,
+        forgotten_at: None,
+    }
 }
