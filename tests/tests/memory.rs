@@ -1056,3 +1056,87 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("memory.backend"));
 }
+
+#[test]
+fn hygiene_forgets_by_retention_at_most_every_interval_and_never_facts() {
+    let dir = tempfile::tempdir().expect("data dir");
+    let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+    let day = 86_400_000;
+    let old = cairn::store::now_ms() - 200 * day;
+    let record = |id: &str, kind: &str, category: &str, session: Option<&str>| {
+        serde_json::json!({
+            "type": "entry", "id": id, "kind": kind, "content": format!("{id} content"),
+            "category": category, "scope": {"user_id": "alice", "session_id": session},
+            "importance": 5, "tags": [], "issue_refs": [], "pr_refs": [], "sources": [],
+            "subject": null, "predicate": null, "valid_from": old, "valid_to": null,
+            "recorded_at": old, "superseded_by": null, "forgotten_at": null
+        })
+        .to_string()
+    };
+    let session = |id: &str, state: &str| {
+        serde_json::json!({"type": "session", "id": id, "user_id": "alice", "agent_id": "main",
+            "started_at": old, "ended_at": old + 1000, "state": state})
+        .to_string()
+    };
+    let lines = [
+        session("chat:done", "consolidated"),
+        session("chat:waiting", "pending"),
+        record("mem_old_done", "episode", "conversation", Some("chat:done")),
+        record(
+            "mem_old_waiting",
+            "episode",
+            "conversation",
+            Some("chat:waiting"),
+        ),
+        record("mem_old_fact", "fact", "conversation", None),
+        record("mem_old_note", "reflection", "daily", None),
+        record("mem_old_custom", "reflection", "custom", None),
+    ];
+    memory.import(&lines.join("\n")).expect("import");
+    memory
+        .store_blocking(NewMemory::new(
+            MemoryKind::Core,
+            "Alice is the project lead",
+        ))
+        .expect("store");
+
+    let report = memory.hygiene(false).expect("hygiene");
+    assert!(report.ran);
+    assert_eq!(
+        report.forgotten.get("conversation"),
+        Some(&1),
+        "{:?}",
+        report.forgotten
+    );
+    assert_eq!(report.forgotten.get("daily"), Some(&1));
+    assert_eq!(
+        report.snapshot_entries,
+        Some(1),
+        "the snapshot of core memories was written"
+    );
+    assert!(dir.path().join("MEMORY_SNAPSHOT.md").is_file());
+    let forgotten = |id: &str| {
+        memory
+            .get(id)
+            .expect("get")
+            .expect("kept")
+            .forgotten_at
+            .is_some()
+    };
+    assert!(forgotten("mem_old_done") && forgotten("mem_old_note"));
+    assert!(
+        !forgotten("mem_old_waiting"),
+        "episodes wait for their consolidation"
+    );
+    assert!(!forgotten("mem_old_fact") && !forgotten("mem_old_custom"));
+    assert_eq!(
+        memory.audit_trail("mem_old_done").expect("audit")[0].actor,
+        "hygiene"
+    );
+    assert!(
+        !memory.hygiene(false).expect("hygiene").ran,
+        "throttled to once per interval"
+    );
+    let stats = cli_json(&["memory", "stats", "--json", "--data", &data_arg(dir.path())]);
+    assert!(stats["hygiene_last_run"].is_i64(), "{stats}");
+}
