@@ -228,24 +228,6 @@ impl MemoryStore {
     /// exact duplicates in the same scope; a fact with the subject and predicate of a live
     /// fact (or naming one in `supersedes`) supersedes it; a fact nearly equal (similarity
     /// ≥ 0.85) to a live fact about the same subject is a duplicate.
-    pub async fn store(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
-        let prepared = self.prepare(memory)?;
-        let near = self.near_duplicate(&prepared)?;
-        if let Some((existing, similarity)) = near {
-            return Ok(StoreOutcome::Duplicate {
-                existing,
-                similarity,
-            });
-        }
-        let outcome = self
-            .writer
-            .write(move |conn| insert(conn, &prepared, "store"))
-            .await?;
-        self.after_insert(&outcome);
-        outcome
-    }
-
-    /// [`MemoryStore::store`] for threads outside the async runtime (plugin calls).
     pub fn store_blocking(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
         let prepared = self.prepare(memory)?;
         if let Some((existing, similarity)) = self.near_duplicate(&prepared)? {
@@ -367,15 +349,6 @@ impl MemoryStore {
 
     /// Soft-delete a memory: it is never recalled again but stays in the database (and in
     /// the audit trail) until purged. Returns whether a live entry was forgotten.
-    pub async fn forget(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
-        let (id, actor) = (id.to_string(), actor.to_string());
-        Ok(self
-            .writer
-            .write(move |conn| forget(conn, &id, &actor))
-            .await?)
-    }
-
-    /// [`MemoryStore::forget`] for threads outside the async runtime.
     pub fn forget_blocking(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
         let (id, actor) = (id.to_string(), actor.to_string());
         Ok(self
