@@ -594,7 +594,7 @@ fn print_hits(hits: &[RecallHit], explain: bool) {
             let e = &hit.explain;
             let bm25 = e
                 .bm25_raw
-                .map(|raw| format!("{:.3} (raw {raw:.3})", e.bm25))
+                .map(|raw| format!("{:.3} (raw {raw:.3e})", e.bm25))
                 .unwrap_or_else(|| "no match".into());
             let cosine = e
                 .cosine
