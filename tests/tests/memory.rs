@@ -466,9 +466,9 @@ fn export_and_import_round_trip_losslessly() {
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         memory
-            .touch_session("chat:s-a", Some("u"), Some("main"), 1_000)
+            .session_for("chat:s-a", Some("u"), Some("main"), 1_000, 60_000)
             .await
-            .expect("touch");
+            .expect("session");
         memory.end_session("chat:s-a", 2_000).await.expect("end");
     });
     memory.mark_consolidated("chat:s-a").expect("consolidate");
@@ -912,6 +912,33 @@ fn turns_save_episodes_that_a_consolidator_turns_into_facts_and_scopes_bind_plug
         "the reply is an episode: {contents:?}"
     );
     assert!(
+        !contents.contains(&"what does Miso eat?"),
+        "the conversation resumed after its session ended: a new session"
+    );
+    let resumed = cli_json(&[
+        "memory",
+        "list",
+        "--session",
+        "cli:c1#2",
+        "--json",
+        "--data",
+        &data,
+    ]);
+    assert!(
+        resumed
+            .as_array()
+            .is_some_and(|e| e.iter().any(|e| e["content"] == "what does Miso eat?")),
+        "{resumed}"
+    );
+    let first_episode = episodes
+        .as_array()
+        .and_then(|e| {
+            e.iter()
+                .find(|e| e["content"] == "My cat Miso only eats salmon flakes")
+        })
+        .map(|e| e["id"].clone())
+        .expect("first episode");
+    assert!(
         !contents.iter().any(|c| c.contains("Relevant memory")),
         "recalled memory is never saved back"
     );
@@ -971,6 +998,12 @@ fn turns_save_episodes_that_a_consolidator_turns_into_facts_and_scopes_bind_plug
             .as_array()
             .is_some_and(|ids| ids.iter().any(|id| id == &summary["id"])),
         "the second turn was given the consolidated fact as context: {payload}"
+    );
+    assert!(
+        payload["recalled"]
+            .as_array()
+            .is_some_and(|ids| ids.contains(&first_episode)),
+        "and the episode of the earlier session of the same conversation: {payload}"
     );
 }
 

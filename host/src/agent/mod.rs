@@ -109,6 +109,7 @@ pub struct Agent {
     buffer: Arc<Buffer>,
     journal: Option<Arc<Journal>>,
     memory: Option<Arc<MemoryService>>,
+    session_timeout_secs: u64,
     llm: Arc<dyn LlmProvider>,
     channels: BTreeMap<String, PluginHandle>,
     config: AgentConfig,
@@ -130,10 +131,17 @@ impl Agent {
             buffer,
             journal,
             memory,
+            session_timeout_secs: crate::lifecycle::LifecycleConfig::default().session_timeout_secs,
             llm,
             channels,
             config,
         }
+    }
+
+    /// Use the lifecycle's session timeout to decide when a conversation starts a new session.
+    pub fn with_session_timeout(mut self, secs: u64) -> Self {
+        self.session_timeout_secs = secs;
+        self
     }
 
     async fn complete(&self, system: &str, user: String) -> Result<llm::Completion, llm::LlmError> {
@@ -160,7 +168,9 @@ impl Agent {
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
     pub async fn main_turn(&self, batch: Batch) {
         let started = std::time::Instant::now();
-        let session = Some(format!("{}:{}", batch.channel, batch.conversation));
+        let user = batch.messages.last().map(|m| m.sender.clone());
+        let session_id = self.session_for(&batch, user.as_deref()).await;
+        let session = Some(session_id.clone());
         if let Some(journal) = &self.journal {
             for message in &batch.messages {
                 let payload = serde_json::json!({
@@ -181,8 +191,6 @@ impl Agent {
                     .await;
             }
         }
-        let user = batch.messages.last().map(|m| m.sender.clone());
-        let session_id = format!("{}:{}", batch.channel, batch.conversation);
         for message in &batch.messages {
             let text = message_text(message, self.config.max_message_chars);
             self.remember(&session_id, &message.sender, "user", text)
@@ -265,13 +273,6 @@ impl Agent {
             return;
         }
         let agent = config.agent_id.clone();
-        if let Err(e) = memory
-            .store()
-            .touch_session(session_id, Some(user), Some(&agent), crate::store::now_ms())
-            .await
-        {
-            tracing::warn!(session = session_id, "cannot record the session: {e}");
-        }
         let mut episode = NewMemory::new(MemoryKind::Episode, text);
         episode.scope = Scope {
             agent_id: Some(agent),
@@ -284,6 +285,35 @@ impl Agent {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => tracing::warn!(session = session_id, "cannot save an episode: {e}"),
             Err(e) => tracing::warn!(session = session_id, "saving an episode panicked: {e}"),
+        }
+    }
+
+    /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … when the
+    /// conversation resumes after being idle for the session timeout (tracked in memory;
+    /// without memory every batch of a conversation shares one session).
+    async fn session_for(&self, batch: &Batch, user: Option<&str>) -> String {
+        let conversation = format!("{}:{}", batch.channel, batch.conversation);
+        let Some(memory) = &self.memory else {
+            return conversation;
+        };
+        let agent = memory.store().config().agent_id.clone();
+        let idle_ms = (self.session_timeout_secs as i64).saturating_mul(1000);
+        match memory
+            .store()
+            .session_for(
+                &conversation,
+                user,
+                Some(&agent),
+                crate::store::now_ms(),
+                idle_ms,
+            )
+            .await
+        {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!(conversation, "cannot record the session in memory: {e}");
+                conversation
+            }
         }
     }
 

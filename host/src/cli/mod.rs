@@ -814,14 +814,17 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let routed = Arc::new(Notify::new());
     let router = Router::new(buffer.clone(), config.router.clone(), routed.clone())?;
     let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
-    let agent = Arc::new(Agent::new(
-        buffer.clone(),
-        Some(journal.clone()),
-        Some(memory.clone()),
-        llm,
-        channels,
-        config.agent.clone(),
-    ));
+    let agent = Arc::new(
+        Agent::new(
+            buffer.clone(),
+            Some(journal.clone()),
+            Some(memory.clone()),
+            llm,
+            channels,
+            config.agent.clone(),
+        )
+        .with_session_timeout(config.lifecycle.session_timeout_secs),
+    );
     let mut workers = tokio::task::JoinSet::new();
     workers.spawn(router.run(stopping.clone()));
     workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));

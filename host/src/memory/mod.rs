@@ -240,6 +240,12 @@ pub struct Session {
     pub ended_at: Option<i64>,
     /// `active`, `pending` (ended, waiting for consolidation) or `consolidated`.
     pub state: String,
+    /// The conversation (`<channel>:<conversation>`) it belongs to.
+    #[serde(default)]
+    pub conversation: Option<String>,
+    /// Its last activity.
+    #[serde(default)]
+    pub last_activity: Option<i64>,
 }
 
 /// Counts for `cairn memory stats`.

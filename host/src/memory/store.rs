@@ -25,7 +25,10 @@ use crate::store::{self, Migrations, now_ms};
 /// Migrations of `memory.db`.
 pub const MEMORY_MIGRATIONS: Migrations = Migrations {
     name: "memory",
-    scripts: &[include_str!("../../../migrations/memory/0001_init.sql")],
+    scripts: &[
+        include_str!("../../../migrations/memory/0001_init.sql"),
+        include_str!("../../../migrations/memory/0002_session_conversations.sql"),
+    ],
 };
 
 /// Longest content of one memory, in bytes.
@@ -603,31 +606,63 @@ impl MemoryStore {
 
     // ---------------------------------------------------------------- sessions
 
-    /// Record activity in a session (created on first sight; a pending session that sees new
-    /// activity is active again).
-    pub async fn touch_session(
+    /// The session a conversation's new activity belongs to, recording the activity: its
+    /// current session while that is active and was last active less than `idle_ms` ago,
+    /// else a new one — `<conversation>` for the first, then `<conversation>#2`, `#3`, …
+    /// (so "outside the current session" never hides earlier sessions of the conversation).
+    pub async fn session_for(
         &self,
-        id: &str,
+        conversation: &str,
         user: Option<&str>,
         agent: Option<&str>,
-        at: i64,
-    ) -> Result<(), MemoryError> {
-        let (id, user, agent) = (
-            id.to_string(),
+        now: i64,
+        idle_ms: i64,
+    ) -> Result<String, MemoryError> {
+        let (conversation, user, agent) = (
+            conversation.to_string(),
             user.map(str::to_string),
             agent.map(str::to_string),
         );
-        self.writer
+        Ok(self
+            .writer
             .write(move |conn| {
+                let current: Option<(String, String, i64)> = conn
+                    .query_row(
+                        "SELECT id, state, coalesce(last_activity, started_at) FROM sessions
+                         WHERE conversation = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
+                        params![conversation],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()?;
+                if let Some((id, state, last)) = current
+                    && state == "active"
+                    && now - last < idle_ms
+                {
+                    conn.execute(
+                        "UPDATE sessions SET last_activity = ?2 WHERE id = ?1",
+                        params![id, now],
+                    )?;
+                    return Ok(id);
+                }
+                let earlier: i64 = conn.query_row(
+                    "SELECT count(*) FROM sessions
+                     WHERE id = ?1 OR substr(id, 1, length(?1) + 1) = ?1 || '#'",
+                    params![conversation],
+                    |r| r.get(0),
+                )?;
+                let id = if earlier == 0 {
+                    conversation.clone()
+                } else {
+                    format!("{conversation}#{}", earlier + 1)
+                };
                 conn.execute(
-                    "INSERT INTO sessions (id, user_id, agent_id, started_at, state) VALUES (?1, ?2, ?3, ?4, 'active')
-                     ON CONFLICT (id) DO UPDATE SET state = 'active', ended_at = NULL
-                     WHERE sessions.state = 'pending'",
-                    params![id, user, agent, at],
-                )
+                    "INSERT INTO sessions (id, conversation, user_id, agent_id, started_at, last_activity, state)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active')",
+                    params![id, conversation, user, agent, now],
+                )?;
+                Ok(id)
             })
-            .await?;
-        Ok(())
+            .await?)
     }
 
     /// A session ended: it now waits for consolidation. Unknown sessions are ignored.
@@ -648,7 +683,7 @@ impl MemoryStore {
     pub fn pending_sessions(&self, limit: usize) -> Result<Vec<Session>, MemoryError> {
         self.read(|conn| {
             let mut statement = conn.prepare(
-                "SELECT id, user_id, agent_id, started_at, ended_at, state FROM sessions
+                "SELECT id, user_id, agent_id, started_at, ended_at, state, conversation, last_activity FROM sessions
                  WHERE state = 'pending' ORDER BY ended_at, id LIMIT ?1",
             )?;
             statement
@@ -661,7 +696,7 @@ impl MemoryStore {
     pub fn session(&self, id: &str) -> Result<Option<Session>, MemoryError> {
         self.read(|conn| {
             conn.query_row(
-                "SELECT id, user_id, agent_id, started_at, ended_at, state FROM sessions WHERE id = ?1",
+                "SELECT id, user_id, agent_id, started_at, ended_at, state, conversation, last_activity FROM sessions WHERE id = ?1",
                 params![id],
                 row_to_session,
             )
@@ -1019,7 +1054,7 @@ impl MemoryStore {
             let mut statement = conn.prepare(&format!("SELECT {ENTRY_COLUMNS} FROM entries e ORDER BY e.seq"))?;
             let entries: Vec<MemoryEntry> = statement.query_map([], row_to_entry)?.collect::<Result<_, _>>()?;
             let mut statement = conn.prepare(
-                "SELECT id, user_id, agent_id, started_at, ended_at, state FROM sessions ORDER BY started_at, id",
+                "SELECT id, user_id, agent_id, started_at, ended_at, state, conversation, last_activity FROM sessions ORDER BY started_at, id",
             )?;
             let sessions: Vec<Session> = statement.query_map([], row_to_session)?.collect::<Result<_, _>>()?;
             Ok((entries, sessions))
@@ -1060,9 +1095,9 @@ impl MemoryStore {
                 let added = match record {
                     ExportRecord::Session(s) => {
                         let added = conn.execute(
-                            "INSERT OR IGNORE INTO sessions (id, user_id, agent_id, started_at, ended_at, state)
-                             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                            params![s.id, s.user_id, s.agent_id, s.started_at, s.ended_at, s.state],
+                            "INSERT OR IGNORE INTO sessions (id, user_id, agent_id, started_at, ended_at, state, conversation, last_activity)
+                             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                            params![s.id, s.user_id, s.agent_id, s.started_at, s.ended_at, s.state, s.conversation, s.last_activity],
                         )?;
                         report.sessions += added as u64;
                         added
@@ -1532,6 +1567,8 @@ fn row_to_session(row: &Row<'_>) -> rusqlite::Result<Session> {
         started_at: row.get(3)?,
         ended_at: row.get(4)?,
         state: row.get(5)?,
+        conversation: row.get(6)?,
+        last_activity: row.get(7)?,
     })
 }
 
