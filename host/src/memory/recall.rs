@@ -142,6 +142,41 @@ pub fn fts_query(text: &str) -> Option<String> {
     })
 }
 
+/// The full-text match for a query: its words in the content and tags, intersected with
+/// the scope's tokens (see migration 0003) so FTS5 only walks the postings of that scope.
+/// None when the text has no words.
+pub fn fts_match(text: &str, scope: &Scope, exclude_session: Option<&str>) -> Option<String> {
+    let words = fts_query(text)?;
+    let mut expression = format!("{{content tags}} : ({words})");
+    if let Some(agent) = &scope.agent_id {
+        let token = scope_token('a', agent);
+        expression.push_str(&format!(" AND scope_tokens : ({token} OR anone)"));
+    }
+    if let Some(user) = &scope.user_id {
+        let token = scope_token('u', user);
+        expression.push_str(&format!(" AND scope_tokens : ({token} OR unone)"));
+    }
+    if let Some(session) = &scope.session_id {
+        expression.push_str(&format!(
+            " AND scope_tokens : {}",
+            scope_token('s', session)
+        ));
+    }
+    if let Some(session) = exclude_session {
+        expression.push_str(&format!(
+            " NOT scope_tokens : {}",
+            scope_token('s', session)
+        ));
+    }
+    Some(expression)
+}
+
+/// The index token of one scope level: its letter and the id's UTF-8 bytes in lower-case hex
+/// (as SQLite's `lower(hex(id))` writes it in the generated `scope_tokens` column).
+fn scope_token(level: char, id: &str) -> String {
+    format!("{level}{}", hex::encode(id.as_bytes()))
+}
+
 /// Recency of something `age_ms` old: 1 now, halving every `half_life_hours`.
 pub fn recency(age_ms: i64, half_life_hours: f64) -> f64 {
     let hours = age_ms.max(0) as f64 / 3_600_000.0;
@@ -228,6 +263,22 @@ mod tests {
             Some("\"b\" OR \"content\" OR \"near\" OR \"secret\" OR \"tea\" OR \"x\"")
         );
         assert_eq!(fts_query("the of ?!"), None);
+    }
+
+    #[test]
+    fn scoped_matches_name_the_scope_tokens() {
+        let scope = Scope {
+            agent_id: None,
+            user_id: Some("bob".into()),
+            session_id: None,
+        };
+        assert_eq!(
+            fts_match("tea OR *", &scope, Some("cli:c1")).as_deref(),
+            Some(
+                "{content tags} : (\"tea\") AND scope_tokens : (u626f62 OR unone) \
+                 NOT scope_tokens : s636c693a6331"
+            )
+        );
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub const MEMORY_MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../migrations/memory/0001_init.sql"),
         include_str!("../../../migrations/memory/0002_session_conversations.sql"),
+        include_str!("../../../migrations/memory/0003_scoped_fts.sql"),
     ],
 };
 
@@ -495,9 +496,11 @@ impl MemoryStore {
 
         // Lexical candidates, scored by FTS5.
         let mut bm25: HashMap<i64, f64> = HashMap::new();
-        if let Some(fts) = recall::fts_query(&query.text) {
+        if let Some(fts) =
+            recall::fts_match(&query.text, &query.scope, query.exclude_session.as_deref())
+        {
             let statement_sql = format!(
-                "SELECT e.seq, bm25(entries_fts, 1.0, 0.5) AS rank FROM entries_fts
+                "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
                  JOIN entries e ON e.seq = entries_fts.rowid
                  WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {candidates}",
                 sql.clause()
