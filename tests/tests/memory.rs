@@ -43,6 +43,12 @@ fn data_arg(dir: &Path) -> String {
     dir.display().to_string()
 }
 
+/// `cairn memory stats` on `data` reports no live memory.
+fn assert_no_live_memories(data: &Path, why: &str) {
+    let stats = cli_json(&["memory", "stats", "--json", "--data", &data_arg(data)]);
+    assert_eq!(stats["live_by_kind"], serde_json::json!({}), "{why}");
+}
+
 fn cli_json(args: &[&str]) -> serde_json::Value {
     let output = cairn(args);
     assert!(
@@ -546,18 +552,7 @@ fn export_and_import_round_trip_losslessly() {
     ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("line 2"));
-    let stats = cli_json(&[
-        "memory",
-        "stats",
-        "--json",
-        "--data",
-        &data_arg(fresh.path()),
-    ]);
-    assert_eq!(
-        stats["live_by_kind"],
-        serde_json::json!({}),
-        "nothing was half-imported"
-    );
+    assert_no_live_memories(fresh.path(), "nothing was half-imported");
 }
 
 #[test]
@@ -1059,17 +1054,9 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
     let text = std::fs::read_to_string(daily[0].path()).expect("daily file");
     assert!(text.contains("the boat is moored at pier seven"), "{text}");
     assert!(text.contains("alice drinks green tea"), "{text}");
-    let stats = cli_json(&[
-        "memory",
-        "stats",
-        "--json",
-        "--data",
-        &data_arg(data.path()),
-    ]);
-    assert_eq!(
-        stats["live_by_kind"],
-        serde_json::json!({}),
-        "memory.db holds no entries: the plugin is the memory"
+    assert_no_live_memories(
+        data.path(),
+        "memory.db holds no entries: the plugin is the memory",
     );
 
     let bad = data.path().join("bad.yaml");

@@ -195,6 +195,42 @@ pub struct MemoryEntry {
     pub forgotten_at: Option<i64>,
 }
 
+impl MemoryEntry {
+    /// The entry `memory` becomes when recorded as `id` at `now`: the kind's default
+    /// category, memory-stream importance when none is given, issue and PR refs from the
+    /// content, valid from `now` unless it says otherwise.
+    pub fn recorded(memory: &NewMemory, id: String, now: i64) -> Self {
+        let category = if memory.category.is_empty() {
+            memory.kind.default_category().to_string()
+        } else {
+            memory.category.clone()
+        };
+        let importance = memory.importance.unwrap_or_else(|| {
+            stream::default_importance(&memory.content, memory.kind, &memory.tags)
+        });
+        let (issue_refs, pr_refs) = stream::extract_refs(&memory.content);
+        Self {
+            id,
+            kind: memory.kind,
+            content: memory.content.clone(),
+            category,
+            scope: memory.scope.clone(),
+            importance,
+            tags: memory.tags.clone(),
+            issue_refs,
+            pr_refs,
+            sources: memory.sources.clone(),
+            subject: memory.subject.clone(),
+            predicate: memory.predicate.clone(),
+            valid_from: memory.valid_from.unwrap_or(now),
+            valid_to: None,
+            recorded_at: now,
+            superseded_by: None,
+            forgotten_at: None,
+        }
+    }
+}
+
 /// What storing a memory did.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]

@@ -17,7 +17,7 @@ use super::embed::{self, EmbedSignal, EmbeddingProvider, HashEmbedder, ScanFilte
 use super::recall::{self, RecallHit, RecallQuery};
 use super::{
     MemoryConfig, MemoryEntry, MemoryError, MemoryKind, MemoryStats, NewMemory, SNAPSHOT_FILE,
-    Scope, Session, StoreOutcome, stream,
+    Scope, Session, StoreOutcome,
 };
 use crate::store::writer::GroupWriter;
 use crate::store::{self, Migrations, now_ms};
@@ -256,34 +256,7 @@ impl MemoryStore {
     fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
         validate(&memory)?;
         let now = now_ms();
-        let category = if memory.category.is_empty() {
-            memory.kind.default_category().to_string()
-        } else {
-            memory.category.clone()
-        };
-        let importance = memory.importance.unwrap_or_else(|| {
-            stream::default_importance(&memory.content, memory.kind, &memory.tags)
-        });
-        let (issue_refs, pr_refs) = stream::extract_refs(&memory.content);
-        let entry = MemoryEntry {
-            id: new_id(&memory.content, now),
-            kind: memory.kind,
-            content: memory.content.clone(),
-            category,
-            scope: memory.scope.clone(),
-            importance,
-            tags: memory.tags.clone(),
-            issue_refs,
-            pr_refs,
-            sources: memory.sources.clone(),
-            subject: memory.subject.clone(),
-            predicate: memory.predicate.clone(),
-            valid_from: memory.valid_from.unwrap_or(now),
-            valid_to: None,
-            recorded_at: now,
-            superseded_by: None,
-            forgotten_at: None,
-        };
+        let entry = MemoryEntry::recorded(&memory, new_id(&memory.content, now), now);
         Ok(Prepared {
             entry,
             supersedes: memory.supersedes,

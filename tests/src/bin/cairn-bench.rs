@@ -821,7 +821,11 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
         while loaded < size {
             let mut chunk = String::new();
             for item in planned.by_ref().take((size - loaded).min(50_000)) {
-                let entry = bulk_entry(&item.memory, loaded, now);
+                let entry = cairn::memory::MemoryEntry::recorded(
+                    &item.memory,
+                    format!("mem_bench{loaded:010}"),
+                    now,
+                );
                 if let Some(user) = &entry.scope.user_id
                     && users.len() < 200
                     && !users.contains(user)
@@ -965,32 +969,4 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
     });
     memory.stop_embedder();
     Ok(())
-}
-
-/// A generated memory as an import record, as the store would have written it.
-fn bulk_entry(memory: &cairn::memory::NewMemory, n: usize, now: i64) -> cairn::memory::MemoryEntry {
-    let (issue_refs, pr_refs) = cairn::memory::stream::extract_refs(&memory.content);
-    cairn::memory::MemoryEntry {
-        id: format!("mem_bench{n:010}"),
-        kind: memory.kind,
-        content: memory.content.clone(),
-        category: memory.kind.default_category().into(),
-        scope: memory.scope.clone(),
-        importance: cairn::memory::stream::default_importance(
-            &memory.content,
-            memory.kind,
-            &memory.tags,
-        ),
-        tags: memory.tags.clone(),
-        issue_refs,
-        pr_refs,
-        sources: Vec::new(),
-        subject: memory.subject.clone(),
-        predicate: memory.predicate.clone(),
-        valid_from: memory.valid_from.unwrap_or(now),
-        valid_to: None,
-        recorded_at: now,
-        superseded_by: None,
-        forgotten_at: None,
-    }
 }
