@@ -156,7 +156,7 @@ fn recall_quality_on_generated_conversations() {
         "at least 100 multi-session conversations"
     );
     let ids = load_dataset(&memory, &dataset);
-    let embedded = memory.embed_pending(|_, _| {}).expect("embed");
+    let embedded = memory.embed_pending(|_| {}).expect("embed");
     assert_eq!(embedded as usize, dataset.memories.len());
 
     let hybrid = score_recall(&memory, &dataset, &ids, false);
@@ -207,7 +207,7 @@ fn scopes_isolate_users_even_against_crafted_query_syntax() {
     );
     secret.scope = user_scope("alice");
     memory.store_blocking(secret).expect("store");
-    memory.embed_pending(|_, _| {}).expect("embed");
+    memory.embed_pending(|_| {}).expect("embed");
     let data = data_arg(data.path());
 
     let own = cli_json(&[
@@ -694,7 +694,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
             episode.scope = user_scope("alice");
             memory.store_blocking(episode).expect("store");
         }
-        assert_eq!(memory.embed_pending(|_, _| {}).expect("embed"), 4);
+        assert_eq!(memory.embed_pending(|_| {}).expect("embed"), 4);
         let hits = memory
             .recall(&RecallQuery {
                 text: "jazz zebra".into(),

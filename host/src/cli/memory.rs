@@ -506,8 +506,8 @@ pub fn run(config: &HostConfig, command: &MemoryCommand) -> Result<ExitCode> {
                 )
             };
             let embedded = memory
-                .embed_pending(|done, total| {
-                    bar.set_length(total);
+                .embed_pending(|done| {
+                    bar.set_length(total.max(done));
                     bar.set_position(done);
                 })
                 .map_err(memory_failure)?;

@@ -122,6 +122,8 @@ pub struct MemoryStore {
     embedder: Option<Arc<dyn EmbeddingProvider>>,
     index: VectorIndex,
     index_loaded: std::sync::OnceLock<()>,
+    /// Every live entry up to this seq has a vector from the configured model.
+    embedded_through: std::sync::atomic::AtomicI64,
     signal: Arc<EmbedSignal>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
@@ -145,6 +147,7 @@ impl MemoryStore {
             embedder,
             index: VectorIndex::default(),
             index_loaded: std::sync::OnceLock::new(),
+            embedded_through: std::sync::atomic::AtomicI64::new(0),
             signal: Arc::new(EmbedSignal::default()),
             worker: Mutex::new(None),
         });
@@ -367,6 +370,8 @@ impl MemoryStore {
         })?;
         for (seq, _) in &removed {
             self.index().remove(*seq);
+            // SQLite may hand a purged top seq to the next entry: embed from below it.
+            self.embedded_through.fetch_min(seq - 1, Ordering::AcqRel);
         }
         Ok(removed.len() as u64)
     }
@@ -763,7 +768,7 @@ impl MemoryStore {
                     let Some(memory) = memory.upgrade() else {
                         return;
                     };
-                    match memory.embed_pending(|_, _| {}) {
+                    match memory.embed_pending(|_| {}) {
                         Ok(_) => backoff = Duration::from_secs(1),
                         Err(e) => {
                             tracing::warn!("background embedding failed (will retry): {e}");
@@ -791,9 +796,10 @@ impl MemoryStore {
         }
     }
 
-    /// Embed every live entry lacking a vector from the configured model, in batches;
-    /// `progress(done, total)` is called after each batch. Returns how many were embedded.
-    pub fn embed_pending(&self, mut progress: impl FnMut(u64, u64)) -> Result<u64, MemoryError> {
+    /// Embed every live entry lacking a vector from the configured model, in batches, from
+    /// where the last pass got to (so a wake-up after one new episode reads only new rows);
+    /// `progress(done)` is called after each batch. Returns how many were embedded.
+    pub fn embed_pending(&self, mut progress: impl FnMut(u64)) -> Result<u64, MemoryError> {
         let Some(embedder) = self.embedder.clone() else {
             return Ok(0);
         };
@@ -801,10 +807,9 @@ impl MemoryStore {
             embedder.provider().to_string(),
             embedder.model().to_string(),
         );
-        let total = self.embedding_backlog()?;
         let batch = self.config.embeddings.batch_size.clamp(1, 2048);
         let mut done = 0u64;
-        let mut after = 0i64;
+        let mut after = self.embedded_through.load(Ordering::Acquire);
         loop {
             if self.signal.stopped() {
                 break;
@@ -837,11 +842,14 @@ impl MemoryStore {
                 })
                 .collect();
             self.save_vectors(&provider, &model, rows.clone())?;
-            for (item, (_, _, vector)) in pending.iter().zip(&rows) {
-                self.index().upsert(item.seq, &item.scope, vector);
+            for item in &pending {
+                if let Some(vector) = vectors.get(&item.content_hash) {
+                    self.index().upsert(item.seq, &item.scope, vector);
+                }
             }
+            self.embedded_through.fetch_max(after, Ordering::AcqRel);
             done += pending.len() as u64;
-            progress(done, total.max(done));
+            progress(done);
         }
         Ok(done)
     }
@@ -852,6 +860,7 @@ impl MemoryStore {
             conn.execute("DELETE FROM embeddings", [])?;
             conn.execute("DELETE FROM embedding_cache", [])
         })?;
+        self.embedded_through.store(0, Ordering::Release);
         Ok(())
     }
 

@@ -846,7 +846,7 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
         }
         let load_s = started.elapsed().as_secs_f64();
         let started = Instant::now();
-        memory.embed_pending(|_, _| {})?;
+        memory.embed_pending(|_| {})?;
         let embed_s = started.elapsed().as_secs_f64();
         eprintln!("bench: memory at {size}: loaded in {load_s:.1} s, embedded in {embed_s:.1} s");
         let questions: Vec<&memory_dataset::Question> = dataset
