@@ -203,6 +203,31 @@ impl Host {
             .expect("write to cairn's stdin");
     }
 
+    /// Close the host's stdin (end of input for a `stdio` channel).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Wait for the host to exit by itself; returns the exit status and the whole log.
+    /// Panics with the log when it is still running after `timeout`.
+    pub fn wait_exit(mut self, timeout: Duration) -> (ExitStatus, String) {
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                panic!("cairn did not exit by itself; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        for reader in self.readers.drain(..) {
+            let _ = reader.join();
+        }
+        let log = self.log();
+        (status, log)
+    }
+
     /// The webhook server's port, from the host's log (waits for the line).
     pub fn webhook_port(&mut self) -> u16 {
         let marker = "webhook server listening on http://127.0.0.1:";
@@ -376,7 +401,7 @@ pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
 }
 
-/// POST a signed webhook delivery; returns the status and body.
+/// POST a signed webhook delivery to `/channels/webhook/github`; returns the status and body.
 pub fn post_webhook(
     client: &ureq::Agent,
     port: u16,
@@ -385,8 +410,21 @@ pub fn post_webhook(
     body: &[u8],
     signature: Option<&str>,
 ) -> Result<(u16, String), ureq::Error> {
+    let url = format!("http://127.0.0.1:{port}/channels/webhook/github");
+    post_webhook_to(client, &url, event, delivery, body, signature)
+}
+
+/// POST a signed webhook delivery to `url`; returns the status and body.
+pub fn post_webhook_to(
+    client: &ureq::Agent,
+    url: &str,
+    event: &str,
+    delivery: &str,
+    body: &[u8],
+    signature: Option<&str>,
+) -> Result<(u16, String), ureq::Error> {
     let mut request = client
-        .post(format!("http://127.0.0.1:{port}/channels/webhook/github"))
+        .post(url)
         .header("content-type", "application/json")
         .header("x-github-event", event)
         .header("x-github-delivery", delivery);

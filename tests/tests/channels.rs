@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use cairn_tests::{
     Host, PluginDir, buffer_db, cairn, github_examples, github_signature, http_client, kill_pause,
-    post_webhook, spawn_webhook_sender, status_json,
+    post_webhook, post_webhook_to, spawn_webhook_sender, status_json,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -192,20 +192,7 @@ fn github_deliveries_are_verified_and_each_becomes_one_message() {
 fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
     let data = tempfile::tempdir().expect("data");
     let path = data.path().display().to_string();
-    let send = |args: &[&str]| {
-        let mut full = vec!["send", "--data", path.as_str()];
-        full.extend_from_slice(args);
-        let output = cairn(&full);
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        String::from_utf8_lossy(&output.stdout)
-            .trim()
-            .parse::<i64>()
-            .expect("the id is printed")
-    };
+    let send = |args: &[&str]| send(data.path(), args).expect("sent");
     // Written with no host running.
     send(&[
         "--channel",
@@ -439,5 +426,313 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
     assert_eq!(
         unfinished, 0,
         "interrupted turns are resumed after a restart"
+    );
+}
+
+/// `cairn send` on `data` with `args`; returns the printed id, or the exit code and stderr.
+fn send(data: &Path, args: &[&str]) -> Result<i64, (Option<i32>, String)> {
+    let path = data.display().to_string();
+    let mut full = vec!["send", "--data", path.as_str()];
+    full.extend_from_slice(args);
+    let output = cairn(&full);
+    if !output.status.success() {
+        return Err((
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout)
+        .trim()
+        .parse()
+        .expect("the id is printed"))
+}
+
+/// (route, rule, message ids) of every batch, in id order.
+fn batches(data: &Path) -> Vec<(String, Option<String>, Vec<i64>)> {
+    let db = buffer_db(data);
+    let mut statement = db
+        .prepare(
+            "SELECT b.route, b.rule, group_concat(m.id) FROM batches b JOIN messages m ON m.batch_id = b.id
+             GROUP BY b.id ORDER BY b.id",
+        )
+        .expect("query");
+    statement
+        .query_map([], |row| {
+            let ids: String = row.get(2)?;
+            Ok((
+                row.get(0)?,
+                row.get(1)?,
+                ids.split(',').map(|id| id.parse().expect("id")).collect(),
+            ))
+        })
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("batches")
+}
+
+#[test]
+fn a_bot_sharing_a_batch_with_a_person_is_dropped_alone() {
+    let data = tempfile::tempdir().expect("data");
+    let message = |sender: &str, text: &str| {
+        send(
+            data.path(),
+            &[
+                "--channel",
+                "cli",
+                "--conversation",
+                "octo/app#9",
+                "--sender",
+                sender,
+                text,
+            ],
+        )
+        .expect("sent")
+    };
+    let person = message("ada", "please review the retry change");
+    let bot = message("dependabot[bot]", "bump serde to 1.0.300");
+    let person_again = message("ada", "and the docs");
+    let config = data.path().join("cairn.yaml");
+    std::fs::write(
+        &config,
+        "router:\n  batch_window_ms: 100\n  rules:\n    - name: bots\n      match: {sender: \"*[[]bot]\"}\n      route: drop\n",
+    )
+    .expect("config");
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start_with_config(dir.path(), data.path(), &config, &fast_env());
+    host.wait_for(
+        "cairn> [offline] I received: 2 messages in octo/app#9",
+        LONG,
+    );
+    wait_until_settled(&mut host, data.path());
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    assert!(
+        log.contains("ada: please review the retry change\nada: and the docs"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("bump serde"),
+        "the bot's message is not answered"
+    );
+    assert_eq!(
+        batches(data.path()),
+        [
+            ("main".to_string(), None, vec![person, person_again]),
+            ("drop".to_string(), Some("bots".to_string()), vec![bot]),
+        ]
+    );
+}
+
+#[test]
+fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() {
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    let port = host.webhook_port();
+    let client = http_client();
+    let body = |n: u64| {
+        serde_json::to_vec(&serde_json::json!({
+            "action": "opened",
+            "repository": {"full_name": "octo/forms"},
+            "issue": {"number": n, "title": format!("form {n}")},
+            "sender": {"login": "octocat"},
+        }))
+        .expect("serialise")
+    };
+    let forms = [
+        "/channels/webhook",
+        "/channels/webhook/",
+        "/channels/webhook/github",
+        "/channels/webhook/github/",
+        "/channels/webhook/?source=github",
+    ];
+    let mut ids = Vec::new();
+    for (n, form) in forms.iter().enumerate() {
+        let body = body(n as u64);
+        let signature = github_signature(SECRET.as_bytes(), &body);
+        let (status, answer) = post_webhook_to(
+            &client,
+            &format!("http://127.0.0.1:{port}{form}"),
+            "issues",
+            &format!("form-{n}"),
+            &body,
+            Some(&signature),
+        )
+        .expect("post");
+        assert_eq!(status, 202, "{form}: {answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+        ids.push(answer["id"].as_i64().expect("id"));
+    }
+    // GitHub's "Redeliver" sends the same delivery id again: the first id, nothing stored.
+    let first = body(0);
+    let signature = github_signature(SECRET.as_bytes(), &first);
+    for _ in 0..3 {
+        let (status, answer) =
+            post_webhook(&client, port, "issues", "form-0", &first, Some(&signature))
+                .expect("post");
+        assert_eq!(status, 202, "{answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+        assert_eq!(
+            answer["id"].as_i64(),
+            Some(ids[0]),
+            "the first delivery's id"
+        );
+    }
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+    let stored: i64 = buffer_db(data.path())
+        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(stored, forms.len() as i64, "one message per delivery id");
+}
+
+#[test]
+fn the_channel_priority_holds_whether_or_not_a_host_runs() {
+    let data = tempfile::tempdir().expect("data");
+    let priority = |id: i64| -> i64 {
+        buffer_db(data.path())
+            .query_row("SELECT priority FROM messages WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .expect("priority")
+    };
+    let cli = |text: &str, extra: &[&str]| {
+        let mut args = vec!["--channel", "cli", "--conversation", "cli", text];
+        args.extend_from_slice(extra);
+        send(data.path(), &args).expect("sent")
+    };
+    // No host has ever read the cli manifest: the default for now ...
+    let before_any_host = cli("sent before any host", &[]);
+    let chosen = cli("sent with a priority", &["--priority", "3"]);
+    assert_eq!(priority(before_any_host), 100);
+
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn> [offline] I received: 2 messages in cli", LONG);
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+    // ... and the manifest's 10 once a host read it; a priority given stays.
+    assert_eq!(priority(before_any_host), 10);
+    assert_eq!(priority(chosen), 3);
+
+    // With the host down, `cairn send` applies the manifest priority it remembered.
+    let while_down = cli("sent while the host is down", &[]);
+    assert_eq!(priority(while_down), 10, "cli is a user DM channel");
+    let other = send(
+        data.path(),
+        &["--channel", "elsewhere", "--conversation", "c", "hello"],
+    )
+    .expect("sent");
+    assert_eq!(priority(other), 100, "a channel no manifest declares");
+}
+
+#[test]
+fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
+    let data = tempfile::tempdir().expect("data");
+    for (payload, kind) in [
+        ("\"just a string\"", "a string"),
+        ("[1,2]", "an array"),
+        ("42", "a number"),
+        ("null", "null"),
+    ] {
+        let file = data.path().join("payload.json");
+        std::fs::write(&file, payload).expect("write");
+        let (code, stderr) = send(
+            data.path(),
+            &[
+                "--channel",
+                "cli",
+                "--conversation",
+                "c",
+                "--json",
+                &file.display().to_string(),
+            ],
+        )
+        .expect_err("refused");
+        assert_eq!(code, Some(2), "{payload}: {stderr}");
+        assert!(
+            stderr.contains("payload: expected a JSON object") && stderr.contains(kind),
+            "{payload}: {stderr}"
+        );
+    }
+    assert!(
+        !data.path().join("buffer.db").exists() || {
+            let stored: i64 = buffer_db(data.path())
+                .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+                .expect("count");
+            stored == 0
+        },
+        "nothing was written"
+    );
+
+    // A channel pushing them through `buffer.push` gets `invalid-input` naming the field.
+    let dir = PluginDir::new();
+    dir.plugin(
+        "prober",
+        "channel",
+        "steady",
+        "channel: {poll_interval_ms: 20}\nconfig: {mode: push-probe}\n",
+    );
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("steady: probe request-stop", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    for kind in ["string", "array", "number"] {
+        assert!(
+            log.contains(&format!("steady: probe push {kind} -> Err(Error::InvalidInput(\"payload: expected a JSON object")),
+            "{kind}: {log}"
+        );
+    }
+    assert!(log.contains("steady: probe push object -> Ok("), "{log}");
+    assert!(
+        log.contains("steady: probe request-stop -> Err(Error::Denied("),
+        "only the terminal's channel may stop the host: {log}"
+    );
+    let stored: i64 = buffer_db(data.path())
+        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(stored, 1, "only the object was stored");
+}
+
+#[test]
+fn closing_stdin_gets_the_answer_then_a_clean_stop_and_the_default_start_logs_no_error() {
+    let dir = PluginDir::new();
+    for id in ["cli", "webhook", "counter", "markdown"] {
+        dir.bundled(id);
+    }
+    let data = tempfile::tempdir().expect("data");
+    // As a newcomer starts it: no webhook secret.
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for("cairn is running", LONG);
+    host.type_line("hello from a pipe");
+    host.close_stdin();
+    let (exit, log) = host.wait_exit(LONG);
+    assert!(exit.success(), "{exit}: {log}");
+    assert!(
+        log.contains("cairn> [offline] I received: user: hello from a pipe"),
+        "answered before stopping: {log}"
+    );
+    assert!(log.contains("stopped"), "{log}");
+    assert!(
+        !log.lines().any(|line| line.contains(" ERROR ")),
+        "the default start logs no error: {log}"
+    );
+    assert!(
+        log.contains("CAIRN_WEBHOOK_SECRET is not set")
+            && log.contains("export CAIRN_WEBHOOK_SECRET"),
+        "a warning says how to set the secret: {log}"
+    );
+    let status = status_json(data.path());
+    assert_eq!(status["host"]["running"], false);
+    assert!(
+        status["host"]["stopped_at"].is_i64(),
+        "a clean stop: {status}"
     );
 }

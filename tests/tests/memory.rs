@@ -468,7 +468,8 @@ fn export_and_import_round_trip_losslessly() {
         "5 + fix 2 + merge 2 + decision 2 + reflection 1, clamped"
     );
     let any_id = ids.values().next().expect("ids").clone();
-    memory.forget_blocking(&any_id, "test").expect("forget");
+    let any_id = &any_id;
+    memory.forget_blocking(any_id, "test").expect("forget");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(async {
         memory
@@ -522,6 +523,27 @@ fn export_and_import_round_trip_losslessly() {
         a == b,
         "the export of the import differs from the original export"
     );
+    // Who forgot or superseded what survives the trip.
+    let superseded = a
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|record| record["type"] == "entry" && record["superseded_by"].is_string())
+        .expect("the dataset supersedes facts")["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    for (id, action) in [(any_id, "forget"), (&superseded, "supersede")] {
+        let get = |dir: &Path| cli_json(&["memory", "get", id, "--json", "--data", &data_arg(dir)]);
+        let (before, after) = (get(source.path()), get(target.path()));
+        assert_eq!(before["audit"], after["audit"], "{id}");
+        assert!(
+            after["audit"]
+                .as_array()
+                .is_some_and(|rows| rows.iter().any(|row| row["action"] == action)),
+            "{action} of {id} is in its audit trail: {after}"
+        );
+    }
+    assert!(imported["audit"].as_u64().expect("audit rows") >= 2);
 
     // Importing again skips everything; a bad line rejects the whole file.
     let again = cli_json(&[
@@ -594,6 +616,100 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
         all.as_array().map(Vec::len),
         Some(2),
         "only core memories are in the snapshot"
+    );
+}
+
+#[test]
+fn a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits() {
+    let dir = tempfile::tempdir().expect("data dir");
+    let data = data_arg(dir.path());
+    let (alice, bob) = {
+        let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+        let core = |user: &str, text: &str| {
+            let mut core = NewMemory::new(MemoryKind::Core, text);
+            core.scope = user_scope(user);
+            stored_id(memory.store_blocking(core).expect("store"))
+        };
+        (
+            core("alice", "Alice prefers short answers"),
+            core("bob", "Bob is the on-call engineer"),
+        )
+    };
+    cli_json(&["memory", "snapshot", "--json", "--data", &data]);
+    let path = dir.path().join("MEMORY_SNAPSHOT.md");
+    let snapshot = std::fs::read_to_string(&path).expect("snapshot");
+    assert!(snapshot.contains("Edit a memory's prose to change it"));
+    let edited = snapshot.replace(
+        "Alice prefers short answers",
+        "Alice prefers short answers\nand replies in French",
+    ) + "\n## Carol owns the release calendar (user carol)\n";
+    std::fs::write(&path, edited).expect("edit the snapshot");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("memory.db{suffix}")));
+    }
+
+    // The host cold-boots: it hydrates inside its runtime, then runs and stops cleanly.
+    let plugins = PluginDir::new();
+    plugins.bundled("counter");
+    let mut host = Host::start(plugins.path(), dir.path(), &[]);
+    host.wait_for(
+        "core memories hydrated from the snapshot",
+        Duration::from_secs(60),
+    );
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+
+    let get = |id: &str| cli_json(&["memory", "get", id, "--json", "--data", &data]);
+    let alice_now = get(&alice);
+    assert_eq!(
+        alice_now["entry"]["content"],
+        "Alice prefers short answers\nand replies in French"
+    );
+    assert_eq!(alice_now["entry"]["scope"]["user_id"], "alice");
+    assert!(
+        alice_now["audit"].as_array().is_some_and(|rows| rows
+            .iter()
+            .any(|r| r["action"] == "edit" && r["actor"] == "snapshot")),
+        "{alice_now}"
+    );
+    assert_eq!(get(&bob)["entry"]["content"], "Bob is the on-call engineer");
+    let carol = cli_json(&[
+        "memory", "list", "--kind", "core", "--user", "carol", "--json", "--data", &data,
+    ]);
+    assert_eq!(
+        carol[0]["content"], "Carol owns the release calendar",
+        "{carol}"
+    );
+
+    // With memory.db present, an edit hydrated on purpose supersedes the entry it changes.
+    let snapshot = std::fs::read_to_string(&path).expect("snapshot");
+    std::fs::write(
+        &path,
+        snapshot.replace("Bob is the on-call engineer", "Bob left the on-call rota"),
+    )
+    .expect("edit again");
+    let restored = cli_json(&[
+        "memory",
+        "snapshot",
+        "--hydrate",
+        &path.display().to_string(),
+        "--json",
+        "--data",
+        &data,
+    ]);
+    assert_eq!(
+        restored["restored"], 1,
+        "only Bob's edit is new: {restored}"
+    );
+    let bob_now = get(&bob);
+    let successor = bob_now["entry"]["superseded_by"]
+        .as_str()
+        .expect("superseded");
+    assert_eq!(
+        get(successor)["entry"]["content"],
+        "Bob left the on-call rota"
     );
 }
 

@@ -474,3 +474,61 @@ fn check_prints_the_start_order_and_grants() {
     assert!(list.status.success());
     assert!(String::from_utf8_lossy(&list.stdout).contains("store"));
 }
+
+#[test]
+fn after_an_unclean_stop_status_says_the_host_is_down_and_what_it_last_saw() {
+    let dir = PluginDir::new();
+    dir.bundled("counter");
+    steady(&dir);
+    hostile(&dir, "trap-init", "trap-init", "");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_SUPERVISOR_RESTART_BUDGET", "0")],
+    );
+    wait_for_state(&mut host, data.path(), "counter", "running", LONG);
+    wait_for_state(&mut host, data.path(), "steady", "running", LONG);
+    wait_for_state(&mut host, data.path(), "trap-init", "quarantined", LONG);
+    assert_eq!(status_json(data.path())["host"]["running"], true);
+    host.kill9();
+
+    let status = status_json(data.path());
+    assert_eq!(status["host"]["running"], false, "{status}");
+    assert!(
+        status["host"]["stopped_at"].is_null(),
+        "no clean stop: {status}"
+    );
+    for (id, state, last_state) in [
+        ("counter", "down", "running"),
+        ("steady", "down", "running"),
+        ("trap-init", "quarantined", "quarantined"),
+    ] {
+        let row = plugin_status(data.path(), id).expect("row");
+        assert_eq!(
+            (row["state"].as_str(), row["last_state"].as_str()),
+            (Some(state), Some(last_state)),
+            "{id}: {row}"
+        );
+    }
+    let output = cairn(&["status", "--data", &data.path().display().to_string()]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("host: not running") && text.contains("ended without a clean stop"),
+        "{text}"
+    );
+    let counter = text
+        .lines()
+        .find(|line| line.starts_with("counter "))
+        .expect("counter row");
+    assert!(
+        counter.contains(" down ") && counter.contains(" running "),
+        "{counter}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|line| line.split_whitespace().nth(3) == Some("running")),
+        "no plugin is shown running: {text}"
+    );
+}

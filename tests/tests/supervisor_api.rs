@@ -49,6 +49,7 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
         buffer: None,
         journal: None,
         interrupt: None,
+        stop: None,
         memory: None,
     });
     let status = Arc::new(StatusStore::open(data.path()).expect("status"));

@@ -35,7 +35,7 @@ fn main() -> Result<()> {
                  run [ARGS...]   build plugins + host and run `cairn run --plugins target/plugins ARGS...`\n  \
                  test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
                  bench           run the benchmark harness (release build), write target/bench/\n  \
-                 install-tools   install the wasm32-wasip2 target and componentize-py if missing"
+                 install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, webhook examples"
             );
             std::process::exit(2);
         }
@@ -64,9 +64,9 @@ fn status(command: &mut Command) -> Result<()> {
     Ok(())
 }
 
-/// Add the wasm32-wasip2 target, componentize-py and the GitHub webhook examples when
-/// they are missing.
-fn install_tools() -> Result<()> {
+/// Add the wasm32-wasip2 target when it is missing: all that building the bundled plugins
+/// needs (no pip, no npm).
+fn ensure_wasm_target() -> Result<()> {
     let installed = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -77,6 +77,13 @@ fn install_tools() -> Result<()> {
     {
         status(Command::new("rustup").args(["target", "add", WASM_TARGET]))?;
     }
+    Ok(())
+}
+
+/// Add what the tests and benchmarks need beyond the build: the wasm32-wasip2 target,
+/// componentize-py (the Python test plugin) and the GitHub webhook examples, when missing.
+fn install_tools() -> Result<()> {
+    ensure_wasm_target()?;
     let has_componentize = Command::new("componentize-py")
         .arg("--version")
         .output()
@@ -123,7 +130,7 @@ fn build_guests(root: &Path, manifest: &str) -> Result<PathBuf> {
 
 /// Build the bundled plugins and copy their manifests and components to `target/plugins`.
 fn build_plugins(root: &Path) -> Result<PathBuf> {
-    install_tools()?;
+    ensure_wasm_target()?;
     let built = build_guests(root, "plugins/Cargo.toml")?;
     let out = root.join("target/plugins");
     std::fs::create_dir_all(&out)?;

@@ -10,7 +10,7 @@ mod sql;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use crate::store::writer::{GroupWriter, WriteError};
 use crate::store::{self, Migrations, StoreError, now_ms};
@@ -20,7 +20,10 @@ use serde::{Deserialize, Serialize};
 /// Migrations of `buffer.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "buffer",
-    scripts: &[include_str!("../../../migrations/buffer/0001_init.sql")],
+    scripts: &[
+        include_str!("../../../migrations/buffer/0001_init.sql"),
+        include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
+    ],
 };
 
 /// Buffer settings (`buffer:` in `cairn.yaml`).
@@ -94,7 +97,13 @@ pub struct NewMessage {
     pub payload: String,
     /// A priority the producer asks for (lower is served first).
     pub priority: Option<u32>,
+    /// An id the source gave the message (e.g. a webhook delivery id): a second message
+    /// with the same key on the same channel is not stored again.
+    pub dedup_key: Option<String>,
 }
+
+/// Longest dedup key accepted, in bytes.
+pub const MAX_DEDUP_KEY_BYTES: usize = 256;
 
 /// A message that passed validation, with its priority and arrival time fixed.
 #[derive(Debug, Clone)]
@@ -104,6 +113,9 @@ pub(crate) struct ValidMessage {
     conversation: String,
     payload: String,
     priority: u32,
+    /// The priority is the channel's default, not one the producer or config chose.
+    priority_is_default: bool,
+    dedup_key: Option<String>,
     received_at: i64,
 }
 
@@ -286,7 +298,8 @@ pub struct TaskRow {
 /// The buffer of a data dir: a writer thread for writes, a connection for reads.
 pub struct Buffer {
     config: BufferConfig,
-    channel_defaults: BTreeMap<String, u32>,
+    /// Channel priorities from the manifests (of this host, or remembered from the last).
+    channel_defaults: RwLock<BTreeMap<String, u32>>,
     writer: GroupWriter,
     reader: Mutex<Connection>,
 }
@@ -317,14 +330,27 @@ fn validate(
     }
     if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
         return Err(BufferError::InvalidInput(format!(
-            "payload: expected JSON: {e}"
+            "payload: expected a JSON object: {e}"
         )));
     }
-    let priority = config
+    if let Some(other) = json_type_unless_object(&message.payload) {
+        return Err(BufferError::InvalidInput(format!(
+            "payload: expected a JSON object (e.g. {{\"text\": \"...\"}}), got {other}"
+        )));
+    }
+    if let Some(key) = &message.dedup_key
+        && (key.trim().is_empty() || key.len() > MAX_DEDUP_KEY_BYTES)
+    {
+        return Err(BufferError::InvalidInput(format!(
+            "dedup-key: expected non-empty text of at most {MAX_DEDUP_KEY_BYTES} bytes"
+        )));
+    }
+    let chosen = config
         .channel_priority
         .get(&message.channel)
         .copied()
-        .or(message.priority)
+        .or(message.priority);
+    let priority = chosen
         .or_else(|| channel_defaults.get(&message.channel).copied())
         .unwrap_or(config.default_priority);
     Ok(ValidMessage {
@@ -333,8 +359,22 @@ fn validate(
         conversation: message.conversation,
         payload: message.payload,
         priority,
+        priority_is_default: chosen.is_none(),
+        dedup_key: message.dedup_key,
         received_at: now_ms(),
     })
+}
+
+/// The JSON type of valid JSON `text` when it is not an object (from its first character).
+fn json_type_unless_object(text: &str) -> Option<&'static str> {
+    match text.trim_start().chars().next()? {
+        '{' => None,
+        '"' => Some("a string"),
+        '[' => Some("an array"),
+        't' | 'f' => Some("a boolean"),
+        'n' => Some("null"),
+        _ => Some("a number"),
+    }
 }
 
 fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
@@ -352,21 +392,46 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
 const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
 
 impl Buffer {
-    /// Open `<data>/buffer.db` and start its writer thread. `channel_defaults` are the
-    /// priorities channel manifests declare.
-    pub fn open(
-        data_dir: &Path,
-        config: BufferConfig,
-        channel_defaults: BTreeMap<String, u32>,
-    ) -> Result<Self, StoreError> {
-        let (writer, reader) =
-            store::open_with_writer(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?;
+    /// Open `<data>/buffer.db` and start its writer thread. Channel priorities are the
+    /// ones the last host on this data dir declared (see [`Buffer::set_channel_priorities`]).
+    pub fn open(data_dir: &Path, config: BufferConfig) -> Result<Self, StoreError> {
+        let path = data_dir.join("buffer.db");
+        let (writer, reader) = store::open_with_writer(&path, &MIGRATIONS, "buffer-writer")?;
+        let channel_defaults =
+            sql::channel_priorities(&reader).map_err(|source| StoreError::Open { path, source })?;
         Ok(Self {
             config,
-            channel_defaults,
+            channel_defaults: RwLock::new(channel_defaults),
             writer,
             reader: Mutex::new(reader),
         })
+    }
+
+    /// Adopt the priorities the channel manifests declare: remember them for `cairn send`
+    /// while no host runs, and give unrouted messages that carry their channel's default
+    /// priority the declared one. Returns how many messages changed priority.
+    pub fn set_channel_priorities(
+        &self,
+        priorities: BTreeMap<String, u32>,
+    ) -> Result<usize, BufferError> {
+        let default_priority = self.config.default_priority;
+        let remembered = priorities.clone();
+        let changed = self.writer.write_blocking(move |conn| {
+            sql::set_channel_priorities(conn, &remembered, default_priority)
+        })?;
+        *self
+            .channel_defaults
+            .write()
+            .unwrap_or_else(|p| p.into_inner()) = priorities;
+        Ok(changed)
+    }
+
+    fn validate(&self, message: NewMessage) -> Result<ValidMessage, BufferError> {
+        let defaults = self
+            .channel_defaults
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        validate(message, &self.config, &defaults)
     }
 
     /// The settings in force.
@@ -378,10 +443,11 @@ impl Buffer {
         self.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Validate and store a message; returns its id once it is on disk. Blocks the calling
+    /// Validate and store a message; returns its id once it is on disk (the first message's
+    /// id when its dedup key was stored before). Blocks the calling
     /// thread: use [`Buffer::push_async`] from async code.
     pub fn push(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let valid = validate(message, &self.config, &self.channel_defaults)?;
+        let valid = self.validate(message)?;
         Ok(self
             .writer
             .write_blocking(move |conn| sql::insert(conn, &valid))?)
@@ -389,7 +455,7 @@ impl Buffer {
 
     /// [`Buffer::push`] for async callers.
     pub async fn push_async(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let valid = validate(message, &self.config, &self.channel_defaults)?;
+        let valid = self.validate(message)?;
         Ok(self
             .writer
             .write(move |conn| sql::insert(conn, &valid))
@@ -406,6 +472,23 @@ impl Buffer {
             .query_map(params![limit as i64], read_message)?
             .collect::<Result<Vec<_>, _>>()?;
         Ok(rows)
+    }
+
+    /// Whether a channel still has work in the buffer: unrouted messages, or batches or
+    /// tasks queued or running. A host asked to stop by its terminal waits for this to
+    /// turn false, so what was typed gets its answer first.
+    pub fn has_pending_work(&self, channel: &str) -> Result<bool, BufferError> {
+        let conn = self.reader();
+        let pending = conn
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM messages WHERE routed = 0 AND channel = ?1)
+                     OR EXISTS (SELECT 1 FROM batches WHERE channel = ?1 AND route = 'main'
+                                  AND status IN ('queued', 'running'))
+                     OR EXISTS (SELECT 1 FROM tasks t JOIN batches b ON b.id = t.batch_id
+                                 WHERE b.channel = ?1 AND t.status IN ('queued', 'running'))",
+            )?
+            .query_row(params![channel], |row| row.get(0))?;
+        Ok(pending)
     }
 
     /// Record a batch and mark its messages routed in one transaction.
@@ -623,12 +706,16 @@ mod tests {
             conversation: conversation.into(),
             payload: payload.into(),
             priority: None,
+            dedup_key: None,
         }
     }
 
     fn open(dir: &Path, config: BufferConfig) -> Buffer {
-        let defaults = BTreeMap::from([("cli".to_string(), 10)]);
-        Buffer::open(dir, config, defaults).expect("open buffer")
+        let buffer = Buffer::open(dir, config).expect("open buffer");
+        buffer
+            .set_channel_priorities(BTreeMap::from([("cli".to_string(), 10)]))
+            .expect("channel priorities");
+        buffer
     }
 
     #[test]
@@ -640,7 +727,12 @@ mod tests {
         };
         let buffer = open(dir.path(), config);
         let cases = [
-            (message("c", "{not json"), "payload: expected JSON"),
+            (message("c", "{not json"), "payload: expected a JSON object"),
+            (
+                message("c", "\"just a string\""),
+                "payload: expected a JSON object (e.g. {\"text\": \"...\"}), got a string",
+            ),
+            (message("c", "[1,2]"), "got an array"),
             (
                 message("c", "{\"text\":\"far too long for it\"}"),
                 "payload: 30 bytes is over",
@@ -699,6 +791,62 @@ mod tests {
                 ("other".into(), 100)
             ]
         );
+    }
+
+    #[test]
+    fn a_message_sent_before_the_manifests_were_known_takes_its_channel_priority_later() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let before = Buffer::open(dir.path(), BufferConfig::default()).expect("open");
+        let early = before.push(message("c", "{}")).expect("push");
+        let chosen = before
+            .push(NewMessage {
+                priority: Some(7),
+                ..message("c", "{}")
+            })
+            .expect("push");
+        drop(before);
+        let host = open(dir.path(), BufferConfig::default());
+        let priorities: BTreeMap<i64, u32> = host
+            .unrouted(10)
+            .expect("unrouted")
+            .into_iter()
+            .map(|m| (m.id, m.priority))
+            .collect();
+        assert_eq!(priorities, BTreeMap::from([(early, 10), (chosen, 7)]));
+        drop(host);
+        let later = Buffer::open(dir.path(), BufferConfig::default()).expect("reopen");
+        let id = later.push(message("c", "{}")).expect("push");
+        let row = later.unrouted(10).expect("unrouted");
+        assert_eq!(
+            row.iter().find(|m| m.id == id).map(|m| m.priority),
+            Some(10),
+            "remembered from the last host while none runs"
+        );
+    }
+
+    #[test]
+    fn a_repeated_dedup_key_answers_the_first_id_and_stores_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let buffer = open(dir.path(), BufferConfig::default());
+        let keyed = |key: &str| NewMessage {
+            dedup_key: Some(key.into()),
+            ..message("c", "{}")
+        };
+        let first = buffer.push(keyed("delivery-1")).expect("push");
+        assert_eq!(buffer.push(keyed("delivery-1")).expect("again"), first);
+        let other_channel = buffer
+            .push(NewMessage {
+                channel: "hooks".into(),
+                ..keyed("delivery-1")
+            })
+            .expect("push");
+        assert_ne!(other_channel, first, "keys are per channel");
+        assert_ne!(buffer.push(keyed("delivery-2")).expect("push"), first);
+        assert_eq!(buffer.stats().expect("stats").stored, 3);
+        assert!(matches!(
+            buffer.push(keyed(" ")),
+            Err(BufferError::InvalidInput(text)) if text.starts_with("dedup-key:")
+        ));
     }
 
     #[tokio::test]

@@ -1,16 +1,29 @@
 //! The SQL of `buffer.db` writes. Each function runs inside the group-commit transaction
 //! of the buffer's writer (see [`crate::store::writer`]).
 
+use std::collections::BTreeMap;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{BatchStatus, NewBatch, Route, TaskStatus, ValidMessage};
 use crate::store::now_ms;
 
-/// Store a validated message; returns its id.
+/// Store a validated message; returns its id. A message whose dedup key this channel has
+/// already stored is not stored again: the first message's id is returned.
 pub(super) fn insert(conn: &Connection, message: &ValidMessage) -> rusqlite::Result<i64> {
+    if let Some(key) = &message.dedup_key {
+        let first: Option<i64> = conn
+            .prepare_cached("SELECT id FROM messages WHERE channel = ?1 AND dedup_key = ?2")?
+            .query_row(params![message.channel, key], |row| row.get(0))
+            .optional()?;
+        if let Some(id) = first {
+            return Ok(id);
+        }
+    }
     conn.prepare_cached(
-        "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority,
+                               priority_is_default, dedup_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     )?
     .execute(params![
         message.channel,
@@ -18,9 +31,40 @@ pub(super) fn insert(conn: &Connection, message: &ValidMessage) -> rusqlite::Res
         message.conversation,
         message.payload,
         message.received_at,
-        message.priority
+        message.priority,
+        message.priority_is_default,
+        message.dedup_key
     ])?;
     Ok(conn.last_insert_rowid())
+}
+
+/// Replace the remembered channel priorities and give unrouted messages that carry their
+/// channel's default priority the new one; returns how many messages changed.
+pub(super) fn set_channel_priorities(
+    conn: &Connection,
+    priorities: &BTreeMap<String, u32>,
+    default_priority: u32,
+) -> rusqlite::Result<usize> {
+    conn.execute("DELETE FROM channel_priorities", [])?;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO channel_priorities (channel, priority) VALUES (?1, ?2)")?;
+    for (channel, priority) in priorities {
+        insert.execute(params![channel, priority])?;
+    }
+    conn.execute(
+        "UPDATE messages
+            SET priority = coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)
+          WHERE routed = 0 AND priority_is_default = 1
+            AND priority IS NOT coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)",
+        params![default_priority],
+    )
+}
+
+/// The remembered channel priorities.
+pub(super) fn channel_priorities(conn: &Connection) -> rusqlite::Result<BTreeMap<String, u32>> {
+    conn.prepare("SELECT channel, priority FROM channel_priorities")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
 }
 
 /// Record a batch and mark its messages routed, all or nothing.

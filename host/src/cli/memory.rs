@@ -447,8 +447,8 @@ pub fn run(config: &HostConfig, command: &MemoryCommand) -> Result<ExitCode> {
                 print_json(&report)?;
             } else {
                 println!(
-                    "imported {} memories and {} sessions ({} already present)",
-                    report.entries, report.sessions, report.skipped
+                    "imported {} memories, {} sessions and {} audit rows ({} already present)",
+                    report.entries, report.sessions, report.audit, report.skipped
                 );
             }
         }

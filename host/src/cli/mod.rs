@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (arguments, config, manifests).
 
+mod lock;
 mod memory;
 
 use std::path::{Path, PathBuf};
@@ -20,7 +21,7 @@ use crate::agent::{Agent, llm};
 use crate::buffer::{self, Buffer, BufferError, NewMessage};
 use crate::config::HostConfig;
 use crate::journal::{self, Journal, dispatch};
-use crate::lifecycle::Lifecycle;
+use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::memory::{MemoryService, MemoryStore};
 use crate::plugin::capabilities::{HostServices, describe_grants};
 use crate::plugin::kv::KvStore;
@@ -78,9 +79,15 @@ enum Command {
         /// Who sent it.
         #[arg(long, default_value = "operator")]
         sender: String,
-        /// Priority (lower is served first); default: the channel's configured priority.
+        /// Priority (lower is served first); default: the channel's configured priority
+        /// (`buffer.channel_priority`, else its manifest's, as the last host on this data
+        /// dir read it, else `buffer.default_priority`).
         #[arg(long)]
         priority: Option<u32>,
+        /// An id for the message: sending the same key on the same channel again stores
+        /// nothing and prints the first message's id.
+        #[arg(long, value_name = "KEY")]
+        dedup_key: Option<String>,
         /// The message text (sent as `{"text": TEXT}`).
         text: Option<String>,
         /// A file holding the JSON payload (`-` for stdin).
@@ -252,6 +259,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             conversation,
             sender,
             priority,
+            dedup_key,
             text,
             json,
         } => {
@@ -273,13 +281,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
             };
             std::fs::create_dir_all(&config.data_dir)
                 .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-            let buffer = Buffer::open(&config.data_dir, config.buffer.clone(), Default::default())?;
+            let buffer = Buffer::open(&config.data_dir, config.buffer.clone())?;
             let message = NewMessage {
                 channel: channel.clone(),
                 sender: sender.clone(),
                 conversation: conversation.clone(),
                 payload,
                 priority: *priority,
+                dedup_key: dedup_key.clone(),
             };
             match buffer.push(message) {
                 Ok(id) => {
@@ -607,9 +616,9 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let running = run
-        .as_ref()
-        .is_some_and(|r| r.stopped_at.is_none() && status::process_alive(r.pid));
+    let running =
+        run.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
+    let plugins = status::as_seen_now(plugins, running);
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
@@ -633,23 +642,27 @@ fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         Some(r) => match r.stopped_at {
             Some(stopped) => println!("host: stopped {} (plugins {})", age(stopped), r.plugins_dir),
             None => println!(
-                "host: not running; the last run (pid {}) ended without a clean stop",
-                r.pid
+                "host: not running; the last run (pid {}, started {}) ended without a clean stop \
+                 (LAST STATE is what it recorded before it ended)",
+                r.pid,
+                age(r.started_at)
             ),
         },
         None => println!("host: never ran on {}", data_dir.display()),
     }
     println!(
-        "{:<24} {:<10} {:<15} {:<12} {:>8} {:>6}  LAST ERROR",
-        "PLUGIN", "VERSION", "KIND", "STATE", "RESTARTS", "FAULTS"
+        "{:<24} {:<10} {:<15} {:<12} {:<12} {:>8} {:>6}  LAST ERROR",
+        "PLUGIN", "VERSION", "KIND", "STATE", "LAST STATE", "RESTARTS", "FAULTS"
     );
-    for p in &plugins {
+    for report in &plugins {
+        let p = &report.status;
         println!(
-            "{:<24} {:<10} {:<15} {:<12} {:>8} {:>6}  {}",
+            "{:<24} {:<10} {:<15} {:<12} {:<12} {:>8} {:>6}  {}",
             p.id,
             p.version,
             p.kind,
             p.state,
+            report.last_state,
             p.restarts,
             p.faults,
             p.last_error.as_deref().unwrap_or("-")
@@ -711,40 +724,11 @@ fn print_buffer(stats: &buffer::BufferStats) {
     }
 }
 
-/// Holds the data dir's lock file for the life of a host; a second host on the same data
-/// dir is refused.
-struct DataDirLock {
-    _file: std::fs::File,
-}
-
-impl DataDirLock {
-    fn acquire(data_dir: &Path) -> Result<Self> {
-        let path = data_dir.join("cairn.lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .with_context(|| format!("cannot open {}", path.display()))?;
-        match file.try_lock() {
-            Ok(()) => Ok(Self { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-                "another cairn host is running on data dir {} (lock {})",
-                data_dir.display(),
-                path.display()
-            ),
-            Err(std::fs::TryLockError::Error(e)) => {
-                Err(e).with_context(|| format!("cannot lock {}", path.display()))
-            }
-        }
-    }
-}
-
 async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let set = resolve::load(plugins_dir).map_err(|errors| manifest_errors(plugins_dir, &errors))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let _lock = DataDirLock::acquire(&config.data_dir)?;
+    let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
     let channel_manifests: Vec<_> = set
         .start_order()
         .iter()
@@ -762,11 +746,14 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         .iter()
         .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
         .collect();
-    let buffer = Arc::new(Buffer::open(
-        &config.data_dir,
-        config.buffer.clone(),
-        channel_defaults,
-    )?);
+    let buffer = Arc::new(Buffer::open(&config.data_dir, config.buffer.clone())?);
+    let reprioritised = buffer.set_channel_priorities(channel_defaults)?;
+    if reprioritised > 0 {
+        tracing::info!(
+            messages = reprioritised,
+            "unrouted messages took their channel's manifest priority"
+        );
+    }
     let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
     let status = Arc::new(StatusStore::open(&config.data_dir)?);
     status.begin_run(plugins_dir)?;
@@ -778,11 +765,13 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         Lifecycle::open(&config.data_dir, config.lifecycle.clone(), journal.clone())?
             .with_memory(memory_store.clone()),
     );
+    let stop_request = Arc::new(StopRequest::default());
     let services = Arc::new(HostServices {
         kv,
         buffer: Some(buffer.clone()),
         journal: Some(journal.clone()),
         interrupt: Some(lifecycle.interrupt()),
+        stop: Some(stop_request.clone()),
         memory: Some(memory.clone()),
     });
     let host = PluginHost::start(&set, &config, services, status.clone()).await?;
@@ -858,7 +847,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     }
     if let Some(listener) = listener {
         let address = listener.local_addr()?;
-        tracing::info!("webhook server listening on http://{address}/channels/<id>/");
+        tracing::info!("webhook server listening on http://{address}/channels/<id>");
         let http = config.http.clone();
         workers.spawn(
             async move { webhook::serve(listener, &http, webhook_channels, stopping).await },
@@ -869,7 +858,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         plugins = set.start_order().len(),
         "cairn is running; press Ctrl-C to stop"
     );
-    wait_for_shutdown().await;
+    wait_for_shutdown(&stop_request, &buffer).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
     let drained = tokio::time::timeout(SHUTDOWN_DEADLINE, async {
@@ -934,7 +923,39 @@ async fn run_memory_hygiene(memory: Arc<MemoryStore>, mut stop: watch::Receiver<
 /// How long a stop waits for the router, the agent and the webhook server to finish.
 const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-async fn wait_for_shutdown() {
+/// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask for a stop; then
+/// first until that channel's buffered messages are answered (a signal cuts that short).
+async fn wait_for_shutdown(stop_request: &StopRequest, buffer: &Buffer) {
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    tokio::select! {
+        _ = &mut signal => {}
+        (channel, reason) = stop_request.requested() => {
+            tracing::info!(%channel, %reason, "stop requested; answering what the channel sent first");
+            tokio::select! {
+                _ = &mut signal => {}
+                _ = channel_settled(buffer, &channel) => {}
+            }
+        }
+    }
+}
+
+/// Return once `channel` has no unrouted message and no queued or running work.
+async fn channel_settled(buffer: &Buffer, channel: &str) {
+    loop {
+        match buffer.has_pending_work(channel) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!("cannot tell whether {channel}'s messages are answered: {e}");
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for_signal() {
     let mut terminate =
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(signal) => signal,

@@ -85,6 +85,40 @@ impl Interrupt {
     }
 }
 
+/// A request to stop the host once a channel's buffered messages are answered, made
+/// through `lifecycle.request-stop` by the plugin holding the host's terminal.
+#[derive(Debug)]
+pub struct StopRequest(tokio::sync::watch::Sender<Option<(String, String)>>);
+
+impl Default for StopRequest {
+    fn default() -> Self {
+        Self(tokio::sync::watch::Sender::new(None))
+    }
+}
+
+impl StopRequest {
+    /// Ask for a stop on behalf of `channel` for `reason`; the first request stands.
+    pub fn request(&self, channel: &str, reason: &str) {
+        self.0.send_if_modified(|request| {
+            if request.is_some() {
+                return false;
+            }
+            *request = Some((channel.to_string(), reason.to_string()));
+            true
+        });
+    }
+
+    /// Wait for a request; returns the channel and the reason.
+    pub async fn requested(&self) -> (String, String) {
+        let mut requests = self.0.subscribe();
+        match requests.wait_for(Option::is_some).await {
+            Ok(request) => request.clone().unwrap_or_default(),
+            // The sender lives in `self`, so this cannot close while awaited.
+            Err(_) => std::future::pending().await,
+        }
+    }
+}
+
 /// The lifecycle of a host.
 pub struct Lifecycle {
     config: LifecycleConfig,

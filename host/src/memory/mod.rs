@@ -9,12 +9,14 @@
 //! - [`embed`]: embedding providers (`hash`, `openai`), the in-memory vector index and the
 //!   background embedder.
 //! - [`stream`]: importance and issue/PR reference rules.
+//! - [`snapshot`]: `MEMORY_SNAPSHOT.md`, core memories as editable Markdown.
 //! - [`service`]: what the rest of the host talks to — the SQLite store or a
 //!   `memory-backend` plugin, as `cairn.yaml` says.
 
 pub mod embed;
 pub mod recall;
 pub mod service;
+pub mod snapshot;
 pub mod store;
 pub mod stream;
 
@@ -26,6 +28,13 @@ pub use embed::EmbeddingConfig;
 pub use recall::{RecallConfig, RecallHit, RecallQuery, ScoreParts};
 pub use service::MemoryService;
 pub use store::MemoryStore;
+
+/// SHA-256 of a memory's content (hex): the embedding cache key, the exact-duplicate key,
+/// and how a snapshot tells an edited text.
+pub fn content_hash(content: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(content.as_bytes()))
+}
 
 /// What kind of memory an entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -25,7 +25,7 @@ use super::manifest::{
 };
 use crate::buffer::{Buffer, BufferError, NewMessage};
 use crate::journal::{Journal, JournalError, NewEvent};
-use crate::lifecycle::Interrupt;
+use crate::lifecycle::{Interrupt, StopRequest};
 use crate::memory::service::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
 use crate::memory::store::ListFilter;
 use crate::memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
@@ -40,6 +40,8 @@ pub struct HostServices {
     pub journal: Option<Arc<Journal>>,
     /// The sleep interrupt flag, when the host runs the lifecycle.
     pub interrupt: Option<Arc<Interrupt>>,
+    /// Where the terminal's channel asks the host to stop, when the host honours it.
+    pub stop: Option<Arc<StopRequest>>,
     /// Agent memory, when the host runs it.
     pub memory: Option<Arc<MemoryService>>,
 }
@@ -57,6 +59,8 @@ pub struct Grants {
     pub llm: bool,
     /// `capabilities.lifecycle`.
     pub lifecycle: bool,
+    /// `capabilities.stdio`: the plugin holds the host's terminal (and may end the host).
+    pub stdio: bool,
     /// `events.emits`.
     pub emits: BTreeSet<String>,
 }
@@ -77,6 +81,7 @@ impl Grants {
             }),
             llm: manifest.capabilities.llm,
             lifecycle: manifest.capabilities.lifecycle,
+            stdio: manifest.capabilities.stdio,
             emits: manifest.events.emits.iter().cloned().collect(),
         }
     }
@@ -106,7 +111,7 @@ pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
         out.push(format!("env: {}", caps.env.join(", ")));
     }
     if caps.stdio {
-        out.push("stdio: host stdin and stdout".into());
+        out.push("stdio: host stdin and stdout; may stop the host at end of input".into());
     }
     if manifest.kind == PluginKind::Channel {
         out.push("buffer: push".into());
@@ -553,6 +558,7 @@ impl wit::buffer::Host for PluginContext {
                 conversation: message.conversation,
                 payload: message.payload,
                 priority: message.priority,
+                dedup_key: message.dedup_key,
             })
             .map_err(|error| match error {
                 BufferError::InvalidInput(text) => WitError::InvalidInput(text),
@@ -789,5 +795,18 @@ impl wit::lifecycle::Host for PluginContext {
                 .interrupt
                 .as_ref()
                 .is_some_and(|flag| flag.is_set())
+    }
+
+    fn request_stop(&mut self, reason: String) -> Result<(), WitError> {
+        if !self.grants.stdio {
+            return Err(denied(
+                "lifecycle: request-stop is for the plugin holding the host's terminal (capabilities.stdio)",
+            ));
+        }
+        let Some(stop) = &self.services.stop else {
+            return Err(unavailable("host stop requests"));
+        };
+        stop.request(&self.plugin, &reason);
+        Ok(())
     }
 }

@@ -196,7 +196,36 @@ pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
         .map_err(|source| StoreError::Open { path, source })
 }
 
-/// Whether a process with this id is alive (Linux: it has a `/proc` entry).
-pub fn process_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
+/// A plugin's row in `cairn status`: its state now, and the state its host last recorded.
+/// Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PluginReport {
+    /// The recorded row, with `state` as it is now: while no host runs, a plugin its host
+    /// last saw `starting`, `running` or `restarting` is `down` (the host ended without a
+    /// clean stop); `stopped`, `quarantined` and `failed` stay as recorded.
+    #[serde(flatten)]
+    pub status: PluginStatus,
+    /// The state the host last recorded.
+    pub last_state: String,
+}
+
+/// The plugins' states as they are now, given whether their host is running.
+pub fn as_seen_now(plugins: Vec<PluginStatus>, host_running: bool) -> Vec<PluginReport> {
+    plugins
+        .into_iter()
+        .map(|mut status| {
+            let last_state = status.state.clone();
+            let live = [
+                PluginState::Starting,
+                PluginState::Running,
+                PluginState::Restarting,
+            ]
+            .iter()
+            .any(|s| s.as_str() == status.state);
+            if !host_running && live {
+                status.state = "down".into();
+            }
+            PluginReport { status, last_state }
+        })
+        .collect()
 }

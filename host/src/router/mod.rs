@@ -2,7 +2,8 @@
 //! each batch by the rules of `cairn.yaml` to the main agent, a spawned task, or the floor.
 //!
 //! A group is collected for `batch_window_ms` from the arrival of its oldest message, so a
-//! burst of messages in one conversation becomes one batch. The batch's outcome is recorded
+//! burst of messages in one conversation becomes one batch. Rules are decided per message:
+//! a group whose messages take different routes is recorded as one batch per route. The batch's outcome is recorded
 //! in the transaction that marks its messages routed (see [`crate::buffer::Buffer::route`]).
 
 use std::collections::BTreeMap;
@@ -40,7 +41,7 @@ impl Default for RouterConfig {
     }
 }
 
-/// One routing rule: if every given field matches, the batch takes `route`.
+/// One routing rule: a message that matches every given field takes `route`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RoutingRule {
@@ -53,9 +54,9 @@ pub struct RoutingRule {
     pub route: Route,
 }
 
-/// Glob patterns (`*`, `?`, `[...]`) over a batch's fields. A batch matches when every one
-/// of its messages matches every pattern given, so a rule never drops or spawns a message it
-/// was not written for just because it shares a conversation with one it was.
+/// Glob patterns (`*`, `?`, `[...]`) over a message's fields. A message matches when it
+/// matches every pattern given; a batch whose messages match different rules is split (see
+/// [`Router::split`]).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct RuleMatch {
@@ -204,6 +205,17 @@ pub fn group_ready(
     ready
 }
 
+/// Messages of one group that take the same route by the same rule: one batch.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoutedPart {
+    /// Where the part goes.
+    pub route: Route,
+    /// The rule that decided, or none for the default.
+    pub rule: Option<String>,
+    /// Its messages in id order; never empty.
+    pub messages: Vec<BufferedMessage>,
+}
+
 /// The router of a host.
 pub struct Router {
     buffer: Arc<Buffer>,
@@ -228,35 +240,54 @@ impl Router {
         })
     }
 
-    /// Decide the route of a batch: the first matching rule, or the default.
-    pub fn decide(&self, batch: &[BufferedMessage]) -> (Route, Option<String>) {
-        let payloads: Vec<Option<serde_json::Value>> =
-            if self.rules.iter().any(|r| !r.payload.is_empty()) {
-                batch
-                    .iter()
-                    .map(|m| serde_json::from_str(&m.payload).ok())
-                    .collect()
-            } else {
-                vec![None; batch.len()]
-            };
-        for rule in &self.rules {
-            if batch
-                .iter()
-                .zip(&payloads)
-                .any(|(m, p)| rule.matches(m, p.as_ref()))
+    /// Decide the route of one message: the first rule it matches, or the default.
+    pub fn decide(&self, message: &BufferedMessage) -> (Route, Option<String>) {
+        let payload = if self.rules.iter().any(|r| !r.payload.is_empty()) {
+            serde_json::from_str(&message.payload).ok()
+        } else {
+            None
+        };
+        self.rules
+            .iter()
+            .find(|rule| rule.matches(message, payload.as_ref()))
+            .map(|rule| (rule.route, Some(rule.name.clone())))
+            .unwrap_or((self.config.default_route, None))
+    }
+
+    /// Split a ready group into the batches to record: messages that take the same route
+    /// by the same rule stay together (in id order), so a rule never drops or spawns a
+    /// message it was not written for because it shares a conversation with one it was.
+    /// Parts come in the order of their first message.
+    pub fn split(&self, group: Vec<BufferedMessage>) -> Vec<RoutedPart> {
+        let mut parts: Vec<RoutedPart> = Vec::new();
+        for message in group {
+            let (route, rule) = self.decide(&message);
+            match parts
+                .iter_mut()
+                .find(|part| part.route == route && part.rule == rule)
             {
-                return (rule.route, Some(rule.name.clone()));
+                Some(part) => part.messages.push(message),
+                None => parts.push(RoutedPart {
+                    route,
+                    rule,
+                    messages: vec![message],
+                }),
             }
         }
-        (self.config.default_route, None)
+        parts
     }
 
     /// Route every group that is ready; returns how many batches were recorded.
     pub async fn tick(&self, flush: bool) -> Result<usize, crate::buffer::BufferError> {
         let messages = self.buffer.unrouted(self.config.max_messages_per_tick)?;
         let mut recorded = 0;
-        for group in group_ready(messages, now_ms(), self.config.batch_window_ms, flush) {
-            let (route, rule) = self.decide(&group);
+        let ready = group_ready(messages, now_ms(), self.config.batch_window_ms, flush);
+        for RoutedPart {
+            route,
+            rule,
+            messages: group,
+        } in ready.into_iter().flat_map(|group| self.split(group))
+        {
             let first = &group[0];
             let batch = NewBatch {
                 channel: first.channel.clone(),
@@ -374,9 +405,7 @@ mod tests {
 
     fn router(rules: &str) -> Router {
         let dir = tempfile::tempdir().expect("tempdir");
-        let buffer = Arc::new(
-            Buffer::open(dir.path(), Default::default(), Default::default()).expect("buffer"),
-        );
+        let buffer = Arc::new(Buffer::open(dir.path(), Default::default()).expect("buffer"));
         let config = RouterConfig {
             rules: serde_yaml::from_str(rules).expect("rules parse"),
             ..RouterConfig::default()
@@ -397,7 +426,7 @@ mod tests {
             0,
             r#"{"action":"opened","pull_request":{"draft":false}}"#,
         );
-        assert_eq!(router.decide(&[pr]), (Route::Spawn, Some("prs".into())));
+        assert_eq!(router.decide(&pr), (Route::Spawn, Some("prs".into())));
         let draft = message(
             2,
             "webhook",
@@ -405,15 +434,34 @@ mod tests {
             0,
             r#"{"action":"opened","pull_request":{"draft":true}}"#,
         );
-        assert_eq!(router.decide(&[draft]), (Route::Main, None));
+        assert_eq!(router.decide(&draft), (Route::Main, None));
         let mut bot = message(3, "cli", "c", 0, "{}");
         bot.sender = "dependabot[bot]".into();
-        assert_eq!(router.decide(&[bot]), (Route::Drop, Some("bots".into())));
+        assert_eq!(router.decide(&bot), (Route::Drop, Some("bots".into())));
         let missing = message(4, "webhook", "octo/hello#12", 0, "{}");
         assert_eq!(
-            router.decide(&[missing]).0,
+            router.decide(&missing).0,
             Route::Main,
             "a missing field does not match"
+        );
+    }
+
+    #[test]
+    fn a_mixed_batch_is_split_by_rule_and_nothing_of_the_person_is_dropped() {
+        let router = router("- name: bots\n  match: {sender: '*[[]bot]'}\n  route: drop\n");
+        let mut group: Vec<_> = (1..=4).map(|id| message(id, "cli", "c", 0, "{}")).collect();
+        group[1].sender = "dependabot[bot]".into();
+        let parts = router.split(group);
+        let summary: Vec<(Route, Option<String>, Vec<i64>)> = parts
+            .into_iter()
+            .map(|p| (p.route, p.rule, p.messages.iter().map(|m| m.id).collect()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (Route::Main, None, vec![1, 3, 4]),
+                (Route::Drop, Some("bots".into()), vec![2]),
+            ]
         );
     }
 

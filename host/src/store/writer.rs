@@ -57,25 +57,36 @@ impl GroupWriter {
         Ok(Self { work })
     }
 
-    /// Queue `write`; the receiver yields its result once the group holding it committed.
-    pub fn submit<T: Send + 'static>(
+    /// Queue `write`; `reply` gets its result once the group holding it committed.
+    fn enqueue<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<oneshot::Receiver<Result<T, WriteError>>, WriteError> {
-        let (reply, receiver) = oneshot::channel();
+        reply: impl FnOnce(Result<T, WriteError>) + Send + 'static,
+    ) -> Result<(), WriteError> {
         let work: Work = Box::new(move |conn| {
             let result =
                 conn.and_then(|conn| write(conn).map_err(|e| WriteError::Sqlite(e.to_string())));
             let succeeded = result.is_ok();
             let answer: Answer = Box::new(move |commit_error| {
-                let _ = reply.send(match commit_error {
+                reply(match commit_error {
                     Some(error) if succeeded => Err(error.clone()),
                     _ => result,
                 });
             });
             (succeeded, answer)
         });
-        self.work.send(work).map_err(|_| WriteError::Stopped)?;
+        self.work.send(work).map_err(|_| WriteError::Stopped)
+    }
+
+    /// Queue `write`; the receiver yields its result once the group holding it committed.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<oneshot::Receiver<Result<T, WriteError>>, WriteError> {
+        let (reply, receiver) = oneshot::channel();
+        self.enqueue(write, move |result| {
+            let _ = reply.send(result);
+        })?;
         Ok(receiver)
     }
 
@@ -89,14 +100,18 @@ impl GroupWriter {
             .unwrap_or(Err(WriteError::Stopped))
     }
 
-    /// [`GroupWriter::submit`] and wait, blocking the calling (non-async) thread.
+    /// [`GroupWriter::submit`] and wait, blocking the calling thread. It works from any
+    /// thread, an async runtime's included (it waits on a plain channel, not on tokio), so
+    /// start-up code such as snapshot hydration may call it wherever it runs.
     pub fn write_blocking<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, WriteError> {
-        self.submit(write)?
-            .blocking_recv()
-            .unwrap_or(Err(WriteError::Stopped))
+        let (reply, answer) = std::sync::mpsc::sync_channel(1);
+        self.enqueue(write, move |result| {
+            let _ = reply.send(result);
+        })?;
+        answer.recv().unwrap_or(Err(WriteError::Stopped))
     }
 }
 
@@ -180,5 +195,17 @@ mod tests {
             rows, "1",
             "the failed write's first insert was rolled back with it"
         );
+    }
+
+    #[test]
+    fn a_blocking_write_works_inside_an_async_runtime() {
+        let conn = Connection::open_in_memory().expect("db");
+        let writer = GroupWriter::spawn("test-writer", conn).expect("spawn");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        let answer = runtime
+            .block_on(async { writer.write_blocking(|c| c.execute_batch("CREATE TABLE t (x)")) });
+        assert!(answer.is_ok(), "{answer:?}");
     }
 }

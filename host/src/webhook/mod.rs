@@ -1,7 +1,8 @@
 //! The host's HTTP server for channel webhooks: `/channels/<plugin-id>/…` is handed to that
 //! channel's `handle-webhook` export, and the plugin's answer is sent back as it is.
 //!
-//! It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
+//! The channel sees the path below `/channels/<plugin-id>` (`/` for the bare and the
+//! trailing-slash forms). It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
 //! manifest asks for a webhook. Requests to a channel that asked for none get 404; while the
 //! plugin is restarting or quarantined, 503; a plugin fault during the call, 500.
 
@@ -69,7 +70,10 @@ pub async fn serve(
 ) {
     let app = axum::Router::new()
         .route("/healthz", axum::routing::get(|| async { "ok" }))
+        // `/channels/<id>`, `/channels/<id>/` and `/channels/<id>/<anything>` all reach
+        // the channel: whichever form a user pastes into a webhook's settings works.
         .route("/channels/{id}", axum::routing::any(root_request))
+        .route("/channels/{id}/", axum::routing::any(root_request))
         .route("/channels/{id}/{*rest}", axum::routing::any(nested_request))
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(std::sync::Arc::new(channels));

@@ -2,7 +2,9 @@
 //! message, and each reply is printed to stdout as `cairn> <text>`.
 //!
 //! It needs the `stdio` capability. `poll` reads stdin without blocking (the host calls it on
-//! the channel's poll interval), so a quiet terminal never holds up the host.
+//! the channel's poll interval), so a quiet terminal never holds up the host. When stdin
+//! ends (Ctrl-D, or the end of piped input) it asks the host to stop once what was typed is
+//! answered, unless `config.stop_at_end_of_input` is false.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.1",
@@ -13,7 +15,7 @@ use std::cell::RefCell;
 use std::io::Write;
 
 use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage};
-use cairn::plugin::{buffer, log};
+use cairn::plugin::{buffer, lifecycle, log};
 use exports::cairn::plugin::channel_plugin::Guest;
 use wasi::io::streams::{InputStream, StreamError};
 
@@ -26,6 +28,8 @@ struct State {
     closed: bool,
     sender: String,
     conversation: String,
+    /// Ask the host to stop once stdin ends and what was typed is answered.
+    stop_at_end: bool,
 }
 
 thread_local! {
@@ -36,6 +40,7 @@ thread_local! {
             closed: false,
             sender: String::new(),
             conversation: String::new(),
+            stop_at_end: true,
         })
     };
 }
@@ -52,6 +57,7 @@ fn push_line(state: &State, line: &str) {
         conversation: state.conversation.clone(),
         payload: serde_json::json!({ "text": line }).to_string(),
         priority: None,
+        dedup_key: None,
     };
     if let Err(error) = buffer::push(&message) {
         log::log(LogLevel::Warn, &format!("cli: message not stored: {error:?}"));
@@ -66,6 +72,7 @@ impl Guest for Cli {
         STATE.with_borrow_mut(|state| {
             state.sender = text("sender", "user");
             state.conversation = text("conversation", "cli");
+            state.stop_at_end = config.get("stop_at_end_of_input").and_then(|b| b.as_bool()).unwrap_or(true);
         });
         if config.get("banner").and_then(|b| b.as_bool()).unwrap_or(true) {
             println!("cairn: type a message and press Enter; Ctrl-C stops the host.");
@@ -101,6 +108,13 @@ impl Guest for Cli {
             }
             for line in lines {
                 push_line(state, &String::from_utf8_lossy(&line));
+            }
+            if state.closed && state.stop_at_end {
+                // Once: a closed stdin stays closed and is not read again.
+                state.stop_at_end = false;
+                if let Err(error) = lifecycle::request_stop("stdin closed") {
+                    log::log(LogLevel::Warn, &format!("cli: cannot ask the host to stop at end of input: {error:?}"));
+                }
             }
             Ok(())
         })

@@ -2,7 +2,8 @@
 //! `/channels/<id>/…`, verifies their `X-Hub-Signature-256` HMAC with a secret read from a
 //! granted environment variable, and pushes one message per delivery. The conversation is
 //! `<owner>/<repo>#<number>` when the delivery is about a pull request or issue, else the
-//! repository. Replies are logged and kept in kv under `reply:<conversation>`.
+//! repository. A redelivery (same `X-GitHub-Delivery`) is answered with the first message's
+//! id and stores nothing. Replies are logged and kept in kv under `reply:<conversation>`.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.1",
@@ -90,8 +91,12 @@ impl Guest for Webhook {
         match std::env::var(variable) {
             Ok(secret) if !secret.is_empty() => SECRET.with_borrow_mut(|s| *s = Some(secret.into_bytes())),
             _ => log::log(
-                LogLevel::Error,
-                &format!("webhook: {variable} is not set (or not granted in capabilities.env): every delivery will be rejected"),
+                LogLevel::Warn,
+                &format!(
+                    "webhook: {variable} is not set, so every delivery is refused with 401. To accept GitHub \
+                     deliveries, set it to the secret your webhook signs with (`export {variable}=...`), list \
+                     it in the manifest's capabilities.env, and restart."
+                ),
             ),
         }
         Ok(())
@@ -127,14 +132,14 @@ impl Guest for Webhook {
             Err(e) => return respond(400, json!({"error": format!("body: expected JSON: {e}")})),
         };
         let event = header(&request, "x-github-event").unwrap_or("unknown").to_string();
-        let delivery = header(&request, "x-github-delivery").map(str::to_string);
+        let delivery = header(&request, "x-github-delivery").map(str::to_string).filter(|d| !d.trim().is_empty());
         let sender = body.pointer("/sender/login").and_then(Value::as_str).unwrap_or("github").to_string();
         let conversation = conversation_of(&body);
         let payload = json!({
             "text": summary(&event, &body, &sender, &conversation),
             "event": event,
             "action": body.get("action"),
-            "delivery": delivery,
+            "delivery": &delivery,
             "body": body,
         });
         let message = InboundMessage {
@@ -142,6 +147,8 @@ impl Guest for Webhook {
             conversation,
             payload: payload.to_string(),
             priority: None,
+            // GitHub redelivers with the same delivery id: the buffer answers the first id.
+            dedup_key: delivery,
         };
         match buffer::push(&message) {
             Ok(id) => respond(202, json!({"id": id})),

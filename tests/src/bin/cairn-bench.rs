@@ -193,6 +193,7 @@ fn plugin_rows(
         buffer: None,
         journal: None,
         interrupt: None,
+        stop: None,
         memory: None,
     });
 
@@ -291,6 +292,7 @@ fn bench_message(producer: usize, i: usize) -> NewMessage {
         conversation: format!("c{}", i % 50),
         payload: format!("{{\"text\":\"message {i} from producer {producer}\"}}"),
         priority: None,
+        dedup_key: None,
     }
 }
 
@@ -298,7 +300,7 @@ fn bench_message(producer: usize, i: usize) -> NewMessage {
 fn fresh_buffer(scratch: &Path, name: &str) -> Result<(PathBuf, Arc<Buffer>)> {
     let dir = scratch.join(name);
     std::fs::create_dir_all(&dir)?;
-    let buffer = Buffer::open(&dir, BufferConfig::default(), BTreeMap::new())?;
+    let buffer = Buffer::open(&dir, BufferConfig::default())?;
     Ok((dir, Arc::new(buffer)))
 }
 
@@ -637,6 +639,7 @@ async fn bench_subscribers(
         buffer: None,
         journal: Some(journal),
         interrupt: None,
+        stop: None,
         memory: None,
     });
     let status = Arc::new(cairn::plugin::status::StatusStore::open(dir)?);
