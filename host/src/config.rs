@@ -15,6 +15,8 @@ use crate::buffer::BufferConfig;
 use crate::journal::JournalConfig;
 use crate::lifecycle::LifecycleConfig;
 use crate::memory::MemoryConfig;
+use crate::plugin::config::PluginHostConfig;
+pub use crate::plugin::config::{KvConfig, RuntimeConfig, SupervisorConfig};
 use crate::router::RouterConfig;
 use crate::webhook::HttpConfig;
 
@@ -84,82 +86,6 @@ impl Default for HostConfig {
             journal: JournalConfig::default(),
             lifecycle: LifecycleConfig::default(),
             memory: MemoryConfig::default(),
-        }
-    }
-}
-
-/// Settings of the WebAssembly runtime shared by all plugins.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct RuntimeConfig {
-    /// Use wasmtime's pooling allocator when the machine allows it (default true).
-    pub pooling: bool,
-    /// How often the epoch advances, in ms; deadlines are rounded up to it (default 10).
-    pub epoch_tick_ms: u64,
-    /// Where compiled components are cached; relative paths are under `data_dir`
-    /// (default `cache`).
-    pub cache_dir: PathBuf,
-    /// Log lines per second a plugin may write before lines are dropped (default 50).
-    pub log_rate_per_sec: u32,
-    /// Log lines a plugin may write in a burst above the rate (default 200).
-    pub log_burst: u32,
-    /// Longest log line kept, in bytes; longer lines are cut (default 4096).
-    pub log_line_max_bytes: usize,
-}
-
-impl Default for RuntimeConfig {
-    fn default() -> Self {
-        Self {
-            pooling: true,
-            epoch_tick_ms: 10,
-            cache_dir: PathBuf::from("cache"),
-            log_rate_per_sec: 50,
-            log_burst: 200,
-            log_line_max_bytes: 4096,
-        }
-    }
-}
-
-/// How failing plugins are restarted and when they are given up on.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct SupervisorConfig {
-    /// Restarts allowed inside `restart_window_secs` before a plugin is quarantined (default 5).
-    pub restart_budget: u32,
-    /// The window the restart budget counts over, in seconds (default 60).
-    pub restart_window_secs: u64,
-    /// Delay before the first restart, in ms; doubled on each further restart (default 100).
-    pub backoff_initial_ms: u64,
-    /// Cap of the restart delay, in ms (default 10000).
-    pub backoff_max_ms: u64,
-}
-
-impl Default for SupervisorConfig {
-    fn default() -> Self {
-        Self {
-            restart_budget: 5,
-            restart_window_secs: 60,
-            backoff_initial_ms: 100,
-            backoff_max_ms: 10_000,
-        }
-    }
-}
-
-/// Limits of the plugin key/value store.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields, default)]
-pub struct KvConfig {
-    /// Largest value a plugin may store under one key, in bytes (default 1 MiB).
-    pub max_value_bytes: usize,
-    /// Longest key, in bytes (default 512).
-    pub max_key_bytes: usize,
-}
-
-impl Default for KvConfig {
-    fn default() -> Self {
-        Self {
-            max_value_bytes: 1 << 20,
-            max_key_bytes: 512,
         }
     }
 }
@@ -247,6 +173,16 @@ impl HostConfig {
     /// Where compiled components are cached.
     pub fn cache_dir(&self) -> PathBuf {
         self.data_dir.join(&self.runtime.cache_dir)
+    }
+
+    /// What the plugin host takes from this configuration.
+    pub fn plugin_host(&self) -> PluginHostConfig {
+        PluginHostConfig {
+            data_dir: self.data_dir.clone(),
+            cache_dir: self.cache_dir(),
+            runtime: self.runtime.clone(),
+            supervisor: self.supervisor.clone(),
+        }
     }
 
     /// The `(environment variable, YAML path, current value)` of every setting, for docs

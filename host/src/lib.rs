@@ -12,6 +12,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod memory;
 pub mod plugin;
+pub mod ports;
 pub mod router;
 pub mod store;
 pub mod webhook;

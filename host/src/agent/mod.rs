@@ -15,9 +15,9 @@ use tokio::sync::{Notify, watch};
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
 use crate::journal::Journal;
 use crate::memory::{MemoryKind, MemoryService, NewMemory, RecallHit, RecallQuery, Scope};
-use crate::plugin::bindings::v0_1::types::OutboundMessage;
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
+use cairn_vocab::channel::OutboundMessage;
 use llm::{ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
 
 /// Agent settings (`agent:` in `cairn.yaml`).
@@ -389,7 +389,7 @@ impl Agent {
             {
                 Ok(()) => return Ok(()),
                 Err(CallError::Plugin(error)) => {
-                    last_error = format!("{} refused the delivery: {error:?}", batch.channel)
+                    last_error = format!("{} refused the delivery: {error}", batch.channel)
                 }
                 Err(error) => last_error = format!("{}: {error}", batch.channel),
             }

@@ -14,6 +14,10 @@ use std::sync::{Mutex, RwLock};
 
 use crate::store::writer::{GroupWriter, WriteError};
 use crate::store::{self, Migrations, StoreError, now_ms};
+pub use cairn_vocab::buffer::{
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, MAX_DEDUP_KEY_BYTES, NewBatch,
+    NewMessage, Route, StatusCounts, TaskRow, TaskStatus,
+};
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 
@@ -84,27 +88,6 @@ impl From<rusqlite::Error> for BufferError {
     }
 }
 
-/// A message offered to the buffer.
-#[derive(Debug, Clone)]
-pub struct NewMessage {
-    /// The channel it came through (a plugin id, or any name for `cairn send`).
-    pub channel: String,
-    /// Who sent it.
-    pub sender: String,
-    /// The conversation it belongs to.
-    pub conversation: String,
-    /// The message as JSON text.
-    pub payload: String,
-    /// A priority the producer asks for (lower is served first).
-    pub priority: Option<u32>,
-    /// An id the source gave the message (e.g. a webhook delivery id): a second message
-    /// with the same key on the same channel is not stored again.
-    pub dedup_key: Option<String>,
-}
-
-/// Longest dedup key accepted, in bytes.
-pub const MAX_DEDUP_KEY_BYTES: usize = 256;
-
 /// A message that passed validation, with its priority and arrival time fixed.
 #[derive(Debug, Clone)]
 pub(crate) struct ValidMessage {
@@ -117,182 +100,6 @@ pub(crate) struct ValidMessage {
     priority_is_default: bool,
     dedup_key: Option<String>,
     received_at: i64,
-}
-
-/// A message as stored.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct BufferedMessage {
-    /// Buffer id, increasing in arrival order.
-    pub id: i64,
-    /// Channel it came through.
-    pub channel: String,
-    /// Who sent it.
-    pub sender: String,
-    /// Its conversation.
-    pub conversation: String,
-    /// The payload JSON text.
-    pub payload: String,
-    /// Arrival time (ms since the epoch).
-    pub received_at: i64,
-    /// Lower is served first.
-    pub priority: u32,
-}
-
-/// What the router decided for a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Route {
-    /// Queued for the main agent.
-    Main,
-    /// A task record and a sub-agent turn; the main agent is not told.
-    Spawn,
-    /// Logged and discarded.
-    Drop,
-}
-
-impl Route {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Route::Main => "main",
-            Route::Spawn => "spawn",
-            Route::Drop => "drop",
-        }
-    }
-}
-
-/// Progress of a batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BatchStatus {
-    /// Waiting for the main agent.
-    Queued,
-    /// The main agent is on it.
-    Running,
-    /// Answered and delivered.
-    Done,
-    /// The turn or the delivery failed; the error is recorded.
-    Failed,
-    /// Handed to a task.
-    Spawned,
-    /// Dropped by a rule.
-    Dropped,
-}
-
-impl BatchStatus {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BatchStatus::Queued => "queued",
-            BatchStatus::Running => "running",
-            BatchStatus::Done => "done",
-            BatchStatus::Failed => "failed",
-            BatchStatus::Spawned => "spawned",
-            BatchStatus::Dropped => "dropped",
-        }
-    }
-}
-
-/// Progress of a spawned task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TaskStatus {
-    /// Finished with a result.
-    Done,
-    /// Failed; the error is recorded.
-    Failed,
-}
-
-impl TaskStatus {
-    /// As stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TaskStatus::Done => "done",
-            TaskStatus::Failed => "failed",
-        }
-    }
-}
-
-/// A batch the router wants recorded.
-#[derive(Debug, Clone)]
-pub struct NewBatch {
-    /// Channel of every message.
-    pub channel: String,
-    /// Conversation of every message.
-    pub conversation: String,
-    /// The most urgent priority among the messages.
-    pub priority: u32,
-    /// What to do with it.
-    pub route: Route,
-    /// The rule that decided, or none for the default.
-    pub rule: Option<String>,
-    /// Its messages, in id order; never empty.
-    pub message_ids: Vec<i64>,
-}
-
-/// A recorded batch with its messages (always at least one, in id order).
-#[derive(Debug, Clone, Serialize)]
-pub struct Batch {
-    /// Batch id.
-    pub id: i64,
-    /// Channel of the messages.
-    pub channel: String,
-    /// Conversation of the messages.
-    pub conversation: String,
-    /// Priority of the batch.
-    pub priority: u32,
-    /// The messages.
-    pub messages: Vec<BufferedMessage>,
-}
-
-/// Unrouted messages of one channel, for `cairn status`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct ChannelDepth {
-    /// The channel.
-    pub channel: String,
-    /// How many of its messages wait unrouted.
-    pub unrouted: i64,
-    /// Arrival of its oldest unrouted message (ms since the epoch).
-    pub oldest_received_at: i64,
-}
-
-/// Counts of batches or tasks by status.
-pub type StatusCounts = BTreeMap<String, i64>;
-
-/// The buffer's state for `cairn status`. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize)]
-pub struct BufferStats {
-    /// Messages waiting to be routed.
-    pub depth: i64,
-    /// Age in ms of the oldest unrouted message, if any.
-    pub oldest_unrouted_age_ms: Option<i64>,
-    /// The unrouted messages per channel.
-    pub channels: Vec<ChannelDepth>,
-    /// Messages ever stored and still kept (routed or not).
-    pub stored: i64,
-    /// Batches by route and status, e.g. `main/queued`.
-    pub batches: StatusCounts,
-    /// Tasks by status.
-    pub tasks: StatusCounts,
-    /// The most recent tasks.
-    pub recent_tasks: Vec<TaskRow>,
-}
-
-/// One task, for `cairn status`.
-#[derive(Debug, Clone, Serialize)]
-pub struct TaskRow {
-    /// Task id.
-    pub id: i64,
-    /// The batch it runs.
-    pub batch_id: i64,
-    /// queued, running, done or failed.
-    pub status: String,
-    /// The sub-agent's result.
-    pub result: Option<String>,
-    /// Why it failed.
-    pub error: Option<String>,
-    /// When it was created (ms since the epoch).
-    pub created_at: i64,
-    /// When it finished.
-    pub finished_at: Option<i64>,
 }
 
 /// The buffer of a data dir: a writer thread for writes, a connection for reads.

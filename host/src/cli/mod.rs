@@ -768,13 +768,13 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let stop_request = Arc::new(StopRequest::default());
     let services = Arc::new(HostServices {
         kv,
-        buffer: Some(buffer.clone()),
-        journal: Some(journal.clone()),
+        inbox: Some(buffer.clone()),
+        events: Some(journal.clone()),
         interrupt: Some(lifecycle.interrupt()),
         stop: Some(stop_request.clone()),
         memory: Some(memory.clone()),
     });
-    let host = PluginHost::start(&set, &config, services, status.clone()).await?;
+    let host = PluginHost::start(&set, &config.plugin_host(), services, status.clone()).await?;
     if let Some(backend) = memory.backend_plugin() {
         tracing::info!(plugin = backend, "memory is served by a backend plugin");
     }
@@ -825,9 +825,7 @@ async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let scheduled = set
         .start_order()
         .iter()
-        .filter(|m| !m.schedule.is_empty())
-        .cloned()
-        .map(Arc::new)
+        .flat_map(|m| m.schedules())
         .collect();
     workers.spawn(lifecycle.run_scheduler(scheduled, stopping.clone()));
     for manifest in set

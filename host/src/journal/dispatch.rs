@@ -12,25 +12,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::{Event, Journal};
-use crate::plugin::bindings::v0_1::types::Event as WitEvent;
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
 
 /// How many events are read per round.
 const READ_AHEAD: usize = 256;
-
-fn to_wit(event: &Event) -> WitEvent {
-    WitEvent {
-        seq: event.seq as u64,
-        topic: event.topic.clone(),
-        payload: event.payload.clone(),
-        source: event.source.clone(),
-        session_id: event.session_id.clone(),
-        agent_id: event.agent_id.clone(),
-        user_id: event.user_id.clone(),
-        created_at: event.created_at,
-    }
-}
 
 /// How a delivery with retries ended.
 enum Delivery {
@@ -50,11 +36,10 @@ async fn deliver(
     stop: &mut watch::Receiver<bool>,
 ) -> Delivery {
     let config = journal.config();
-    let wit = to_wit(event);
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        let delivered = wit.clone();
+        let delivered = event.clone();
         match plugin
             .call(move |instance| instance.on_event(&delivered))
             .await
@@ -160,7 +145,7 @@ pub async fn serve(
 
 fn describe(error: &CallError) -> String {
     match error {
-        CallError::Plugin(error) => format!("the plugin returned {error:?}"),
+        CallError::Plugin(error) => format!("the plugin returned {error}"),
         other => other.to_string(),
     }
 }

@@ -20,6 +20,8 @@ use tokio::sync::Notify;
 use crate::plugin::manifest::{is_valid_topic, is_valid_topic_pattern};
 use crate::store::writer::{GroupWriter, WriteError};
 use crate::store::{self, Migrations, StoreError, now_ms};
+pub use cairn_vocab::event::{DeadLetter, Event, NewEvent, SubscriberLag};
+pub use cairn_vocab::topic::topic_matches;
 
 /// Migrations of `journal.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -81,89 +83,6 @@ impl From<WriteError> for JournalError {
 impl From<rusqlite::Error> for JournalError {
     fn from(error: rusqlite::Error) -> Self {
         JournalError::Storage(error.to_string())
-    }
-}
-
-/// An event to append.
-#[derive(Debug, Clone, Default)]
-pub struct NewEvent {
-    /// Dot-separated topic.
-    pub topic: String,
-    /// JSON text.
-    pub payload: String,
-    /// `host` or the emitting plugin's id.
-    pub source: String,
-    /// Session it belongs to.
-    pub session_id: Option<String>,
-    /// Agent it belongs to.
-    pub agent_id: Option<String>,
-    /// User it belongs to.
-    pub user_id: Option<String>,
-}
-
-/// A stored event. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct Event {
-    /// Position in the journal.
-    pub seq: i64,
-    /// Topic.
-    pub topic: String,
-    /// JSON text.
-    pub payload: String,
-    /// Who appended it.
-    pub source: String,
-    /// Session, if any.
-    pub session_id: Option<String>,
-    /// Agent, if any.
-    pub agent_id: Option<String>,
-    /// User, if any.
-    pub user_id: Option<String>,
-    /// When it was appended (ms since the epoch).
-    pub created_at: i64,
-}
-
-/// A subscriber's position, for `cairn status`. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize)]
-pub struct SubscriberLag {
-    /// Subscriber id (a plugin id).
-    pub id: String,
-    /// Its topic patterns.
-    pub patterns: Vec<String>,
-    /// The last event it consumed.
-    pub cursor: i64,
-    /// Matching events it has not consumed yet.
-    pub lag: i64,
-    /// Events it could not take.
-    pub dead_letters: i64,
-}
-
-/// An event a subscriber could not take. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize)]
-pub struct DeadLetter {
-    /// Dead-letter id.
-    pub id: i64,
-    /// The subscriber.
-    pub subscriber: String,
-    /// The event's sequence number.
-    pub seq: i64,
-    /// The event's topic.
-    pub topic: String,
-    /// The last error.
-    pub error: String,
-    /// How many deliveries were tried.
-    pub attempts: i64,
-    /// `dead`, or `retry` while one more delivery is pending.
-    pub status: String,
-    /// When it was given up on.
-    pub created_at: i64,
-}
-
-/// Whether `topic` matches a subscription pattern: exact, `prefix.*` or `*`.
-pub fn topic_matches(pattern: &str, topic: &str) -> bool {
-    match pattern.strip_suffix('*') {
-        Some("") => true,
-        Some(prefix) => topic.starts_with(prefix),
-        None => pattern == topic,
     }
 }
 

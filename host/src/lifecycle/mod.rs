@@ -17,7 +17,6 @@
 //! marked pending in memory.db, where consolidators find them.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -29,8 +28,9 @@ use tokio::sync::watch;
 
 use crate::journal::{Event, Journal};
 use crate::memory::MemoryStore;
-use crate::plugin::manifest::Manifest;
+pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::{self, StoreError, now_ms};
+use cairn_vocab::plugin::Schedule;
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -68,55 +68,6 @@ pub enum MissedSchedules {
     FireOnce,
     /// Drop missed ticks.
     Skip,
-}
-
-/// The interrupt flag plugins read through `lifecycle.interrupted()`.
-#[derive(Debug, Default)]
-pub struct Interrupt(AtomicBool);
-
-impl Interrupt {
-    /// Whether new activity arrived while the agent slept.
-    pub fn is_set(&self) -> bool {
-        self.0.load(Ordering::Relaxed)
-    }
-
-    fn set(&self, value: bool) {
-        self.0.store(value, Ordering::Relaxed);
-    }
-}
-
-/// A request to stop the host once a channel's buffered messages are answered, made
-/// through `lifecycle.request-stop` by the plugin holding the host's terminal.
-#[derive(Debug)]
-pub struct StopRequest(tokio::sync::watch::Sender<Option<(String, String)>>);
-
-impl Default for StopRequest {
-    fn default() -> Self {
-        Self(tokio::sync::watch::Sender::new(None))
-    }
-}
-
-impl StopRequest {
-    /// Ask for a stop on behalf of `channel` for `reason`; the first request stands.
-    pub fn request(&self, channel: &str, reason: &str) {
-        self.0.send_if_modified(|request| {
-            if request.is_some() {
-                return false;
-            }
-            *request = Some((channel.to_string(), reason.to_string()));
-            true
-        });
-    }
-
-    /// Wait for a request; returns the channel and the reason.
-    pub async fn requested(&self) -> (String, String) {
-        let mut requests = self.0.subscribe();
-        match requests.wait_for(Option::is_some).await {
-            Ok(request) => request.clone().unwrap_or_default(),
-            // The sender lives in `self`, so this cannot close while awaited.
-            Err(_) => std::future::pending().await,
-        }
-    }
 }
 
 /// The lifecycle of a host.
@@ -415,25 +366,18 @@ impl Lifecycle {
         Ok(())
     }
 
-    /// Emit the manifests' cron schedules until `stop`.
+    /// Emit the plugins' cron schedules until `stop`.
     pub async fn run_scheduler(
         self: Arc<Self>,
-        manifests: Vec<Arc<Manifest>>,
+        schedules: Vec<Schedule>,
         mut stop: watch::Receiver<bool>,
     ) {
         let mut entries = Vec::new();
-        for manifest in &manifests {
-            for entry in &manifest.schedule {
-                match entry.cron.parse::<croner::Cron>() {
-                    Ok(cron) => entries.push((
-                        manifest.id.clone(),
-                        entry.name.clone(),
-                        entry.cron.clone(),
-                        cron,
-                    )),
-                    Err(e) => {
-                        tracing::error!(plugin = %manifest.id, schedule = %entry.name, "bad cron: {e}")
-                    }
+        for schedule in schedules {
+            match schedule.cron.parse::<croner::Cron>() {
+                Ok(cron) => entries.push((schedule.plugin, schedule.name, schedule.cron, cron)),
+                Err(e) => {
+                    tracing::error!(plugin = %schedule.plugin, schedule = %schedule.name, "bad cron: {e}")
                 }
             }
         }

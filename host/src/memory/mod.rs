@@ -24,6 +24,11 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use cairn_vocab::memory::{
+    AuditRow, ExportRecord, ListFilter, MemoryEntry, MemoryKind, MemoryStats, NewMemory, Scope,
+    StoreOutcome,
+};
+pub use cairn_vocab::session::Session;
 pub use embed::EmbeddingConfig;
 pub use recall::{RecallConfig, RecallHit, RecallQuery, ScoreParts};
 pub use service::MemoryService;
@@ -36,286 +41,38 @@ pub fn content_hash(content: &str) -> String {
     hex::encode(sha2::Sha256::digest(content.as_bytes()))
 }
 
-/// What kind of memory an entry is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemoryKind {
-    /// Something that happened: a message, a reply, an observation.
-    Episode,
-    /// A statement believed true until superseded.
-    Fact,
-    /// Always-relevant knowledge about the user or the agent.
-    Core,
-    /// A higher-level insight drawn from other memories.
-    Reflection,
-    /// How to do something.
-    Procedure,
-}
-
-impl MemoryKind {
-    /// Every kind, in declaration order.
-    pub const ALL: [MemoryKind; 5] = [
-        MemoryKind::Episode,
-        MemoryKind::Fact,
-        MemoryKind::Core,
-        MemoryKind::Reflection,
-        MemoryKind::Procedure,
-    ];
-
-    /// The name stored in the database and shown to users.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MemoryKind::Episode => "episode",
-            MemoryKind::Fact => "fact",
-            MemoryKind::Core => "core",
-            MemoryKind::Reflection => "reflection",
-            MemoryKind::Procedure => "procedure",
-        }
+/// The entry `memory` becomes when recorded as `id` at `now`: the kind's default
+/// category, memory-stream importance when none is given, issue and PR refs from the
+/// content, valid from `now` unless it says otherwise.
+pub fn record(memory: &NewMemory, id: String, now: i64) -> MemoryEntry {
+    let category = if memory.category.is_empty() {
+        memory.kind.default_category().to_string()
+    } else {
+        memory.category.clone()
+    };
+    let importance = memory
+        .importance
+        .unwrap_or_else(|| stream::default_importance(&memory.content, memory.kind, &memory.tags));
+    let (issue_refs, pr_refs) = stream::extract_refs(&memory.content);
+    MemoryEntry {
+        id,
+        kind: memory.kind,
+        content: memory.content.clone(),
+        category,
+        scope: memory.scope.clone(),
+        importance,
+        tags: memory.tags.clone(),
+        issue_refs,
+        pr_refs,
+        sources: memory.sources.clone(),
+        subject: memory.subject.clone(),
+        predicate: memory.predicate.clone(),
+        valid_from: memory.valid_from.unwrap_or(now),
+        valid_to: None,
+        recorded_at: now,
+        superseded_by: None,
+        forgotten_at: None,
     }
-
-    /// The kind named `name`, if any.
-    pub fn parse(name: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|k| k.as_str() == name)
-    }
-
-    /// The category an entry of this kind gets when its author names none.
-    pub fn default_category(self) -> &'static str {
-        match self {
-            MemoryKind::Episode => "conversation",
-            MemoryKind::Core => "core",
-            _ => "custom",
-        }
-    }
-}
-
-impl std::fmt::Display for MemoryKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// Who a memory belongs to. An unset field on an entry means "shared at this level" (an
-/// agent-wide fact has no user); an unset field in a query means "not filtered by this".
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Scope {
-    /// The agent the memory belongs to.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub agent_id: Option<String>,
-    /// The user the memory is about or came from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<String>,
-    /// The conversation session it came from.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub session_id: Option<String>,
-}
-
-/// A memory to store.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct NewMemory {
-    /// Its kind.
-    pub kind: MemoryKind,
-    /// The text.
-    pub content: String,
-    /// core, daily, conversation or a custom name; empty takes the kind's default.
-    #[serde(default)]
-    pub category: String,
-    /// Who it belongs to.
-    #[serde(default)]
-    pub scope: Scope,
-    /// 1–10; none is scored by the memory-stream rules.
-    #[serde(default)]
-    pub importance: Option<u8>,
-    /// Free-form labels.
-    #[serde(default)]
-    pub tags: Vec<String>,
-    /// Ids of the entries it was derived from.
-    #[serde(default)]
-    pub sources: Vec<String>,
-    /// For facts: what the fact is about; with `predicate`, a newer value supersedes an older.
-    #[serde(default)]
-    pub subject: Option<String>,
-    /// For facts: which property of the subject it states.
-    #[serde(default)]
-    pub predicate: Option<String>,
-    /// The id of an entry this one replaces explicitly.
-    #[serde(default)]
-    pub supersedes: Option<String>,
-    /// When it became true; none means now.
-    #[serde(default)]
-    pub valid_from: Option<i64>,
-}
-
-impl NewMemory {
-    /// A memory of `kind` with `content` and everything else defaulted.
-    pub fn new(kind: MemoryKind, content: impl Into<String>) -> Self {
-        Self {
-            kind,
-            content: content.into(),
-            category: String::new(),
-            scope: Scope::default(),
-            importance: None,
-            tags: Vec::new(),
-            sources: Vec::new(),
-            subject: None,
-            predicate: None,
-            supersedes: None,
-            valid_from: None,
-        }
-    }
-}
-
-/// A stored memory, as read back, exported and imported (every column, so export/import is
-/// lossless).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct MemoryEntry {
-    /// Stable id.
-    pub id: String,
-    /// Its kind.
-    pub kind: MemoryKind,
-    /// The text.
-    pub content: String,
-    /// Its category.
-    pub category: String,
-    /// Who it belongs to.
-    pub scope: Scope,
-    /// 1–10.
-    pub importance: u8,
-    /// Free-form labels.
-    pub tags: Vec<String>,
-    /// Issue numbers the content mentions.
-    pub issue_refs: Vec<u32>,
-    /// Pull-request numbers the content mentions.
-    pub pr_refs: Vec<u32>,
-    /// Ids of the entries it was derived from.
-    pub sources: Vec<String>,
-    /// For facts: the subject.
-    pub subject: Option<String>,
-    /// For facts: the predicate.
-    pub predicate: Option<String>,
-    /// When it became true (ms since the epoch).
-    pub valid_from: i64,
-    /// When it stopped being true (superseded), if it did.
-    pub valid_to: Option<i64>,
-    /// When the host learned it.
-    pub recorded_at: i64,
-    /// The entry that replaced it.
-    pub superseded_by: Option<String>,
-    /// When it was forgotten (soft delete); forgotten entries are never recalled.
-    pub forgotten_at: Option<i64>,
-}
-
-impl MemoryEntry {
-    /// The entry `memory` becomes when recorded as `id` at `now`: the kind's default
-    /// category, memory-stream importance when none is given, issue and PR refs from the
-    /// content, valid from `now` unless it says otherwise.
-    pub fn recorded(memory: &NewMemory, id: String, now: i64) -> Self {
-        let category = if memory.category.is_empty() {
-            memory.kind.default_category().to_string()
-        } else {
-            memory.category.clone()
-        };
-        let importance = memory.importance.unwrap_or_else(|| {
-            stream::default_importance(&memory.content, memory.kind, &memory.tags)
-        });
-        let (issue_refs, pr_refs) = stream::extract_refs(&memory.content);
-        Self {
-            id,
-            kind: memory.kind,
-            content: memory.content.clone(),
-            category,
-            scope: memory.scope.clone(),
-            importance,
-            tags: memory.tags.clone(),
-            issue_refs,
-            pr_refs,
-            sources: memory.sources.clone(),
-            subject: memory.subject.clone(),
-            predicate: memory.predicate.clone(),
-            valid_from: memory.valid_from.unwrap_or(now),
-            valid_to: None,
-            recorded_at: now,
-            superseded_by: None,
-            forgotten_at: None,
-        }
-    }
-}
-
-/// What storing a memory did.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-pub enum StoreOutcome {
-    /// Stored as `id`; `superseded` lists the entries it replaced.
-    Stored {
-        /// The new entry.
-        id: String,
-        /// Entries that now end where this one starts.
-        superseded: Vec<String>,
-    },
-    /// Not stored: an equal (or, within the same subject, near-equal) memory exists.
-    Duplicate {
-        /// The existing entry.
-        existing: String,
-        /// How similar it is (1.0 for exact).
-        similarity: f64,
-    },
-}
-
-impl StoreOutcome {
-    /// The id callers should use: the new entry, or the existing duplicate.
-    pub fn id(&self) -> &str {
-        match self {
-            StoreOutcome::Stored { id, .. } => id,
-            StoreOutcome::Duplicate { existing, .. } => existing,
-        }
-    }
-}
-
-/// A conversation session as the consolidation tools see it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Session {
-    /// `<channel>:<conversation>`.
-    pub id: String,
-    /// The user who spoke in it.
-    pub user_id: Option<String>,
-    /// The agent who answered.
-    pub agent_id: Option<String>,
-    /// First activity.
-    pub started_at: i64,
-    /// When it ended, if it did.
-    pub ended_at: Option<i64>,
-    /// `active`, `pending` (ended, waiting for consolidation) or `consolidated`.
-    pub state: String,
-    /// The conversation (`<channel>:<conversation>`) it belongs to.
-    #[serde(default)]
-    pub conversation: Option<String>,
-    /// Its last activity.
-    #[serde(default)]
-    pub last_activity: Option<i64>,
-}
-
-/// Counts for `cairn memory stats`.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct MemoryStats {
-    /// Live entries (not forgotten, not superseded) per kind.
-    pub live_by_kind: BTreeMap<String, u64>,
-    /// Live entries per category.
-    pub live_by_category: BTreeMap<String, u64>,
-    /// Entries superseded by newer ones (kept for as-of queries).
-    pub superseded: u64,
-    /// Forgotten entries (soft-deleted, awaiting purge).
-    pub forgotten: u64,
-    /// Entries with a vector from the configured provider and model.
-    pub embedded: u64,
-    /// Entries waiting to be embedded (or re-embedded after a model change).
-    pub embedding_backlog: u64,
-    /// Rows in the embedding cache.
-    pub embedding_cache: u64,
-    /// Sessions per state.
-    pub sessions: BTreeMap<String, u64>,
-    /// Size of memory.db and its WAL, in bytes.
-    pub database_bytes: u64,
-    /// When hygiene last ran.
-    pub hygiene_last_run: Option<i64>,
 }
 
 /// Why a memory operation failed.

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::{MemoryEntry, MemoryKind, Scope};
+use super::Scope;
+pub use cairn_vocab::memory::{RecallHit, RecallQuery, ScoreParts};
 
 /// Ranking settings (`memory.recall:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -50,65 +51,6 @@ impl Default for RecallConfig {
             candidates_per_hit: 10,
         }
     }
-}
-
-/// A recall request.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct RecallQuery {
-    /// Free text, matched as words (never as query syntax).
-    pub text: String,
-    /// Only memories in this scope (plus those shared at a set agent or user level).
-    pub scope: Scope,
-    /// Only these kinds; empty means all.
-    pub kinds: Vec<MemoryKind>,
-    /// Only these categories; empty means all.
-    pub categories: Vec<String>,
-    /// Skip memories of this session (the context provider skips the current one).
-    pub exclude_session: Option<String>,
-    /// Only memories valid from this time on (ms).
-    pub since: Option<i64>,
-    /// Only memories valid from before this time (ms).
-    pub until: Option<i64>,
-    /// Answer as memory stood at this time: what was valid then (valid time). None = now.
-    pub as_of: Option<i64>,
-    /// Most hits returned.
-    pub limit: usize,
-    /// Overrides the configured minimum relevance.
-    pub min_relevance: Option<f64>,
-    /// Use BM25 only, even when embeddings are on.
-    pub lexical_only: bool,
-}
-
-/// The components of one hit's score, for `--explain`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ScoreParts {
-    /// SQLite's BM25 for the entry (lower is better), when the text matched.
-    pub bm25_raw: Option<f64>,
-    /// BM25 normalised per query to 0–1.
-    pub bm25: f64,
-    /// Cosine similarity to the query, when both have vectors.
-    pub cosine: Option<f64>,
-    /// Weighted mean of the signals present.
-    pub relevance: f64,
-    /// Importance mapped to 0.1–1.
-    pub importance: f64,
-    /// 0–1, halving every half-life of age.
-    pub recency: f64,
-    /// Age at the query's time, in hours.
-    pub age_hours: f64,
-    /// relevance·w + importance·w + recency·w.
-    pub score: f64,
-}
-
-/// One recalled memory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RecallHit {
-    /// The memory.
-    pub entry: MemoryEntry,
-    /// Final score, higher is better.
-    pub score: f64,
-    /// How the score was made.
-    pub explain: ScoreParts,
 }
 
 /// Words too common to say anything about relevance.

@@ -230,7 +230,7 @@ mod tests {
             user_id: user.map(str::to_string),
             ..Scope::default()
         };
-        MemoryEntry::recorded(&memory, id.to_string(), 1_700_000_000_000)
+        crate::memory::record(&memory, id.to_string(), 1_700_000_000_000)
     }
 
     #[test]

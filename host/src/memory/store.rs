@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row, params, params_from_iter};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::embed::{self, EmbedSignal, EmbeddingProvider, HashEmbedder, ScanFilter, VectorIndex};
@@ -22,6 +22,7 @@ use super::{
 use super::{content_hash, snapshot, stream};
 use crate::store::writer::GroupWriter;
 use crate::store::{self, Migrations, now_ms};
+pub use cairn_vocab::memory::{AuditRow, ExportRecord, ListFilter};
 
 /// Migrations of `memory.db`.
 pub const MEMORY_MIGRATIONS: Migrations = Migrations {
@@ -42,50 +43,6 @@ pub const DUPLICATE_SIMILARITY: f64 = 0.85;
 const ENTRY_COLUMNS: &str = "e.seq, e.id, e.kind, e.content, e.category, e.agent_id, e.user_id, \
     e.session_id, e.importance, e.tags, e.issue_refs, e.pr_refs, e.sources, e.subject, \
     e.predicate, e.valid_from, e.valid_to, e.recorded_at, e.superseded_by, e.forgotten_at";
-
-/// Which entries `list` returns.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    /// Scope (shared entries included for a set agent or user).
-    pub scope: Scope,
-    /// Only these kinds; empty means all.
-    pub kinds: Vec<MemoryKind>,
-    /// Only this category.
-    pub category: Option<String>,
-    /// Include superseded entries.
-    pub include_superseded: bool,
-    /// Include forgotten entries.
-    pub include_forgotten: bool,
-    /// Most entries returned (newest first).
-    pub limit: usize,
-}
-
-/// One line of a JSONL export.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum ExportRecord {
-    /// A memory with every field.
-    Entry(Box<MemoryEntry>),
-    /// A session with its consolidation state.
-    Session(Session),
-    /// One row of an entry's audit trail (who forgot, superseded or edited it, and when).
-    Audit(AuditRow),
-}
-
-/// One row of an entry's audit trail.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AuditRow {
-    /// The entry it is about.
-    pub entry_id: String,
-    /// `forget`, `purge`, `supersede` or `edit`.
-    pub action: String,
-    /// Who did it: `cli`, `hygiene`, `plugin:<id>`, `store`.
-    pub actor: String,
-    /// When (ms since the epoch).
-    pub at: i64,
-    /// For a supersede, the id of the newer entry.
-    pub detail: Option<String>,
-}
 
 /// What an import did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -266,7 +223,7 @@ impl MemoryStore {
     fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
         validate(&memory)?;
         let now = now_ms();
-        let entry = MemoryEntry::recorded(&memory, new_id(&memory.content, now), now);
+        let entry = crate::memory::record(&memory, new_id(&memory.content, now), now);
         Ok(Prepared {
             entry,
             supersedes: memory.supersedes,
@@ -690,50 +647,6 @@ impl MemoryStore {
             )
             .optional()
         })
-    }
-
-    /// The live episodes of a session, in order.
-    pub fn session_episodes(&self, id: &str) -> Result<Vec<MemoryEntry>, MemoryError> {
-        self.read(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {ENTRY_COLUMNS} FROM entries e
-                 WHERE e.session_id = ?1 AND e.kind = 'episode' AND e.forgotten_at IS NULL ORDER BY e.seq"
-            ))?;
-            statement.query_map(params![id], row_to_entry)?.collect()
-        })
-    }
-
-    /// Store facts drawn from a session; a fact without sources gets the session's episodes
-    /// as its provenance. Returns each fact's id (an existing one for duplicates).
-    pub fn save_facts(
-        &self,
-        session: &str,
-        facts: Vec<NewMemory>,
-    ) -> Result<Vec<String>, MemoryError> {
-        if self.session(session)?.is_none() {
-            return Err(MemoryError::NotFound(format!(
-                "session `{session}` is not known"
-            )));
-        }
-        let episodes: Vec<String> = self
-            .session_episodes(session)?
-            .into_iter()
-            .map(|e| e.id)
-            .collect();
-        let mut ids = Vec::with_capacity(facts.len());
-        for (i, mut fact) in facts.into_iter().enumerate() {
-            if fact.sources.is_empty() {
-                fact.sources = episodes.clone();
-            }
-            let outcome = self.store_blocking(fact).map_err(|e| match e {
-                MemoryError::InvalidInput(text) => {
-                    MemoryError::InvalidInput(format!("facts[{i}]: {text}"))
-                }
-                other => other,
-            })?;
-            ids.push(outcome.id().to_string());
-        }
-        Ok(ids)
     }
 
     /// Mark a session consolidated.

@@ -15,6 +15,8 @@ use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use super::bindings::v0_1::convert::to_wit_error;
+use super::bindings::v0_1::convert::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
 use super::bindings::v0_1::handler::cairn::plugin as wit;
 use super::bindings::v0_1::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, KvStore};
@@ -23,21 +25,20 @@ use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
     parse_network_target,
 };
-use crate::buffer::{Buffer, BufferError, NewMessage};
-use crate::journal::{Journal, JournalError, NewEvent};
-use crate::lifecycle::{Interrupt, StopRequest};
-use crate::memory::service::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
+use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
 use crate::memory::store::ListFilter;
 use crate::memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
+use cairn_vocab::buffer::NewMessage;
+use cairn_vocab::event::NewEvent;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
     /// Plugin key/value state.
     pub kv: Arc<KvStore>,
-    /// The inbound message buffer, when the host runs one.
-    pub buffer: Option<Arc<Buffer>>,
-    /// The event journal, when the host runs one.
-    pub journal: Option<Arc<Journal>>,
+    /// Where channels' messages go, when the host runs a buffer.
+    pub inbox: Option<Arc<dyn Inbox>>,
+    /// Where events go, when the host runs a journal.
+    pub events: Option<Arc<dyn EventLog>>,
     /// The sleep interrupt flag, when the host runs the lifecycle.
     pub interrupt: Option<Arc<Interrupt>>,
     /// Where the terminal's channel asks the host to stop, when the host honours it.
@@ -548,10 +549,10 @@ impl wit::buffer::Host for PluginContext {
         if self.grants.kind != PluginKind::Channel {
             return Err(denied("buffer: only channels may push messages"));
         }
-        let Some(buffer) = &self.services.buffer else {
+        let Some(inbox) = &self.services.inbox else {
             return Err(unavailable("message buffer"));
         };
-        let id = buffer
+        let id = inbox
             .push(NewMessage {
                 channel: self.plugin.to_string(),
                 sender: message.sender,
@@ -560,11 +561,7 @@ impl wit::buffer::Host for PluginContext {
                 priority: message.priority,
                 dedup_key: message.dedup_key,
             })
-            .map_err(|error| match error {
-                BufferError::InvalidInput(text) => WitError::InvalidInput(text),
-                BufferError::Unavailable => WitError::Unavailable(error.to_string()),
-                BufferError::Storage(text) => WitError::Internal(text),
-            })?;
+            .map_err(to_wit_error)?;
         Ok(id as u64)
     }
 }
@@ -581,21 +578,17 @@ impl wit::journal::Host for PluginContext {
                 "journal: `{topic}` is not listed in the manifest's events.emits"
             )));
         }
-        let Some(journal) = &self.services.journal else {
+        let Some(events) = &self.services.events else {
             return Err(unavailable("event journal"));
         };
-        let seq = journal
-            .append_blocking(NewEvent {
+        let seq = events
+            .append(NewEvent {
                 topic,
                 payload,
                 source: self.plugin.to_string(),
                 ..NewEvent::default()
             })
-            .map_err(|error| match error {
-                JournalError::InvalidInput(text) => WitError::InvalidInput(text),
-                JournalError::Unavailable => WitError::Unavailable(error.to_string()),
-                JournalError::Storage(text) => WitError::Internal(text),
-            })?;
+            .map_err(to_wit_error)?;
         Ok(seq as u64)
     }
 }
@@ -708,10 +701,7 @@ impl wit::memory::Host for PluginContext {
     ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
         let memory = self.require_consolidation()?;
         self.session_in_scope(memory, &session_id)?;
-        let episodes = memory
-            .store()
-            .session_episodes(&session_id)
-            .map_err(memory_error)?;
+        let episodes = memory.session_episodes(&session_id).map_err(memory_error)?;
         Ok(episodes.into_iter().map(to_wit_entry).collect())
     }
 
@@ -726,10 +716,7 @@ impl wit::memory::Host for PluginContext {
         for (i, fact) in facts.iter().enumerate() {
             self.check_scope(&fact.scope, &format!("facts[{i}]'s scope"))?;
         }
-        memory
-            .store()
-            .save_facts(&session_id, facts)
-            .map_err(memory_error)
+        memory.save_facts(&session_id, facts).map_err(memory_error)
     }
 
     fn mark_consolidated(&mut self, session_id: String) -> Result<(), WitError> {

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::config::KvConfig;
+use super::config::KvConfig;
 use crate::store::{self, StoreError};
 
 /// Why a key/value operation failed.

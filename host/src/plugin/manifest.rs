@@ -13,6 +13,9 @@ use semver::{Version, VersionReq};
 use serde::{Deserialize, Serialize};
 
 use super::bindings::{ApiVersion, SUPPORTED_APIS};
+pub use cairn_vocab::plugin::PluginKind;
+use cairn_vocab::topic::is_topic_segment;
+pub use cairn_vocab::topic::{HOST_TOPICS, is_valid_topic, is_valid_topic_pattern};
 
 /// One problem found in a manifest (or between manifests), with where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -43,22 +46,6 @@ impl fmt::Display for ManifestError {
 
 impl std::error::Error for ManifestError {}
 
-/// What a plugin is, which decides its WIT world and what it may be granted.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum PluginKind {
-    /// Brings messages in and delivers replies (world `channel`).
-    Channel,
-    /// Stores and recalls memories for the host (world `memory-backend`).
-    MemoryBackend,
-    /// Turns ended sessions into facts; may use the consolidation tools (world `handler`).
-    Consolidator,
-    /// Works while the agent sleeps (world `handler`).
-    SleepHandler,
-    /// Any other event subscriber (world `handler`).
-    Handler,
-}
-
 /// The WIT world a plugin's component implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -71,33 +58,16 @@ pub enum World {
     MemoryBackend,
 }
 
-impl PluginKind {
-    /// The world components of this kind implement.
-    pub fn world(self) -> World {
-        match self {
+impl World {
+    /// The world components of `kind` implement.
+    pub fn of(kind: PluginKind) -> World {
+        match kind {
             PluginKind::Channel => World::Channel,
             PluginKind::MemoryBackend => World::MemoryBackend,
             PluginKind::Consolidator | PluginKind::SleepHandler | PluginKind::Handler => {
                 World::Handler
             }
         }
-    }
-
-    /// The kind as written in manifests.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PluginKind::Channel => "channel",
-            PluginKind::MemoryBackend => "memory-backend",
-            PluginKind::Consolidator => "consolidator",
-            PluginKind::SleepHandler => "sleep-handler",
-            PluginKind::Handler => "handler",
-        }
-    }
-}
-
-impl fmt::Display for PluginKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
     }
 }
 
@@ -134,6 +104,20 @@ pub struct Manifest {
     pub limits: Limits,
     /// Free-form configuration handed to `init` as JSON.
     pub config: serde_json::Value,
+}
+
+impl Manifest {
+    /// The plugin's cron schedules, for the scheduler.
+    pub fn schedules(&self) -> Vec<cairn_vocab::plugin::Schedule> {
+        self.schedule
+            .iter()
+            .map(|entry| cairn_vocab::plugin::Schedule {
+                plugin: self.id.clone(),
+                name: entry.name.clone(),
+                cron: entry.cron.clone(),
+            })
+            .collect()
+    }
 }
 
 /// A dependency on another plugin.
@@ -318,19 +302,6 @@ impl Default for Limits {
     }
 }
 
-/// Host topics a plugin may subscribe to but never emit.
-pub const HOST_TOPICS: &[&str] = &[
-    "message.received",
-    "agent.response",
-    "turn.completed",
-    "session.ended",
-    "memory.session_completed",
-    "sleep.started",
-    "sleep.completed",
-    "plugin.failed",
-    "plugin.quarantined",
-];
-
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawManifest {
@@ -391,27 +362,6 @@ pub fn is_valid_id(id: &str) -> bool {
         && bytes
             .iter()
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
-}
-
-fn is_topic_segment(segment: &str) -> bool {
-    !segment.is_empty()
-        && segment
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
-}
-
-/// Whether `topic` is an exact topic: dot-separated segments of `[a-z0-9_-]`.
-pub fn is_valid_topic(topic: &str) -> bool {
-    topic.split('.').all(is_topic_segment)
-}
-
-/// Whether `pattern` is a subscription: an exact topic, `prefix.*`, or `*` for everything.
-pub fn is_valid_topic_pattern(pattern: &str) -> bool {
-    match pattern.strip_suffix(".*") {
-        _ if pattern == "*" => true,
-        Some(prefix) => is_valid_topic(prefix),
-        None => is_valid_topic(pattern),
-    }
 }
 
 fn is_valid_env_name(name: &str) -> bool {
@@ -683,7 +633,7 @@ fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
 }
 
 fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
-    let world = raw.kind.world();
+    let world = World::of(raw.kind);
     for (i, pattern) in raw.events.subscribes.iter().enumerate() {
         if !is_valid_topic_pattern(pattern) {
             problems.add(

@@ -3,9 +3,12 @@
 
 pub mod bindings;
 pub mod capabilities;
+pub mod config;
 pub mod kv;
 pub mod logging;
 pub mod manifest;
+pub mod memory_backend;
+pub mod ports;
 pub mod resolve;
 pub mod runtime;
 pub mod status;
@@ -13,8 +16,8 @@ pub mod supervisor;
 
 use std::sync::Arc;
 
-use crate::config::HostConfig;
 use capabilities::HostServices;
+use config::PluginHostConfig;
 use resolve::PluginSet;
 use runtime::{Runtime, RuntimeError};
 use status::{PluginState, PluginStatus, StatusStore};
@@ -35,7 +38,7 @@ impl PluginHost {
     /// is recorded as failed and the others still start.
     pub async fn start(
         set: &PluginSet,
-        config: &HostConfig,
+        config: &PluginHostConfig,
         services: Arc<HostServices>,
         status: Arc<StatusStore>,
     ) -> Result<Self, RuntimeError> {
@@ -47,7 +50,7 @@ impl PluginHost {
             .unwrap_or(1);
         let runtime = Arc::new(Runtime::new(
             &config.runtime,
-            &config.cache_dir(),
+            &config.cache_dir,
             max_memory_mb,
         )?);
         tracing::info!(
@@ -114,7 +117,9 @@ impl PluginHost {
             if let Some(memory) = &services.memory
                 && memory.backend_plugin() == Some(manifest.id.as_str())
             {
-                memory.attach_backend(supervised.handle().clone());
+                memory.attach_backend(Arc::new(memory_backend::PluginMemoryBackend::new(
+                    supervised.handle().clone(),
+                )));
             }
             let state = supervised.start().await;
             if state != PluginState::Running {

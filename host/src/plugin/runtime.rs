@@ -22,15 +22,17 @@ use sha2::{Digest, Sha256};
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, Trap};
 
-use super::bindings::v0_1::types::{
-    Error as WitError, Event, HttpRequest, HttpResponse, MemoryEntry, MemoryKind, MemoryScope,
-    NewMemory, OutboundMessage, RecallHit, RecallQuery,
-};
+use cairn_vocab::channel::{HttpRequest, HttpResponse, OutboundMessage};
+use cairn_vocab::event::Event;
+use cairn_vocab::memory::{MemoryEntry, MemoryKind, NewMemory, RecallHit, RecallQuery, Scope};
+
+use super::bindings::v0_1::convert;
+use super::bindings::v0_1::types::Error as WitError;
 use super::bindings::v0_1::{channel, handler, memory_backend};
 use super::capabilities::{HostServices, PluginContext, Sandbox, SandboxError};
+use super::config::RuntimeConfig;
 use super::logging::PluginLog;
 use super::manifest::{Manifest, World};
-use crate::config::RuntimeConfig;
 
 /// Why the runtime or a plugin could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -115,8 +117,8 @@ pub struct Fault {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CallError {
     /// The plugin answered with an error; its instance is still healthy.
-    #[error("plugin returned an error: {0:?}")]
-    Plugin(WitError),
+    #[error("plugin returned an error: {0}")]
+    Plugin(cairn_vocab::Error),
     /// The plugin faulted; its instance is poisoned.
     #[error(transparent)]
     Fault(#[from] Fault),
@@ -368,7 +370,7 @@ impl Runtime {
                 manifest.component.display()
             ))
         })?;
-        let world = manifest.kind.world();
+        let world = World::of(manifest.kind);
         let not_world = |e: wasmtime::Error| {
             component_error(format!(
                 "{} does not implement the `{}` world that kind {} requires: {e:#}",
@@ -539,7 +541,7 @@ impl PluginInstance {
         match call(&self.exports, &mut self.store) {
             None => Err(CallError::NotExported(world)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(error))) => Err(CallError::Plugin(error)),
+            Some(Ok(Err(error))) => Err(CallError::Plugin(convert::from_wit_error(error))),
             Some(Err(trap)) => Err(CallError::Fault(classify(&trap))),
         }
     }
@@ -573,21 +575,24 @@ impl PluginInstance {
 
     /// Call a channel's `deliver`.
     pub fn deliver(&mut self, message: &OutboundMessage) -> Result<(), CallError> {
+        let message = convert::to_wit_outbound(message);
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => {
-                Some(c.cairn_plugin_channel_plugin().call_deliver(store, message))
-            }
+            WorldInstance::Channel(c) => Some(
+                c.cairn_plugin_channel_plugin()
+                    .call_deliver(store, &message),
+            ),
             _ => None,
         })
     }
 
     /// Call a channel's `handle-webhook`.
     pub fn handle_webhook(&mut self, request: &HttpRequest) -> Result<HttpResponse, CallError> {
+        let request = convert::to_wit_request(request);
         self.run(|exports, store| match exports {
             WorldInstance::Channel(c) => Some(
                 c.cairn_plugin_channel_plugin()
-                    .call_handle_webhook(store, request)
-                    .map(Ok),
+                    .call_handle_webhook(store, &request)
+                    .map(|response| Ok(convert::from_wit_response(response))),
             ),
             _ => None,
         })
@@ -595,9 +600,10 @@ impl PluginInstance {
 
     /// Call a handler's `on-event`.
     pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
+        let event = convert::to_wit_event(event);
         self.run(|exports, store| match exports {
             WorldInstance::Handler(h) => {
-                Some(h.cairn_plugin_handler_plugin().call_on_event(store, event))
+                Some(h.cairn_plugin_handler_plugin().call_on_event(store, &event))
             }
             _ => None,
         })
@@ -605,10 +611,11 @@ impl PluginInstance {
 
     /// Call a memory backend's `store-entry`.
     pub fn memory_store(&mut self, entry: &NewMemory) -> Result<String, CallError> {
+        let entry = convert::to_wit_new(entry);
         self.run(|exports, store| match exports {
             WorldInstance::MemoryBackend(m) => Some(
                 m.cairn_plugin_memory_backend_plugin()
-                    .call_store_entry(store, entry),
+                    .call_store_entry(store, &entry),
             ),
             _ => None,
         })
@@ -616,10 +623,12 @@ impl PluginInstance {
 
     /// Call a memory backend's `recall`.
     pub fn memory_recall(&mut self, query: &RecallQuery) -> Result<Vec<RecallHit>, CallError> {
+        let query = convert::to_wit_query(query);
         self.run(|exports, store| match exports {
             WorldInstance::MemoryBackend(m) => Some(
                 m.cairn_plugin_memory_backend_plugin()
-                    .call_recall(store, query),
+                    .call_recall(store, &query)
+                    .map(|hits| hits.map(|h| h.into_iter().map(convert::from_wit_hit).collect())),
             ),
             _ => None,
         })
@@ -628,9 +637,11 @@ impl PluginInstance {
     /// Call a memory backend's `get`.
     pub fn memory_get(&mut self, id: &str) -> Result<MemoryEntry, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => {
-                Some(m.cairn_plugin_memory_backend_plugin().call_get(store, id))
-            }
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_get(store, id)
+                    .map(|entry| entry.map(convert::from_wit_entry)),
+            ),
             _ => None,
         })
     }
@@ -638,14 +649,19 @@ impl PluginInstance {
     /// Call a memory backend's `list-entries`.
     pub fn memory_list(
         &mut self,
-        scope: &MemoryScope,
+        scope: &Scope,
         kinds: &[MemoryKind],
         limit: u32,
     ) -> Result<Vec<MemoryEntry>, CallError> {
+        let scope = convert::to_wit_scope(scope);
+        let kinds: Vec<_> = kinds.iter().map(|k| convert::to_wit_kind(*k)).collect();
         self.run(|exports, store| match exports {
             WorldInstance::MemoryBackend(m) => Some(
                 m.cairn_plugin_memory_backend_plugin()
-                    .call_list_entries(store, scope, kinds, limit),
+                    .call_list_entries(store, &scope, &kinds, limit)
+                    .map(|entries| {
+                        entries.map(|e| e.into_iter().map(convert::from_wit_entry).collect())
+                    }),
             ),
             _ => None,
         })
@@ -663,11 +679,12 @@ impl PluginInstance {
     }
 
     /// Call a memory backend's `count`.
-    pub fn memory_count(&mut self, scope: &MemoryScope) -> Result<u64, CallError> {
+    pub fn memory_count(&mut self, scope: &Scope) -> Result<u64, CallError> {
+        let scope = convert::to_wit_scope(scope);
         self.run(|exports, store| match exports {
             WorldInstance::MemoryBackend(m) => Some(
                 m.cairn_plugin_memory_backend_plugin()
-                    .call_count(store, scope),
+                    .call_count(store, &scope),
             ),
             _ => None,
         })

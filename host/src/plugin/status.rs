@@ -8,72 +8,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
 use crate::store::{self, StoreError};
-
-/// Lifecycle state of a supervised plugin.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum PluginState {
-    /// Being instantiated and initialised.
-    Starting,
-    /// Initialised and serving calls.
-    Running,
-    /// Faulted; waiting out its backoff before the next start.
-    Restarting,
-    /// Faulted more often than the restart budget allows; no longer started.
-    Quarantined,
-    /// Its component could not be loaded or linked; it is never started.
-    Failed,
-    /// Stopped with the host.
-    Stopped,
-}
-
-impl PluginState {
-    /// The state as stored and printed.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            PluginState::Starting => "starting",
-            PluginState::Running => "running",
-            PluginState::Restarting => "restarting",
-            PluginState::Quarantined => "quarantined",
-            PluginState::Failed => "failed",
-            PluginState::Stopped => "stopped",
-        }
-    }
-}
-
-/// One plugin's row in `cairn status`. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct PluginStatus {
-    /// Plugin id.
-    pub id: String,
-    /// Plugin version.
-    pub version: String,
-    /// Plugin kind.
-    pub kind: String,
-    /// `starting`, `running`, `restarting`, `quarantined`, `failed` or `stopped`.
-    pub state: String,
-    /// How many times the supervisor restarted it since the host started.
-    pub restarts: u32,
-    /// How many faults (traps, timeouts, memory-limit hits, failed inits) it had.
-    pub faults: u32,
-    /// The last fault or load error, if any.
-    pub last_error: Option<String>,
-    /// When this row last changed (ms since the epoch).
-    pub updated_at: i64,
-}
-
-/// The host process that last ran on a data dir. Field names are the `--json` keys.
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
-pub struct HostRun {
-    /// Its process id.
-    pub pid: u32,
-    /// The plugin directory it ran.
-    pub plugins_dir: String,
-    /// When it started (ms since the epoch).
-    pub started_at: i64,
-    /// When it stopped cleanly; none while running or after a crash.
-    pub stopped_at: Option<i64>,
-}
+pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus};
 
 /// Writer of plugin and host status, shared by the supervisors of a host.
 pub struct StatusStore {

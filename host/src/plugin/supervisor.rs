@@ -20,11 +20,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::bindings::v0_1::types::Error as WitError;
 use super::capabilities::HostServices;
+use super::config::SupervisorConfig;
 use super::runtime::{CallError, Fault, FaultKind, PluginInstance, PreparedPlugin};
 use super::status::{PluginState, PluginStatus, StatusStore};
-use crate::config::SupervisorConfig;
 use crate::store::now_ms;
 
 /// How long past `limits.timeout_ms` a call may stay blocked in a host call before its
@@ -112,9 +111,10 @@ impl PluginHandle {
         let job = Job {
             run: Box::new(move |instance| {
                 let result = match instance {
-                    None => Err(CallError::Plugin(WitError::Unavailable(format!(
-                        "plugin {plugin} is not running"
-                    )))),
+                    None => Err(CallError::Plugin(cairn_vocab::Error::new(
+                        cairn_vocab::ErrorKind::Unavailable,
+                        format!("plugin {plugin} is not running"),
+                    ))),
                     Some(instance) => call(instance),
                 };
                 let fault = match &result {
@@ -133,10 +133,10 @@ impl PluginHandle {
     }
 
     fn stopped(&self) -> CallError {
-        CallError::Plugin(WitError::Unavailable(format!(
-            "plugin {} has stopped",
-            self.id
-        )))
+        CallError::Plugin(cairn_vocab::Error::new(
+            cairn_vocab::ErrorKind::Unavailable,
+            format!("plugin {} has stopped", self.id),
+        ))
     }
 }
 
@@ -419,7 +419,7 @@ impl Supervisor {
             Err(CallError::Fault(fault)) => self.on_fault(fault),
             Err(CallError::Plugin(error)) => self.on_fault(Fault {
                 kind: FaultKind::InitFailed,
-                message: format!("init returned {error:?}"),
+                message: format!("init returned {error}"),
             }),
             Err(CallError::NotExported(world)) => self.on_fault(Fault {
                 kind: FaultKind::InitFailed,
@@ -496,7 +496,7 @@ impl Supervisor {
 
     /// Journal `plugin.failed` (and `plugin.quarantined`) for a fault.
     fn journal_fault(&self, fault: &Fault, quarantined: bool) {
-        let Some(journal) = &self.services.journal else {
+        let Some(events) = &self.services.events else {
             return;
         };
         let payload = serde_json::json!({
@@ -512,13 +512,13 @@ impl Supervisor {
             &["plugin.failed"]
         };
         for topic in topics {
-            let event = crate::journal::NewEvent {
+            let event = cairn_vocab::event::NewEvent {
                 topic: topic.to_string(),
                 payload: payload.to_string(),
                 source: "host".into(),
                 ..Default::default()
             };
-            if let Err(e) = journal.append_blocking(event) {
+            if let Err(e) = events.append(event) {
                 tracing::error!(plugin = self.id(), "cannot journal {topic}: {e}");
             }
         }

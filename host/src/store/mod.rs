@@ -8,6 +8,7 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use cairn_vocab::time::now_ms;
 use rusqlite::Connection;
 
 /// Why a database could not be opened or migrated.
@@ -162,14 +163,6 @@ fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Resul
         tracing::debug!(database = migrations.name, version, "applied migration");
     }
     Ok(())
-}
-
-/// Milliseconds since the Unix epoch, the timestamp unit of every Cairn table.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

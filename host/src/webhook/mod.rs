@@ -16,9 +16,10 @@ use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
-use crate::plugin::bindings::v0_1::types::{Error as WitError, HttpRequest};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
+use cairn_vocab::ErrorKind;
+use cairn_vocab::channel::HttpRequest;
 
 /// HTTP settings (`http:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -165,9 +166,10 @@ async fn forward(
             }
             response
         }
-        Err(CallError::Plugin(WitError::Unavailable(reason))) => {
-            plain(StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n"))
-        }
+        Err(CallError::Plugin(error)) if error.kind == ErrorKind::Unavailable => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", error.message),
+        ),
         Err(error) => {
             tracing::warn!(channel = %id, "webhook call failed: {error}");
             plain(

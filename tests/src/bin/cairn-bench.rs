@@ -17,13 +17,13 @@ use std::collections::BTreeMap;
 use cairn::buffer::{Buffer, BufferConfig, NewMessage};
 use cairn::config::{KvConfig, RuntimeConfig};
 use cairn::journal::{Journal, JournalConfig, NewEvent};
-use cairn::plugin::bindings::v0_1::types::Event;
 use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::KvStore;
 use cairn::plugin::manifest;
 use cairn::plugin::runtime::{CacheOutcome, Runtime};
 use cairn::router::{Router, RouterConfig};
 use cairn_tests::{guests_dir, python_plugin, workspace_root};
+use cairn_vocab::event::Event;
 
 /// One row of the table.
 struct Row {
@@ -190,8 +190,8 @@ fn plugin_rows(
     let prepared = runtime.prepare(manifest, scratch)?;
     let services = Arc::new(HostServices {
         kv: Arc::new(KvStore::open(scratch, KvConfig::default())?),
-        buffer: None,
-        journal: None,
+        inbox: None,
+        events: None,
         interrupt: None,
         stop: None,
         memory: None,
@@ -636,14 +636,15 @@ async fn bench_subscribers(
     config.runtime.cache_dir = workspace_root().join("target/test-cache");
     let services = Arc::new(HostServices {
         kv: Arc::new(KvStore::open(dir, KvConfig::default())?),
-        buffer: None,
-        journal: Some(journal),
+        inbox: None,
+        events: Some(journal),
         interrupt: None,
         stop: None,
         memory: None,
     });
     let status = Arc::new(cairn::plugin::status::StatusStore::open(dir)?);
-    let host = cairn::plugin::PluginHost::start(&set, &config, services, status).await?;
+    let host =
+        cairn::plugin::PluginHost::start(&set, &config.plugin_host(), services, status).await?;
     let handles = (0..count)
         .filter_map(|i| host.handle(&format!("sub{i}")).cloned())
         .collect();
@@ -824,11 +825,8 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
         while loaded < size {
             let mut chunk = String::new();
             for item in planned.by_ref().take((size - loaded).min(50_000)) {
-                let entry = cairn::memory::MemoryEntry::recorded(
-                    &item.memory,
-                    format!("mem_bench{loaded:010}"),
-                    now,
-                );
+                let entry =
+                    cairn::memory::record(&item.memory, format!("mem_bench{loaded:010}"), now);
                 if let Some(user) = &entry.scope.user_id
                     && users.len() < 200
                     && !users.contains(user)

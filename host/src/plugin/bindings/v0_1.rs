@@ -30,3 +30,5 @@ pub mod memory_backend {
 }
 
 pub use handler::cairn::plugin::types;
+
+pub mod convert;

@@ -1,0 +1,77 @@
+//! Events of the journal and the state of their subscribers.
+
+use serde::Serialize;
+
+/// An event to append.
+#[derive(Debug, Clone, Default)]
+pub struct NewEvent {
+    /// Dot-separated topic.
+    pub topic: String,
+    /// JSON text.
+    pub payload: String,
+    /// `host` or the emitting plugin's id.
+    pub source: String,
+    /// Session it belongs to.
+    pub session_id: Option<String>,
+    /// Agent it belongs to.
+    pub agent_id: Option<String>,
+    /// User it belongs to.
+    pub user_id: Option<String>,
+}
+
+/// A stored event. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Event {
+    /// Position in the journal.
+    pub seq: i64,
+    /// Topic.
+    pub topic: String,
+    /// JSON text.
+    pub payload: String,
+    /// Who appended it.
+    pub source: String,
+    /// Session, if any.
+    pub session_id: Option<String>,
+    /// Agent, if any.
+    pub agent_id: Option<String>,
+    /// User, if any.
+    pub user_id: Option<String>,
+    /// When it was appended (ms since the epoch).
+    pub created_at: i64,
+}
+
+/// A subscriber's position, for `cairn status`. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct SubscriberLag {
+    /// Subscriber id (a plugin id).
+    pub id: String,
+    /// Its topic patterns.
+    pub patterns: Vec<String>,
+    /// The last event it consumed.
+    pub cursor: i64,
+    /// Matching events it has not consumed yet.
+    pub lag: i64,
+    /// Events it could not take.
+    pub dead_letters: i64,
+}
+
+/// An event a subscriber could not take. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeadLetter {
+    /// Dead-letter id.
+    pub id: i64,
+    /// The subscriber.
+    pub subscriber: String,
+    /// The event's sequence number.
+    pub seq: i64,
+    /// The event's topic.
+    pub topic: String,
+    /// The last error.
+    pub error: String,
+    /// How many deliveries were tried.
+    pub attempts: i64,
+    /// `dead`, or `retry` while one more delivery is pending.
+    pub status: String,
+    /// When it was given up on.
+    pub created_at: i64,
+}

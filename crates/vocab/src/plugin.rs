@@ -1,0 +1,115 @@
+//! Plugins as the rest of the host sees them: their kind and their supervised state.
+
+use serde::{Deserialize, Serialize};
+
+/// One cron schedule of a plugin, as the scheduler fires it: `schedule.<plugin>.<name>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schedule {
+    /// The plugin it belongs to.
+    pub plugin: String,
+    /// Its name in the topic.
+    pub name: String,
+    /// Five-field cron expression (UTC).
+    pub cron: String,
+}
+
+/// What a plugin is, which decides its WIT world and what it may be granted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    /// Brings messages in and delivers replies (world `channel`).
+    Channel,
+    /// Stores and recalls memories for the host (world `memory-backend`).
+    MemoryBackend,
+    /// Turns ended sessions into facts; may use the consolidation tools (world `handler`).
+    Consolidator,
+    /// Works while the agent sleeps (world `handler`).
+    SleepHandler,
+    /// Any other event subscriber (world `handler`).
+    Handler,
+}
+
+impl PluginKind {
+    /// The kind as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginKind::Channel => "channel",
+            PluginKind::MemoryBackend => "memory-backend",
+            PluginKind::Consolidator => "consolidator",
+            PluginKind::SleepHandler => "sleep-handler",
+            PluginKind::Handler => "handler",
+        }
+    }
+}
+
+impl std::fmt::Display for PluginKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Lifecycle state of a supervised plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PluginState {
+    /// Being instantiated and initialised.
+    Starting,
+    /// Initialised and serving calls.
+    Running,
+    /// Faulted; waiting out its backoff before the next start.
+    Restarting,
+    /// Faulted more often than the restart budget allows; no longer started.
+    Quarantined,
+    /// Its component could not be loaded or linked; it is never started.
+    Failed,
+    /// Stopped with the host.
+    Stopped,
+}
+
+impl PluginState {
+    /// The state as stored and printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PluginState::Starting => "starting",
+            PluginState::Running => "running",
+            PluginState::Restarting => "restarting",
+            PluginState::Quarantined => "quarantined",
+            PluginState::Failed => "failed",
+            PluginState::Stopped => "stopped",
+        }
+    }
+}
+
+/// One plugin's row in `cairn status`. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct PluginStatus {
+    /// Plugin id.
+    pub id: String,
+    /// Plugin version.
+    pub version: String,
+    /// Plugin kind.
+    pub kind: String,
+    /// `starting`, `running`, `restarting`, `quarantined`, `failed` or `stopped`.
+    pub state: String,
+    /// How many times the supervisor restarted it since the host started.
+    pub restarts: u32,
+    /// How many faults (traps, timeouts, memory-limit hits, failed inits) it had.
+    pub faults: u32,
+    /// The last fault or load error, if any.
+    pub last_error: Option<String>,
+    /// When this row last changed (ms since the epoch).
+    pub updated_at: i64,
+}
+
+/// The host process that last ran on a data dir. Field names are the `--json` keys.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct HostRun {
+    /// Its process id.
+    pub pid: u32,
+    /// The plugin directory it ran.
+    pub plugins_dir: String,
+    /// When it started (ms since the epoch).
+    pub started_at: i64,
+    /// When it stopped cleanly; none while running or after a crash.
+    pub stopped_at: Option<i64>,
+}
