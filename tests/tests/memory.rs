@@ -1131,17 +1131,34 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
         "config:\n  user: alice\n  other: bob\n",
     );
     let data = tempfile::tempdir().expect("data dir");
+    probe(
+        &plugins,
+        "consolidator",
+        "consolidator",
+        "[\"user:*\"]",
+        "events:\n  subscribes: [\"session.ended\"]\n",
+    );
     let config = data.path().join("cairn.yaml");
     std::fs::write(&config, "memory:\n  backend: markdown\n").expect("write config");
     let mut host = Host::start_with_config(
         plugins.path(),
         data.path(),
         &config,
-        &[("CAIRN_ROUTER_BATCH_WINDOW_MS", "20")],
+        &[
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+            ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+            ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "100"),
+        ],
     );
     host.wait_for("probe pending:", Duration::from_secs(60));
     host.type_line("Remember that the boat is moored at pier seven");
     host.wait_for("[offline] I received", Duration::from_secs(30));
+    // The consolidator reads the session's episodes from the backend and saves its fact
+    // there: consolidation goes through the same memory interface as everything else.
+    host.wait_for(
+        "probe consolidated: cli:c1 episodes=2 facts=1 consolidated=true",
+        Duration::from_secs(60),
+    );
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert!(
@@ -1170,6 +1187,10 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
     let text = std::fs::read_to_string(daily[0].path()).expect("daily file");
     assert!(text.contains("the boat is moored at pier seven"), "{text}");
     assert!(text.contains("alice drinks green tea"), "{text}");
+    assert!(
+        text.contains("In cli:c1 the user said: Remember that the boat is moored at pier seven"),
+        "the consolidator's fact is in the backend: {text}"
+    );
     assert_no_live_memories(
         data.path(),
         "memory.db holds no entries: the plugin is the memory",

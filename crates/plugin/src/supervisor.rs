@@ -24,7 +24,7 @@ use super::capabilities::HostServices;
 use super::config::SupervisorConfig;
 use super::runtime::{CallError, Fault, FaultKind, PluginInstance, PreparedPlugin};
 use super::status::{PluginState, PluginStatus, StatusStore};
-use crate::store::now_ms;
+use cairn_storage::now_ms;
 
 /// How long past `limits.timeout_ms` a call may stay blocked in a host call before its
 /// instance is abandoned.

@@ -13,6 +13,8 @@
 //! - [`service`]: what the rest of the host talks to — the SQLite store or a
 //!   `memory-backend` plugin, as `cairn.yaml` says.
 
+#![deny(missing_docs)]
+
 pub mod embed;
 pub mod recall;
 pub mod service;
@@ -98,13 +100,13 @@ impl From<rusqlite::Error> for MemoryError {
     }
 }
 
-impl From<crate::store::writer::WriteError> for MemoryError {
-    fn from(error: crate::store::writer::WriteError) -> Self {
+impl From<cairn_storage::writer::WriteError> for MemoryError {
+    fn from(error: cairn_storage::writer::WriteError) -> Self {
         match error {
-            crate::store::writer::WriteError::Stopped => {
+            cairn_storage::writer::WriteError::Stopped => {
                 MemoryError::Unavailable(error.to_string())
             }
-            crate::store::writer::WriteError::Sqlite(text) => MemoryError::Storage(text),
+            cairn_storage::writer::WriteError::Sqlite(text) => MemoryError::Storage(text),
         }
     }
 }

@@ -4,26 +4,29 @@
 //! two worlds, so each import is implemented once for every kind of plugin.
 
 /// The `handler` world and the host interfaces every world imports.
+#[allow(missing_docs)] // generated from the WIT, whose doc comments it carries where WIT has them
 pub mod handler {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1",
+        path: "../../wit/v0.1",
         world: "handler",
     });
 }
 
 /// The `channel` world.
+#[allow(missing_docs)] // generated from the WIT, whose doc comments it carries where WIT has them
 pub mod channel {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1",
+        path: "../../wit/v0.1",
         world: "channel",
         with: { "cairn:plugin": super::handler::cairn::plugin },
     });
 }
 
 /// The `memory-backend` world.
+#[allow(missing_docs)] // generated from the WIT, whose doc comments it carries where WIT has them
 pub mod memory_backend {
     wasmtime::component::bindgen!({
-        path: "../wit/v0.1",
+        path: "../../wit/v0.1",
         world: "memory-backend",
         with: { "cairn:plugin": super::handler::cairn::plugin },
     });

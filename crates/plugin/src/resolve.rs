@@ -205,7 +205,7 @@ fn find_cycles(by_id: &BTreeMap<String, Manifest>) -> Vec<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::manifest::load_file;
+    use crate::manifest::load_file;
 
     /// A test plugin: id, version and `(dependency id, requirement)` pairs.
     type TestPlugin<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);

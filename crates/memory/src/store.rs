@@ -20,8 +20,8 @@ use super::{
     Scope, Session, StoreOutcome,
 };
 use super::{content_hash, snapshot, stream};
-use crate::store::writer::GroupWriter;
-use crate::store::{self, Migrations, now_ms};
+use cairn_storage::writer::GroupWriter;
+use cairn_storage::{self as store, Migrations, now_ms};
 pub use cairn_vocab::memory::{AuditRow, ExportRecord, ListFilter};
 
 /// Migrations of `memory.db`.
@@ -223,7 +223,7 @@ impl MemoryStore {
     fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
         validate(&memory)?;
         let now = now_ms();
-        let entry = crate::memory::record(&memory, new_id(&memory.content, now), now);
+        let entry = crate::record(&memory, new_id(&memory.content, now), now);
         Ok(Prepared {
             entry,
             supersedes: memory.supersedes,

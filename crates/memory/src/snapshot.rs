@@ -222,7 +222,7 @@ fn finish(sections: &mut [Section], prose_lines: &mut Vec<&str>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::{MemoryKind, NewMemory, Scope};
+    use crate::{MemoryKind, NewMemory, Scope};
 
     fn entry(id: &str, content: &str, user: Option<&str>) -> MemoryEntry {
         let mut memory = NewMemory::new(MemoryKind::Core, content);
@@ -230,7 +230,7 @@ mod tests {
             user_id: user.map(str::to_string),
             ..Scope::default()
         };
-        crate::memory::record(&memory, id.to_string(), 1_700_000_000_000)
+        crate::record(&memory, id.to_string(), 1_700_000_000_000)
     }
 
     #[test]

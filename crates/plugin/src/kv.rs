@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::config::KvConfig;
-use crate::store::{self, StoreError};
+use cairn_storage::{self as store, StoreError};
 
 /// Why a key/value operation failed.
 #[derive(Debug, thiserror::Error)]

@@ -5,8 +5,8 @@ use cairn_vocab::ErrorKind;
 
 use super::runtime::CallError;
 use super::supervisor::PluginHandle;
-use crate::memory::service::MemoryBackend;
-use crate::memory::{
+use cairn_memory::service::MemoryBackend;
+use cairn_memory::{
     ListFilter, MemoryEntry, MemoryError, NewMemory, RecallHit, RecallQuery, Scope, StoreOutcome,
 };
 

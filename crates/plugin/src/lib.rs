@@ -1,6 +1,8 @@
 //! Plugins: manifests, dependency resolution, the sandboxed runtime, host imports and
 //! supervision. [`PluginHost`] ties them together for `cairn run`.
 
+#![deny(missing_docs)]
+
 pub mod bindings;
 pub mod capabilities;
 pub mod config;
@@ -89,7 +91,7 @@ impl PluginHost {
                         restarts: 0,
                         faults: 0,
                         last_error: Some(error.to_string()),
-                        updated_at: crate::store::now_ms(),
+                        updated_at: cairn_storage::now_ms(),
                     });
                     continue;
                 }

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 
-use crate::store::{self, StoreError};
+use cairn_storage::{self as store, StoreError};
 pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus};
 
 /// Writer of plugin and host status, shared by the supervisors of a host.

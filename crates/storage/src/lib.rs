@@ -4,6 +4,8 @@
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
 //! is kept in SQLite's `user_version`; migrations run in one transaction each.
 
+#![deny(missing_docs)]
+
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -26,8 +26,8 @@ use super::manifest::{
     parse_network_target,
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
-use crate::memory::store::ListFilter;
-use crate::memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
+use cairn_memory::store::ListFilter;
+use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
 
@@ -740,7 +740,7 @@ impl PluginContext {
         &self,
         memory: &MemoryService,
         id: &str,
-    ) -> Result<crate::memory::Session, WitError> {
+    ) -> Result<cairn_memory::Session, WitError> {
         let session = memory
             .store()
             .session(id)
@@ -753,7 +753,7 @@ impl PluginContext {
 }
 
 /// The scope a session's memories carry.
-fn session_scope(session: &crate::memory::Session) -> Scope {
+fn session_scope(session: &cairn_memory::Session) -> Scope {
     Scope {
         agent_id: session.agent_id.clone(),
         user_id: session.user_id.clone(),
