@@ -12,6 +12,7 @@ pub mod cli;
 pub mod config;
 pub mod journal;
 pub mod lifecycle;
+pub mod periodic;
 pub mod ports;
 pub mod router;
 pub mod webhook;

@@ -378,9 +378,9 @@ impl Buffer {
     /// Prune now, then once a day, until `stop` turns true.
     pub async fn run_retention(
         self: std::sync::Arc<Self>,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        loop {
+        crate::periodic::every(std::time::Duration::from_secs(86_400), stop, || async {
             match self.prune().await {
                 Ok((0, 0)) => {}
                 Ok((messages, batches)) => {
@@ -388,11 +388,8 @@ impl Buffer {
                 }
                 Err(e) => tracing::error!("buffer retention failed: {e}"),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(std::time::Duration::from_secs(86_400)) => {}
-                _ = stop.changed() => return,
-            }
-        }
+        })
+        .await
     }
 
     /// A batch with its messages.

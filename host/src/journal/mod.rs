@@ -357,9 +357,9 @@ impl Journal {
     /// Prune now, then daily, until `stop` turns true.
     pub async fn run_retention(
         self: std::sync::Arc<Self>,
-        mut stop: tokio::sync::watch::Receiver<bool>,
+        stop: tokio::sync::watch::Receiver<bool>,
     ) {
-        loop {
+        crate::periodic::every(std::time::Duration::from_secs(86_400), stop, || async {
             match self.prune().await {
                 Ok(0) => {}
                 Ok(pruned) => {
@@ -367,11 +367,8 @@ impl Journal {
                 }
                 Err(e) => tracing::error!("journal retention failed: {e}"),
             }
-            tokio::select! {
-                _ = tokio::time::sleep(std::time::Duration::from_secs(86_400)) => {}
-                _ = stop.changed() => return,
-            }
-        }
+        })
+        .await
     }
 
     /// The subscriber's next events after its cursor.

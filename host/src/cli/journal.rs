@@ -1,0 +1,199 @@
+//! `cairn journal tail|replay|dead-letters`: read the event journal and manage dead letters.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+
+use super::BadInput;
+use crate::journal;
+use crate::plugin::manifest::is_valid_topic_pattern;
+
+#[derive(Subcommand, Debug)]
+pub enum JournalCommand {
+    /// Print the newest events, optionally only matching topics, and keep following.
+    Tail {
+        /// Topic pattern: exact, `prefix.*` or `*`.
+        #[arg(long, default_value = "*")]
+        topic: String,
+        /// How many of the newest events to print first.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Keep printing new events until interrupted.
+        #[arg(long)]
+        follow: bool,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Deliver a subscriber's events again from a sequence number (on a running host too).
+    Replay {
+        /// The subscriber (plugin id).
+        #[arg(long)]
+        subscriber: String,
+        /// The first event to deliver again.
+        #[arg(long)]
+        from: i64,
+    },
+    /// Events that subscribers gave up on: list them, retry them, or discard them.
+    DeadLetters {
+        /// What to do (default: list).
+        #[arg(value_enum, default_value = "list")]
+        action: DeadLetterAction,
+        /// Only this subscriber's dead letters.
+        #[arg(long)]
+        subscriber: Option<String>,
+        /// Only this dead letter.
+        #[arg(long)]
+        id: Option<i64>,
+        /// How many to list, newest first.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// What `cairn journal dead-letters` does.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum DeadLetterAction {
+    /// Print them.
+    List,
+    /// Deliver them once more (with the usual retries).
+    Retry,
+    /// Delete them.
+    Discard,
+}
+
+fn print_event(event: &journal::Event, json_output: bool) -> Result<()> {
+    if json_output {
+        println!("{}", serde_json::to_string(event)?);
+    } else {
+        println!(
+            "#{:<6} {:<28} {:<12} {}",
+            event.seq, event.topic, event.source, event.payload
+        );
+    }
+    Ok(())
+}
+
+/// Run a `cairn journal` command on the data dir's journal.db.
+pub fn journal_command(data_dir: &Path, command: &JournalCommand) -> Result<ExitCode> {
+    match command {
+        JournalCommand::Tail {
+            topic,
+            limit,
+            follow,
+            json,
+        } => tail(data_dir, topic, *limit, *follow, *json),
+        JournalCommand::Replay { subscriber, from } => replay(data_dir, subscriber, *from),
+        JournalCommand::DeadLetters {
+            action: action @ (DeadLetterAction::Retry | DeadLetterAction::Discard),
+            subscriber,
+            id,
+            ..
+        } => settle_dead_letters(data_dir, *action, subscriber.as_deref(), *id),
+        JournalCommand::DeadLetters { limit, json, .. } => {
+            list_dead_letters(data_dir, *limit, *json)
+        }
+    }
+}
+
+/// Print the newest events matching `topic`, then keep following when asked.
+fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) -> Result<ExitCode> {
+    if !is_valid_topic_pattern(topic) {
+        return Err(BadInput(format!(
+            "--topic: `{topic}` is not a topic pattern (exact, `prefix.*` or `*`)"
+        ))
+        .into());
+    }
+    let patterns = vec![topic.to_string()];
+    let mut conn = journal::open_read_only(data_dir)?;
+    let mut last = 0;
+    if let Some(conn) = &conn {
+        for event in journal::recent(conn, &patterns, limit)? {
+            last = event.seq;
+            print_event(&event, json)?;
+        }
+    }
+    if !follow {
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Runs until the user interrupts it.
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        if conn.is_none() {
+            conn = journal::open_read_only(data_dir)?;
+        }
+        if let Some(conn) = &conn {
+            for event in journal::events_after(conn, last, &patterns, 1000)? {
+                last = event.seq;
+                print_event(&event, json)?;
+            }
+        }
+    }
+}
+
+/// Deliver a subscriber's events again from `from`.
+fn replay(data_dir: &Path, subscriber: &str, from: i64) -> Result<ExitCode> {
+    if from < 1 {
+        return Err(BadInput("--from: expected a sequence number of 1 or more".into()).into());
+    }
+    let conn = journal::open_for_admin(data_dir)?;
+    if !journal::replay_from(&conn, subscriber, from)? {
+        return Err(BadInput(format!(
+            "--subscriber: no subscriber `{subscriber}` in this journal"
+        ))
+        .into());
+    }
+    println!("{subscriber} will receive events again from #{from}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Retry or discard the dead letters named by subscriber and/or id.
+fn settle_dead_letters(
+    data_dir: &Path,
+    action: DeadLetterAction,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+) -> Result<ExitCode> {
+    if subscriber.is_none() && id.is_none() {
+        return Err(BadInput("name the dead letters: --subscriber ID and/or --id N".into()).into());
+    }
+    let conn = journal::open_for_admin(data_dir)?;
+    let (changed, done) = match action {
+        DeadLetterAction::Retry => (
+            journal::retry_dead_letters(&conn, subscriber, id)?,
+            "queued for retry",
+        ),
+        _ => (
+            journal::discard_dead_letters(&conn, subscriber, id)?,
+            "discarded",
+        ),
+    };
+    println!("{changed} dead letter(s) {done}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print the newest dead letters.
+fn list_dead_letters(data_dir: &Path, limit: usize, json: bool) -> Result<ExitCode> {
+    let letters = match journal::open_read_only(data_dir)? {
+        Some(conn) => journal::dead_letters(&conn, limit)?,
+        None => Vec::new(),
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&letters)?);
+    } else if letters.is_empty() {
+        println!("no dead letters");
+    } else {
+        for letter in letters {
+            println!(
+                "{} #{} {} after {} attempt(s): {}",
+                letter.subscriber, letter.seq, letter.topic, letter.attempts, letter.error
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

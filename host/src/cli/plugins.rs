@@ -1,0 +1,167 @@
+//! `cairn plugins check|list`: validate a plugin directory and show what it holds.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::json;
+
+use super::BadInput;
+use crate::plugin::capabilities::describe_grants;
+use crate::plugin::manifest::{self, ManifestError};
+use crate::plugin::resolve;
+
+#[derive(Subcommand, Debug)]
+pub enum PluginsCommand {
+    /// Validate every manifest, resolve dependencies, print the start order and grants.
+    Check {
+        /// Plugin directory.
+        dir: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the plugins of a directory.
+    List {
+        /// Plugin directory.
+        dir: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Every manifest problem of a directory, as one bad-input error listing them all.
+pub fn manifest_errors(dir: &Path, errors: &[ManifestError]) -> anyhow::Error {
+    for error in errors {
+        eprintln!("{error}");
+    }
+    BadInput(format!(
+        "{} problem{} in plugin directory {}",
+        errors.len(),
+        if errors.len() == 1 { "" } else { "s" },
+        dir.display()
+    ))
+    .into()
+}
+
+/// `cairn plugins check DIR`: validate, resolve, print the start order and grants.
+pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
+    match resolve::load(dir) {
+        Ok(set) => {
+            if json_output {
+                let plugins: Vec<_> = set
+                    .start_order()
+                    .iter()
+                    .map(|m| {
+                        json!({
+                            "id": m.id,
+                            "version": m.version.to_string(),
+                            "kind": m.kind,
+                            "api": m.api_version.version().to_string(),
+                            "component": m.component,
+                            "depends_on": m.depends_on.iter().map(|d| json!({"id": d.id, "version": d.version.to_string()})).collect::<Vec<_>>(),
+                            "grants": describe_grants(m, data_dir),
+                        })
+                    })
+                    .collect();
+                let ids: Vec<&str> = set.start_order().iter().map(|m| m.id.as_str()).collect();
+                let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins});
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                println!(
+                    "{}: {} plugin(s), all valid",
+                    dir.display(),
+                    set.start_order().len()
+                );
+                for (position, m) in set.start_order().iter().enumerate() {
+                    let deps: Vec<String> = m
+                        .depends_on
+                        .iter()
+                        .map(|d| format!("{} {}", d.id, d.version))
+                        .collect();
+                    println!(
+                        "{}. {} {} ({}, api {}){}",
+                        position + 1,
+                        m.id,
+                        m.version,
+                        m.kind,
+                        m.api_version.version(),
+                        if deps.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" after {}", deps.join(", "))
+                        }
+                    );
+                    for grant in describe_grants(m, data_dir) {
+                        println!("     {grant}");
+                    }
+                }
+                println!("stop order: {}", set.stop_order().join(", "));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(errors) if json_output => {
+            let report = json!({"ok": false, "errors": errors});
+            println!("{}", serde_json::to_string_pretty(&report)?);
+            Err(BadInput(format!(
+                "{} problem(s) in plugin directory {}",
+                errors.len(),
+                dir.display()
+            ))
+            .into())
+        }
+        Err(errors) => Err(manifest_errors(dir, &errors)),
+    }
+}
+
+/// `cairn plugins list DIR`: each plugin's id, version, kind, API and description.
+pub fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
+    let (manifests, errors) = manifest::load_dir(dir).map_err(|e| {
+        BadInput(format!(
+            "{}: cannot read plugin directory: {e}",
+            dir.display()
+        ))
+    })?;
+    if json_output {
+        let rows: Vec<_> = manifests
+            .iter()
+            .map(|m| {
+                json!({"id": m.id, "version": m.version.to_string(), "kind": m.kind, "api": m.api.to_string(),
+                       "description": m.description, "manifest": m.file})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"plugins": rows, "errors": errors}))?
+        );
+    } else {
+        println!(
+            "{:<24} {:<10} {:<15} {:<8} DESCRIPTION",
+            "ID", "VERSION", "KIND", "API"
+        );
+        for m in &manifests {
+            println!(
+                "{:<24} {:<10} {:<15} {:<8} {}",
+                m.id,
+                m.version,
+                m.kind,
+                m.api.to_string(),
+                m.description.as_deref().unwrap_or("")
+            );
+        }
+    }
+    if errors.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else if json_output {
+        Err(BadInput(format!(
+            "{} problem(s) in plugin directory {}",
+            errors.len(),
+            dir.display()
+        ))
+        .into())
+    } else {
+        Err(manifest_errors(dir, &errors))
+    }
+}

@@ -1,0 +1,336 @@
+//! `cairn run`: the composition root. Opens the stores, starts the plugins in dependency
+//! order, runs the router, the agent, the lifecycle and the webhook server until a signal
+//! or the terminal's stop request, then stops everything in reverse.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use tokio::sync::{Notify, watch};
+
+use super::{BadInput, lock, plugins::manifest_errors};
+use crate::agent::{Agent, llm};
+use crate::buffer::Buffer;
+use crate::config::HostConfig;
+use crate::journal::{Journal, dispatch};
+use crate::lifecycle::{Lifecycle, StopRequest};
+use crate::memory::{MemoryService, MemoryStore};
+use crate::plugin::capabilities::HostServices;
+use crate::plugin::kv::KvStore;
+use crate::plugin::manifest::{Manifest, PluginKind};
+use crate::plugin::status::StatusStore;
+use crate::plugin::supervisor::PluginHandle;
+use crate::plugin::{PluginHost, resolve};
+use crate::router::Router;
+use crate::webhook;
+
+/// The durable stores and long-lived services of one run.
+struct Stores {
+    buffer: Arc<Buffer>,
+    journal: Arc<Journal>,
+    kv: Arc<KvStore>,
+    status: Arc<StatusStore>,
+    memory_store: Arc<MemoryStore>,
+    memory: Arc<MemoryService>,
+    lifecycle: Arc<Lifecycle>,
+}
+
+/// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
+pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
+    let set = resolve::load(plugins_dir).map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
+    check_memory_backend(&config, &set)?;
+    let listener = if channels(&set).any(serves_webhooks) {
+        Some(webhook::bind(&config.http).await?)
+    } else {
+        None
+    };
+    let stores = open_stores(&config, &set, plugins_dir)?;
+    let stop_request = Arc::new(StopRequest::default());
+    let host = start_plugins(&config, &set, &stores, stop_request.clone()).await?;
+    let (stop, stopping) = watch::channel(false);
+    let mut workers = spawn_workers(&config, &set, &stores, &host, &stopping).await?;
+    if let Some(listener) = listener {
+        let address = listener.local_addr()?;
+        tracing::info!("webhook server listening on http://{address}/channels/<id>");
+        let http = config.http.clone();
+        let handles = channel_handles(&host, &set, true);
+        workers.spawn(async move { webhook::serve(listener, &http, handles, stopping).await });
+    }
+    tracing::info!(
+        data_dir = %config.data_dir.display(),
+        plugins = set.start_order().len(),
+        "cairn is running; press Ctrl-C to stop"
+    );
+    wait_for_shutdown(&stop_request, &stores.buffer).await;
+    tracing::info!("stopping");
+    let _ = stop.send(true);
+    drain(workers).await;
+    host.stop().await;
+    stores.memory_store.stop_embedder();
+    stores.status.end_run()?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The channel manifests of a plugin set, in start order.
+fn channels(set: &resolve::PluginSet) -> impl Iterator<Item = &Manifest> {
+    set.start_order()
+        .iter()
+        .filter(|m| m.kind == PluginKind::Channel)
+}
+
+/// Whether a channel asked for a webhook path.
+fn serves_webhooks(manifest: &Manifest) -> bool {
+    manifest.channel.as_ref().is_some_and(|c| c.webhook)
+}
+
+/// Open every store of the data dir, adopt the channels' manifest priorities and record
+/// this run in host.db.
+fn open_stores(
+    config: &HostConfig,
+    set: &resolve::PluginSet,
+    plugins_dir: &Path,
+) -> Result<Stores> {
+    let buffer = Arc::new(Buffer::open(&config.data_dir, config.buffer.clone())?);
+    let priorities = channels(set)
+        .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
+        .collect();
+    let reprioritised = buffer.set_channel_priorities(priorities)?;
+    if reprioritised > 0 {
+        tracing::info!(
+            messages = reprioritised,
+            "unrouted messages took their channel's manifest priority"
+        );
+    }
+    let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
+    let status = Arc::new(StatusStore::open(&config.data_dir)?);
+    status.begin_run(plugins_dir)?;
+    let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
+    let memory_store = MemoryStore::open(&config.data_dir, config.memory.clone())?;
+    let memory = Arc::new(MemoryService::new(memory_store.clone()));
+    let lifecycle = Arc::new(
+        Lifecycle::open(&config.data_dir, config.lifecycle.clone(), journal.clone())?
+            .with_memory(memory_store.clone()),
+    );
+    Ok(Stores {
+        buffer,
+        journal,
+        kv,
+        status,
+        memory_store,
+        memory,
+        lifecycle,
+    })
+}
+
+/// Start the plugins in dependency order with the host's services behind their imports.
+async fn start_plugins(
+    config: &HostConfig,
+    set: &resolve::PluginSet,
+    stores: &Stores,
+    stop_request: Arc<StopRequest>,
+) -> Result<PluginHost> {
+    let services = Arc::new(HostServices {
+        kv: stores.kv.clone(),
+        inbox: Some(stores.buffer.clone()),
+        events: Some(stores.journal.clone()),
+        interrupt: Some(stores.lifecycle.interrupt()),
+        stop: Some(stop_request),
+        memory: Some(stores.memory.clone()),
+    });
+    let host =
+        PluginHost::start(set, &config.plugin_host(), services, stores.status.clone()).await?;
+    if let Some(backend) = stores.memory.backend_plugin() {
+        tracing::info!(plugin = backend, "memory is served by a backend plugin");
+    }
+    stores.memory_store.start_embedder();
+    Ok(host)
+}
+
+/// Handles of the running channels (only those serving webhooks, when asked), by id.
+fn channel_handles(
+    host: &PluginHost,
+    set: &resolve::PluginSet,
+    webhooks_only: bool,
+) -> BTreeMap<String, PluginHandle> {
+    channels(set)
+        .filter(|m| !webhooks_only || serves_webhooks(m))
+        .filter_map(|m| host.handle(&m.id).map(|h| (m.id.clone(), h.clone())))
+        .collect()
+}
+
+/// Resume interrupted work and start the router, the agent, the lifecycle, retention,
+/// hygiene, the scheduler and one journal dispatcher per subscribing plugin.
+async fn spawn_workers(
+    config: &HostConfig,
+    set: &resolve::PluginSet,
+    stores: &Stores,
+    host: &PluginHost,
+    stopping: &watch::Receiver<bool>,
+) -> Result<tokio::task::JoinSet<()>> {
+    let (requeued_batches, requeued_tasks) = stores.buffer.requeue_interrupted().await?;
+    if requeued_batches + requeued_tasks > 0 {
+        tracing::info!(
+            batches = requeued_batches,
+            tasks = requeued_tasks,
+            "resuming work interrupted by the last stop"
+        );
+    }
+    let routed = Arc::new(Notify::new());
+    let router = Router::new(stores.buffer.clone(), config.router.clone(), routed.clone())?;
+    let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
+    let agent = Arc::new(
+        Agent::new(
+            stores.buffer.clone(),
+            Some(stores.journal.clone()),
+            Some(stores.memory.clone()),
+            llm,
+            channel_handles(host, set, false),
+            config.agent.clone(),
+        )
+        .with_session_timeout(config.lifecycle.session_timeout_secs),
+    );
+    let mut workers = tokio::task::JoinSet::new();
+    workers.spawn(router.run(stopping.clone()));
+    workers.spawn(agent.clone().run_main(routed.clone(), stopping.clone()));
+    workers.spawn(agent.run_tasks(routed, stopping.clone()));
+    workers.spawn(stores.buffer.clone().run_retention(stopping.clone()));
+    workers.spawn(stores.journal.clone().run_retention(stopping.clone()));
+    workers.spawn(stores.lifecycle.clone().run(stopping.clone()));
+    workers.spawn(run_memory_hygiene(
+        stores.memory_store.clone(),
+        stopping.clone(),
+    ));
+    let schedules = set
+        .start_order()
+        .iter()
+        .flat_map(|m| m.schedules())
+        .collect();
+    workers.spawn(
+        stores
+            .lifecycle
+            .clone()
+            .run_scheduler(schedules, stopping.clone()),
+    );
+    for manifest in set.start_order() {
+        if let Some(handle) = host.handle(&manifest.id)
+            && !manifest.events.subscribes.is_empty()
+        {
+            workers.spawn(dispatch::serve(
+                stores.journal.clone(),
+                handle.clone(),
+                manifest.events.subscribes.clone(),
+                stopping.clone(),
+            ));
+        }
+    }
+    Ok(workers)
+}
+
+/// Wait for the workers to finish what they are doing, up to the shutdown deadline.
+async fn drain(mut workers: tokio::task::JoinSet<()>) {
+    let drained = tokio::time::timeout(SHUTDOWN_DEADLINE, async {
+        while workers.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            "work still running after {}s; stopping anyway (it resumes on the next start)",
+            SHUTDOWN_DEADLINE.as_secs()
+        );
+    }
+}
+
+/// `memory.backend` must be `sqlite` or the id of a memory-backend plugin of the directory.
+fn check_memory_backend(config: &HostConfig, set: &resolve::PluginSet) -> Result<()> {
+    let backend = &config.memory.backend;
+    if backend == "sqlite" {
+        return Ok(());
+    }
+    match set.start_order().iter().find(|m| &m.id == backend) {
+        Some(m) if m.kind == PluginKind::MemoryBackend => Ok(()),
+        Some(m) => Err(BadInput(format!(
+            "memory.backend: plugin `{backend}` is a {}, not a memory-backend",
+            m.kind
+        ))
+        .into()),
+        None => Err(BadInput(format!(
+            "memory.backend: no plugin `{backend}` in the plugin directory (expected `sqlite` or a memory-backend plugin id)"
+        ))
+        .into()),
+    }
+}
+
+/// Run memory hygiene when due (it throttles itself to `hygiene_interval_hours`, with its
+/// state in memory.db), checking every ten minutes until `stop`.
+async fn run_memory_hygiene(memory: Arc<MemoryStore>, stop: watch::Receiver<bool>) {
+    crate::periodic::every(std::time::Duration::from_secs(600), stop, || async {
+        let store = memory.clone();
+        match tokio::task::spawn_blocking(move || store.hygiene(false)).await {
+            Ok(Ok(report)) if report.ran => tracing::info!(
+                forgotten = ?report.forgotten,
+                snapshot_entries = ?report.snapshot_entries,
+                "memory hygiene ran"
+            ),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!("memory hygiene failed: {e}"),
+            Err(e) => tracing::warn!("memory hygiene panicked: {e}"),
+        }
+    })
+    .await
+}
+
+/// How long a stop waits for the router, the agent and the webhook server to finish.
+const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask for a stop; then
+/// first until that channel's buffered messages are answered (a signal cuts that short).
+async fn wait_for_shutdown(stop_request: &StopRequest, buffer: &Buffer) {
+    let signal = wait_for_signal();
+    tokio::pin!(signal);
+    tokio::select! {
+        _ = &mut signal => {}
+        (channel, reason) = stop_request.requested() => {
+            tracing::info!(%channel, %reason, "stop requested; answering what the channel sent first");
+            tokio::select! {
+                _ = &mut signal => {}
+                _ = channel_settled(buffer, &channel) => {}
+            }
+        }
+    }
+}
+
+/// Return once `channel` has no unrouted message and no queued or running work.
+async fn channel_settled(buffer: &Buffer, channel: &str) {
+    loop {
+        match buffer.has_pending_work(channel) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(e) => {
+                tracing::warn!("cannot tell whether {channel}'s messages are answered: {e}");
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+async fn wait_for_signal() {
+    let mut terminate =
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(signal) => signal,
+            Err(e) => {
+                tracing::warn!("cannot listen for SIGTERM: {e}");
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+}

@@ -1,0 +1,78 @@
+//! `cairn send`: put a message into the buffer, whether or not a host runs, and print its id.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use super::BadInput;
+use crate::buffer::{Buffer, BufferError, NewMessage};
+use crate::config::HostConfig;
+
+/// The arguments of `cairn send`.
+#[derive(clap::Args, Debug)]
+#[command(group(clap::ArgGroup::new("body").required(true).args(["text", "json"])))]
+pub struct SendArgs {
+    /// Channel the message is from (a channel plugin id to get the reply delivered).
+    #[arg(long)]
+    pub channel: String,
+    /// Conversation it belongs to.
+    #[arg(long)]
+    pub conversation: String,
+    /// Who sent it.
+    #[arg(long, default_value = "operator")]
+    pub sender: String,
+    /// Priority (lower is served first); default: the channel's configured priority
+    /// (`buffer.channel_priority`, else its manifest's, as the last host on this data
+    /// dir read it, else `buffer.default_priority`).
+    #[arg(long)]
+    pub priority: Option<u32>,
+    /// An id for the message: sending the same key on the same channel again stores
+    /// nothing and prints the first message's id.
+    #[arg(long, value_name = "KEY")]
+    pub dedup_key: Option<String>,
+    /// The message text (sent as `{"text": TEXT}`).
+    pub text: Option<String>,
+    /// A file holding the JSON payload (`-` for stdin).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// Store the message and print its id; bad input is reported as such (exit 2).
+pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
+    let payload = match (&args.text, &args.json) {
+        (Some(text), _) => serde_json::json!({ "text": text }).to_string(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut body = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut body)
+                .map_err(|e| BadInput(format!("--json -: cannot read stdin: {e}")))?;
+            body
+        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| BadInput(format!("--json {}: cannot read: {e}", path.display())))?,
+        (None, None) => {
+            return Err(BadInput("give the message TEXT or --json FILE".into()).into());
+        }
+    };
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let buffer = Buffer::open(&config.data_dir, config.buffer.clone())?;
+    let message = NewMessage {
+        channel: args.channel.clone(),
+        sender: args.sender.clone(),
+        conversation: args.conversation.clone(),
+        payload,
+        priority: args.priority,
+        dedup_key: args.dedup_key.clone(),
+    };
+    match buffer.push(message) {
+        Ok(id) => {
+            println!("{id}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(BufferError::InvalidInput(reason)) => {
+            Err(BadInput(format!("message rejected: {reason}")).into())
+        }
+        Err(error) => Err(error.into()),
+    }
+}
