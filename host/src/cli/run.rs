@@ -200,6 +200,12 @@ async fn spawn_workers(
     workers.spawn(agent.run_tasks(routed, stopping.clone()));
     workers.spawn(stores.buffer.clone().run_retention(stopping.clone()));
     workers.spawn(stores.journal.clone().run_retention(stopping.clone()));
+    workers.spawn(dispatch::serve(
+        stores.journal.clone(),
+        stores.lifecycle.clone(),
+        Lifecycle::subscriptions(),
+        stopping.clone(),
+    ));
     workers.spawn(stores.lifecycle.clone().run(stopping.clone()));
     workers.spawn(run_memory_hygiene(
         stores.memory_store.clone(),
@@ -222,7 +228,7 @@ async fn spawn_workers(
         {
             workers.spawn(dispatch::serve(
                 stores.journal.clone(),
-                handle.clone(),
+                Arc::new(dispatch::PluginSubscriber(handle.clone())),
                 manifest.events.subscribes.clone(),
                 stopping.clone(),
             ));

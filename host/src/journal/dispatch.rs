@@ -1,11 +1,13 @@
-//! Delivery of journal events to one subscribing plugin: in journal order, at least once,
-//! retried with capped exponential backoff, dead-lettered after `max_attempts`.
+//! Delivery of journal events to one subscriber — a plugin or a host subsystem such as the
+//! session monitor, through the one [`Subscriber`] interface: in journal order, at least
+//! once, retried with capped exponential backoff, dead-lettered after `max_attempts`.
 //!
 //! Each subscriber runs as its own task, so a subscriber that hangs until its deadline or
 //! fails every event delays only itself. The cursor moves only after an event was taken (or
 //! dead-lettered), so an event being delivered when the host dies is delivered again on the
 //! next start.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +16,35 @@ use tokio::sync::watch;
 use super::{Event, Journal};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
+
+/// Something that takes journal events. Every subscriber gets the same durable cursor,
+/// retries and dead letters.
+pub trait Subscriber: Send + Sync + 'static {
+    /// Its id in the journal's subscriber table.
+    fn id(&self) -> &str;
+    /// Take one event; an error is retried with backoff, then dead-lettered.
+    fn take(&self, event: &Event) -> impl Future<Output = Result<(), String>> + Send;
+}
+
+/// A plugin subscribing through its manifest's `events.subscribes`.
+pub struct PluginSubscriber(pub PluginHandle);
+
+impl Subscriber for PluginSubscriber {
+    fn id(&self) -> &str {
+        self.0.id()
+    }
+
+    async fn take(&self, event: &Event) -> Result<(), String> {
+        let delivered = event.clone();
+        self.0
+            .call(move |instance| instance.on_event(&delivered))
+            .await
+            .map_err(|error| match error {
+                CallError::Plugin(error) => format!("the plugin returned {error}"),
+                other => other.to_string(),
+            })
+    }
+}
 
 /// How many events are read per round.
 const READ_AHEAD: usize = 256;
@@ -29,9 +60,9 @@ enum Delivery {
 }
 
 /// Deliver one event, retrying with capped exponential backoff up to `max_attempts`.
-async fn deliver(
+async fn deliver<S: Subscriber>(
     journal: &Journal,
-    plugin: &PluginHandle,
+    subscriber: &S,
     event: &Event,
     stop: &mut watch::Receiver<bool>,
 ) -> Delivery {
@@ -39,14 +70,10 @@ async fn deliver(
     let mut attempt = 0u32;
     loop {
         attempt += 1;
-        let delivered = event.clone();
-        match plugin
-            .call(move |instance| instance.on_event(&delivered))
-            .await
-        {
+        match subscriber.take(event).await {
             Ok(()) => return Delivery::Taken,
             Err(error) if attempt >= config.max_attempts => {
-                return Delivery::GaveUp(describe(&error), attempt);
+                return Delivery::GaveUp(error, attempt);
             }
             Err(error) => {
                 let backoff = config
@@ -54,12 +81,11 @@ async fn deliver(
                     .saturating_mul(1 << (attempt - 1).min(20))
                     .min(config.backoff_max_ms);
                 tracing::warn!(
-                    subscriber = plugin.id(),
+                    subscriber = subscriber.id(),
                     seq = event.seq,
                     attempt,
                     backoff_ms = backoff,
-                    "delivery failed: {}",
-                    describe(&error)
+                    "delivery failed: {error}"
                 );
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
@@ -70,17 +96,17 @@ async fn deliver(
     }
 }
 
-/// Deliver matching events to `plugin` until `stop` turns true; an event in flight when
+/// Deliver matching events to `subscriber` until `stop` turns true; an event in flight when
 /// the stop comes is finished first (or left for the next start if it is being retried).
 /// Each round also re-delivers dead letters an operator asked to retry, and reads the
 /// stored cursor, so `cairn journal replay` takes effect on a running host.
-pub async fn serve(
+pub async fn serve<S: Subscriber>(
     journal: Arc<Journal>,
-    plugin: PluginHandle,
+    subscriber: Arc<S>,
     patterns: Vec<String>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let id = plugin.id().to_string();
+    let id = subscriber.id().to_string();
     if let Err(e) = journal.subscribe(&id, &patterns).await {
         tracing::error!(subscriber = %id, "cannot subscribe: {e}");
         return;
@@ -91,7 +117,7 @@ pub async fn serve(
         }
         let appended = journal.appended();
         for event in journal.retries(&id).unwrap_or_default() {
-            let failure = match deliver(&journal, &plugin, &event, &mut stop).await {
+            let failure = match deliver(&journal, &*subscriber, &event, &mut stop).await {
                 Delivery::Taken => None,
                 Delivery::GaveUp(error, attempts) => Some((error, attempts)),
                 Delivery::Stopping => return,
@@ -124,7 +150,7 @@ pub async fn serve(
             continue;
         }
         for event in events {
-            let recorded = match deliver(&journal, &plugin, &event, &mut stop).await {
+            let recorded = match deliver(&journal, &*subscriber, &event, &mut stop).await {
                 Delivery::Taken => journal.advance(&id, event.seq).await,
                 Delivery::GaveUp(error, attempts) => {
                     tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
@@ -140,12 +166,5 @@ pub async fn serve(
                 return;
             }
         }
-    }
-}
-
-fn describe(error: &CallError) -> String {
-    match error {
-        CallError::Plugin(error) => format!("the plugin returned {error}"),
-        other => other.to_string(),
     }
 }

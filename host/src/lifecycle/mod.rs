@@ -1,6 +1,7 @@
 //! Lifecycle: the session monitor, the sleep trigger and the scheduler.
 //!
-//! - **Sessions**: a host-internal journal subscriber follows `message.received` and
+//! - **Sessions**: a journal subscriber like any other (same cursor, retries and dead
+//!   letters, served by `journal::dispatch`) follows `message.received` and
 //!   `agent.response`, keeping each session's transcript. A session idle for
 //!   `session_timeout_secs` ends (`session.ended` with its transcript and the reason); when a
 //!   user starts a new session, their earlier ones become pending
@@ -26,6 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::journal::dispatch::Subscriber;
 use crate::journal::{Event, Journal};
 use crate::memory::MemoryStore;
 pub use crate::plugin::ports::{Interrupt, StopRequest};
@@ -151,48 +153,21 @@ impl Lifecycle {
         Ok(())
     }
 
-    /// Follow the journal and the clock until `stop`.
-    pub async fn run(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
-        let patterns = vec!["message.received".to_string(), "agent.response".to_string()];
-        let mut cursor = match self.journal.subscribe(SUBSCRIBER, &patterns).await {
-            Ok(cursor) => cursor,
-            Err(e) => {
-                tracing::error!("session monitor cannot subscribe: {e}");
-                return;
-            }
-        };
+    /// The topics the session monitor follows (through the journal's dispatcher, like any
+    /// subscriber: see the [`Subscriber`] impl below).
+    pub fn subscriptions() -> Vec<String> {
+        vec!["message.received".to_string(), "agent.response".to_string()]
+    }
+
+    /// Check session and sleep timeouts every `check_interval_ms` until `stop`.
+    pub async fn run(self: Arc<Self>, stop: watch::Receiver<bool>) {
         let interval = Duration::from_millis(self.config.check_interval_ms.max(10));
-        loop {
-            if *stop.borrow() {
-                return;
-            }
-            let appended = self.journal.appended();
-            match self.journal.pending(cursor, &patterns, 256) {
-                Ok(events) => {
-                    for event in events {
-                        if let Err(e) = self.observe(&event).await {
-                            tracing::error!(
-                                seq = event.seq,
-                                "session monitor failed on an event: {e}"
-                            );
-                        }
-                        if let Err(e) = self.journal.advance(SUBSCRIBER, event.seq).await {
-                            tracing::error!("session monitor cannot move its cursor: {e}");
-                        }
-                        cursor = event.seq;
-                    }
-                }
-                Err(e) => tracing::error!("session monitor cannot read the journal: {e}"),
-            }
+        crate::periodic::every(interval, stop, || async {
             if let Err(e) = self.check_timeouts().await {
                 tracing::error!("lifecycle check failed: {e}");
             }
-            tokio::select! {
-                _ = appended => {}
-                _ = tokio::time::sleep(interval) => {}
-                _ = stop.changed() => {}
-            }
-        }
+        })
+        .await
     }
 
     /// Apply one journal event to the sessions (idempotent: replays are skipped).
@@ -480,5 +455,17 @@ impl Lifecycle {
                 "cannot record a schedule tick: {e}"
             );
         }
+    }
+}
+
+impl Subscriber for Lifecycle {
+    fn id(&self) -> &str {
+        SUBSCRIBER
+    }
+
+    async fn take(&self, event: &Event) -> Result<(), String> {
+        self.observe(event)
+            .await
+            .map_err(|e| format!("session monitor: {e}"))
     }
 }

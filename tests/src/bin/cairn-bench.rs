@@ -709,7 +709,7 @@ async fn dispatch_rate(
         for handle in handles {
             workers.spawn(cairn::journal::dispatch::serve(
                 journal.clone(),
-                handle,
+                Arc::new(cairn::journal::dispatch::PluginSubscriber(handle)),
                 patterns.clone(),
                 stopping.clone(),
             ));
@@ -743,7 +743,7 @@ async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let worker = tokio::spawn(cairn::journal::dispatch::serve(
         journal.clone(),
-        handle,
+        Arc::new(cairn::journal::dispatch::PluginSubscriber(handle)),
         patterns,
         stopping,
     ));
