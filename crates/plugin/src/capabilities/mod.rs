@@ -1,0 +1,351 @@
+//! What a plugin's sandbox is granted, and the host side of every import.
+//!
+//! [`PluginContext`] is the data of a plugin's `Store`: its WASI context (built from the
+//! manifest's grants only), its memory limiter, and the host services behind the
+//! `cairn:plugin` imports. Each import checks the grant first and answers `denied` without
+//! one; interfaces whose subsystem is not part of this host yet answer `unavailable`.
+//!
+//! This file prepares the sandbox from the grants; each host interface has its own file
+//! (`log.rs`, `kv.rs`, `buffer.rs`, `journal.rs`, `memory.rs`, `llm.rs`, `lifecycle.rs`).
+
+mod buffer;
+mod journal;
+mod kv;
+mod lifecycle;
+mod llm;
+mod log;
+mod memory;
+
+use std::collections::BTreeSet;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use wasmtime::component::ResourceTable;
+use wasmtime::{StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::sockets::SocketAddrUse;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::v0_1::convert::to_wit_error;
+use super::bindings::v0_1::convert::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
+use super::bindings::v0_1::handler::cairn::plugin as wit;
+use super::bindings::v0_1::types::{Error as WitError, LogLevel};
+use super::kv::{KvError, KvStore};
+use super::logging::{Level, LogStream, PluginLog};
+use super::manifest::{
+    FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
+    parse_network_target,
+};
+use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
+use cairn_memory::store::ListFilter;
+use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
+use cairn_vocab::buffer::NewMessage;
+use cairn_vocab::event::NewEvent;
+
+/// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
+pub struct HostServices {
+    /// Plugin key/value state.
+    pub kv: Arc<KvStore>,
+    /// Where channels' messages go, when the host runs a buffer.
+    pub inbox: Option<Arc<dyn Inbox>>,
+    /// Where events go, when the host runs a journal.
+    pub events: Option<Arc<dyn EventLog>>,
+    /// The sleep interrupt flag, when the host runs the lifecycle.
+    pub interrupt: Option<Arc<Interrupt>>,
+    /// Where the terminal's channel asks the host to stop, when the host honours it.
+    pub stop: Option<Arc<StopRequest>>,
+    /// Agent memory, when the host runs it.
+    pub memory: Option<Arc<MemoryService>>,
+}
+
+/// The import-level grants of a plugin, derived from its manifest.
+#[derive(Debug, Clone)]
+pub struct Grants {
+    /// The plugin's kind (buffer push is for channels, consolidation tools for consolidators).
+    pub kind: PluginKind,
+    /// `capabilities.kv`.
+    pub kv: bool,
+    /// `capabilities.memory`: the access and the parsed scope patterns.
+    pub memory: Option<(MemoryAccess, Vec<ScopePattern>)>,
+    /// `capabilities.llm`.
+    pub llm: bool,
+    /// `capabilities.lifecycle`.
+    pub lifecycle: bool,
+    /// `capabilities.stdio`: the plugin holds the host's terminal (and may end the host).
+    pub stdio: bool,
+    /// `events.emits`.
+    pub emits: BTreeSet<String>,
+}
+
+impl Grants {
+    /// The grants a manifest declares.
+    pub fn from_manifest(manifest: &Manifest) -> Self {
+        Self {
+            kind: manifest.kind,
+            kv: manifest.capabilities.kv,
+            memory: manifest.capabilities.memory.as_ref().map(|grant| {
+                let patterns = grant
+                    .scopes
+                    .iter()
+                    .filter_map(|s| ScopePattern::parse(s))
+                    .collect();
+                (grant.access, patterns)
+            }),
+            llm: manifest.capabilities.llm,
+            lifecycle: manifest.capabilities.lifecycle,
+            stdio: manifest.capabilities.stdio,
+            emits: manifest.events.emits.iter().cloned().collect(),
+        }
+    }
+}
+
+/// A human-readable list of everything a manifest grants, for `cairn plugins check`.
+pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
+    let caps = &manifest.capabilities;
+    let mut out = Vec::new();
+    for grant in &caps.files {
+        let mode = match grant.mode {
+            FileMode::Ro => "read-only",
+            FileMode::Rw => "read-write",
+        };
+        out.push(format!(
+            "files: /{} -> {} ({mode})",
+            grant.name,
+            plugin_dir(data_dir, &manifest.id)
+                .join(&grant.name)
+                .display()
+        ));
+    }
+    if !caps.http.is_empty() {
+        out.push(format!("network: tcp connect to {}", caps.http.join(", ")));
+    }
+    if !caps.env.is_empty() {
+        out.push(format!("env: {}", caps.env.join(", ")));
+    }
+    if caps.stdio {
+        out.push("stdio: host stdin and stdout; may stop the host at end of input".into());
+    }
+    if manifest.kind == PluginKind::Channel {
+        out.push("buffer: push".into());
+    }
+    if let Some(grant) = &caps.memory {
+        let access = match grant.access {
+            MemoryAccess::Read => "read",
+            MemoryAccess::ReadWrite if manifest.kind == PluginKind::Consolidator => {
+                "read-write + consolidation tools"
+            }
+            MemoryAccess::ReadWrite => "read-write",
+        };
+        out.push(format!("memory: {access} in {}", grant.scopes.join(", ")));
+    }
+    if caps.llm {
+        out.push("llm: complete".into());
+    }
+    if caps.kv {
+        out.push("kv: private key/value state".into());
+    }
+    if caps.lifecycle {
+        out.push("lifecycle: interrupted".into());
+    }
+    if !manifest.events.emits.is_empty() {
+        out.push(format!(
+            "journal: emit {}",
+            manifest.events.emits.join(", ")
+        ));
+    }
+    if !manifest.events.subscribes.is_empty() {
+        out.push(format!(
+            "events: receive {}",
+            manifest.events.subscribes.join(", ")
+        ));
+    }
+    out.push(format!(
+        "limits: {} MiB memory, {} ms per call",
+        manifest.limits.memory_mb, manifest.limits.timeout_ms
+    ));
+    out
+}
+
+/// The directory holding a plugin's granted directories: `<data>/plugins/<id>`.
+pub fn plugin_dir(data_dir: &Path, plugin_id: &str) -> PathBuf {
+    data_dir.join("plugins").join(plugin_id)
+}
+
+/// Why a plugin's sandbox could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    /// A granted directory could not be created or opened.
+    #[error("capabilities.files: cannot prepare {path}: {message}")]
+    Files {
+        /// The host directory.
+        path: PathBuf,
+        /// What failed.
+        message: String,
+    },
+}
+
+/// The data of a plugin's `Store`.
+pub struct PluginContext {
+    plugin: Arc<str>,
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limits: StoreLimits,
+    grants: Arc<Grants>,
+    services: Arc<HostServices>,
+    log: Arc<PluginLog>,
+}
+
+/// Everything needed to build a plugin's sandbox, prepared once per plugin.
+pub struct Sandbox {
+    plugin: Arc<str>,
+    grants: Arc<Grants>,
+    log: Arc<PluginLog>,
+    stdio: bool,
+    env: Vec<(String, String)>,
+    preopens: Vec<(PathBuf, String, FileMode)>,
+    network: Option<Arc<BTreeSet<SocketAddr>>>,
+    memory_bytes: usize,
+}
+
+impl Sandbox {
+    /// Prepare the sandbox of a plugin: create its granted directories, read its granted
+    /// environment variables and resolve its allowed network destinations.
+    pub fn prepare(
+        manifest: &Manifest,
+        data_dir: &Path,
+        log: Arc<PluginLog>,
+    ) -> Result<Self, SandboxError> {
+        let caps = &manifest.capabilities;
+        let mut preopens = Vec::new();
+        for grant in &caps.files {
+            let path = plugin_dir(data_dir, &manifest.id).join(&grant.name);
+            std::fs::create_dir_all(&path).map_err(|e| SandboxError::Files {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+            preopens.push((path, format!("/{}", grant.name), grant.mode));
+        }
+        let env = caps
+            .env
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        let network = (!caps.http.is_empty())
+            .then(|| Arc::new(resolve_destinations(&manifest.id, &caps.http)));
+        Ok(Self {
+            plugin: manifest.id.as_str().into(),
+            grants: Arc::new(Grants::from_manifest(manifest)),
+            log,
+            stdio: caps.stdio,
+            env,
+            preopens,
+            network,
+            memory_bytes: (manifest.limits.memory_mb as usize) << 20,
+        })
+    }
+
+    /// A fresh store state: new WASI context, new resource table, new limiter.
+    pub fn new_state(&self, services: Arc<HostServices>) -> Result<PluginContext, SandboxError> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.arg(&*self.plugin);
+        if self.stdio {
+            wasi.inherit_stdin().inherit_stdout();
+        } else {
+            wasi.stdout(LogStream::new(self.log.clone(), "stdout", Level::Info));
+        }
+        wasi.stderr(LogStream::new(self.log.clone(), "stderr", Level::Warn));
+        wasi.envs(&self.env);
+        for (host, guest, mode) in &self.preopens {
+            let perms = match mode {
+                FileMode::Ro => FsPerms::ReadOnly,
+                FileMode::Rw => FsPerms::ReadWrite,
+            };
+            wasi.preopened_dir(host, guest, perms)
+                .map_err(|e| SandboxError::Files {
+                    path: host.clone(),
+                    message: e.to_string(),
+                })?;
+        }
+        match &self.network {
+            Some(allowed) => {
+                let allowed = allowed.clone();
+                wasi.allow_tcp(true)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(true);
+                wasi.socket_addr_check(move |addr, usage| {
+                    // Outbound TCP only: connect to a granted destination, plus the implicit
+                    // wildcard bind that precedes a connect. No listening, no UDP.
+                    let permitted = match usage {
+                        SocketAddrUse::TcpConnect => allowed.contains(&addr),
+                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                        _ => false,
+                    };
+                    Box::pin(async move { permitted })
+                });
+            }
+            None => {
+                wasi.allow_tcp(false)
+                    .allow_udp(false)
+                    .allow_ip_name_lookup(false);
+                wasi.socket_addr_check(|_, _| Box::pin(async { false }));
+            }
+        }
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(self.memory_bytes)
+            .trap_on_grow_failure(true)
+            .build();
+        Ok(PluginContext {
+            plugin: self.plugin.clone(),
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            limits,
+            grants: self.grants.clone(),
+            services,
+            log: self.log.clone(),
+        })
+    }
+}
+
+/// Resolve `host[:port]` destinations to socket addresses; a bare host allows 80 and 443.
+fn resolve_destinations(plugin: &str, targets: &[String]) -> BTreeSet<SocketAddr> {
+    let mut allowed = BTreeSet::new();
+    for target in targets {
+        let Some((host, port)) = parse_network_target(target) else {
+            continue;
+        };
+        let ports = port.map(|p| vec![p]).unwrap_or_else(|| vec![80, 443]);
+        for port in ports {
+            match (host.as_str(), port).to_socket_addrs() {
+                Ok(addrs) => allowed.extend(addrs),
+                Err(e) => {
+                    tracing::warn!(plugin, destination = %target, "cannot resolve granted destination: {e}")
+                }
+            }
+        }
+    }
+    allowed
+}
+
+impl PluginContext {
+    /// The store's memory limiter.
+    pub fn limiter(&mut self) -> &mut StoreLimits {
+        &mut self.limits
+    }
+}
+
+impl WasiView for PluginContext {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn denied(what: &str) -> WitError {
+    WitError::Denied(what.to_string())
+}
+
+fn unavailable(subsystem: &str) -> WitError {
+    WitError::Unavailable(format!("the {subsystem} is not available in this host"))
+}
