@@ -1,0 +1,212 @@
+//! Reading manifests: YAML into the raw schema (unknown keys are errors), the component
+//! file check, and a directory at a time with every problem reported together.
+
+use super::*;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawManifest {
+    pub(super) id: String,
+    pub(super) version: String,
+    pub(super) kind: PluginKind,
+    pub(super) component: PathBuf,
+    pub(super) api: String,
+    #[serde(default)]
+    pub(super) description: Option<String>,
+    #[serde(default)]
+    pub(super) depends_on: Vec<RawDependency>,
+    #[serde(default)]
+    pub(super) events: Events,
+    #[serde(default)]
+    pub(super) schedule: Vec<ScheduleEntry>,
+    #[serde(default)]
+    pub(super) channel: Option<ChannelOptions>,
+    #[serde(default)]
+    pub(super) capabilities: Capabilities,
+    #[serde(default)]
+    pub(super) limits: Limits,
+    #[serde(default)]
+    pub(super) config: Option<serde_yaml::Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawDependency {
+    pub(super) id: String,
+    pub(super) version: String,
+}
+
+/// Collects the problems of one file.
+pub(super) struct Problems<'a> {
+    pub(super) file: &'a Path,
+    pub(super) errors: Vec<ManifestError>,
+}
+
+impl Problems<'_> {
+    pub(super) fn add(&mut self, field: impl Into<String>, message: impl Into<String>) {
+        self.errors.push(ManifestError {
+            file: self.file.to_path_buf(),
+            field: field.into(),
+            message: message.into(),
+        });
+    }
+}
+
+/// Whether `id` is a valid plugin id.
+pub fn is_valid_id(id: &str) -> bool {
+    let bytes = id.as_bytes();
+    !bytes.is_empty()
+        && bytes.len() <= 64
+        && bytes[0].is_ascii_lowercase()
+        && !id.ends_with('-')
+        && !id.contains("--")
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-')
+}
+
+pub(super) fn is_valid_env_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.is_empty()
+        && !bytes[0].is_ascii_digit()
+        && bytes
+            .iter()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || *b == b'_')
+}
+
+pub(super) fn is_valid_dir_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+}
+
+/// Parse `host` or `host:port` into its parts; the host is a DNS name or an IP literal.
+pub fn parse_network_target(target: &str) -> Option<(String, Option<u16>)> {
+    let (host, port) = match target.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => {
+            (host, Some(port.parse::<u16>().ok().filter(|p| *p != 0)?))
+        }
+        Some(_) => return None,
+        None => (target, None),
+    };
+    let host_ok = host.parse::<std::net::IpAddr>().is_ok()
+        || (!host.is_empty()
+            && host.len() <= 253
+            && host.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && !label.starts_with('-')
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            }));
+    host_ok.then(|| (host.to_ascii_lowercase(), port))
+}
+
+/// Check that a five-field cron expression parses.
+pub fn check_cron(expression: &str) -> Result<(), String> {
+    if expression.split_whitespace().count() != 5 {
+        return Err("expected five fields: minute hour day-of-month month day-of-week".into());
+    }
+    expression
+        .parse::<croner::Cron>()
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// The first bytes of a WebAssembly component (as opposed to a core module).
+pub(super) const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00, 0x01, 0x00];
+
+pub(super) fn check_component_file(path: &Path) -> Result<(), String> {
+    let mut header = [0u8; 8];
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+        return Err(format!("{} is not a file", path.display()));
+    }
+    file.read_exact(&mut header).map_err(|_| {
+        format!(
+            "{} is not a WebAssembly component (too short)",
+            path.display()
+        )
+    })?;
+    if header == COMPONENT_HEADER {
+        Ok(())
+    } else if header[..4] == COMPONENT_HEADER[..4] {
+        Err(format!(
+            "{} is a core WebAssembly module; expected a WASI 0.2 component (build for wasm32-wasip2)",
+            path.display()
+        ))
+    } else {
+        Err(format!("{} is not a WebAssembly component", path.display()))
+    }
+}
+
+/// Parse and validate one manifest file. Every problem found is returned.
+pub fn load_file(file: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    let mut problems = Problems {
+        file,
+        errors: Vec::new(),
+    };
+    let text = match std::fs::read_to_string(file) {
+        Ok(text) => text,
+        Err(e) => {
+            problems.add("", format!("cannot read: {e}"));
+            return Err(problems.errors);
+        }
+    };
+    let raw: RawManifest = match serde_yaml::from_str(&text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let (field, message) = split_serde_error(&e.to_string());
+            problems.add(field, message);
+            return Err(problems.errors);
+        }
+    };
+    let manifest = validate(raw, &mut problems);
+    match manifest {
+        Some(manifest) if problems.errors.is_empty() => Ok(manifest),
+        _ => Err(problems.errors),
+    }
+}
+
+/// serde_yaml reports `path.to.field: message at line L column C`; split off the path.
+pub(super) fn split_serde_error(text: &str) -> (String, String) {
+    match text.split_once(": ") {
+        Some((path, rest))
+            if !path.contains(' ')
+                && path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._[]-".contains(c)) =>
+        {
+            (path.to_string(), rest.to_string())
+        }
+        _ => (String::new(), text.to_string()),
+    }
+}
+
+/// Read every `*.yaml` / `*.yml` manifest of a directory, sorted by file name.
+pub fn load_dir(dir: &Path) -> Result<(Vec<Manifest>, Vec<ManifestError>), std::io::Error> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.is_file()
+                && matches!(
+                    path.extension().and_then(|e| e.to_str()),
+                    Some("yaml") | Some("yml")
+                )
+        })
+        .collect();
+    files.sort();
+    let mut manifests = Vec::new();
+    let mut errors = Vec::new();
+    for file in files {
+        match load_file(&file) {
+            Ok(manifest) => manifests.push(manifest),
+            Err(mut problems) => errors.append(&mut problems),
+        }
+    }
+    Ok((manifests, errors))
+}

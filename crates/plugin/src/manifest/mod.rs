@@ -1,0 +1,429 @@
+//! Plugin manifests: the YAML files that declare a plugin, parsed and validated.
+//!
+//! Parsing is strict (unknown keys and wrong types are errors) and validation collects
+//! every problem of a file, each naming the file, the field and what was expected, so an
+//! operator fixes a directory in one pass.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use semver::{Version, VersionReq};
+use serde::{Deserialize, Serialize};
+
+use super::bindings::{ApiVersion, SUPPORTED_APIS};
+mod load;
+mod validate;
+
+pub use cairn_vocab::plugin::PluginKind;
+use cairn_vocab::topic::is_topic_segment;
+pub use cairn_vocab::topic::{HOST_TOPICS, is_valid_topic, is_valid_topic_pattern};
+
+/// One problem found in a manifest (or between manifests), with where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ManifestError {
+    /// The manifest file at fault.
+    pub file: PathBuf,
+    /// The field at fault as a path (`capabilities.files[0].mode`); empty when the whole file is.
+    pub field: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl fmt::Display for ManifestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.field.is_empty() {
+            write!(f, "{}: {}", self.file.display(), self.message)
+        } else {
+            write!(
+                f,
+                "{}: {}: {}",
+                self.file.display(),
+                self.field,
+                self.message
+            )
+        }
+    }
+}
+
+impl std::error::Error for ManifestError {}
+
+/// The WIT world a plugin's component implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum World {
+    /// `cairn:plugin/channel`.
+    Channel,
+    /// `cairn:plugin/handler`.
+    Handler,
+    /// `cairn:plugin/memory-backend`.
+    MemoryBackend,
+}
+
+impl World {
+    /// The world components of `kind` implement.
+    pub fn of(kind: PluginKind) -> World {
+        match kind {
+            PluginKind::Channel => World::Channel,
+            PluginKind::MemoryBackend => World::MemoryBackend,
+            PluginKind::Consolidator | PluginKind::SleepHandler | PluginKind::Handler => {
+                World::Handler
+            }
+        }
+    }
+}
+
+/// A validated manifest.
+#[derive(Debug, Clone, Serialize)]
+pub struct Manifest {
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// Unique plugin id: lower-case letters, digits and single dashes, starting with a letter.
+    pub id: String,
+    /// The plugin's own version.
+    pub version: Version,
+    /// What the plugin is.
+    pub kind: PluginKind,
+    /// One line saying what the plugin does.
+    pub description: Option<String>,
+    /// Absolute path of the `.wasm` component.
+    pub component: PathBuf,
+    /// The API version requirement as written.
+    pub api: VersionReq,
+    /// The newest host API version satisfying `api`, which the plugin is bound with.
+    pub api_version: ApiVersion,
+    /// Plugins that must start before this one.
+    pub depends_on: Vec<Dependency>,
+    /// Journal topics the plugin receives and may emit.
+    pub events: Events,
+    /// Cron schedules whose ticks the host emits as `schedule.<id>.<name>`.
+    pub schedule: Vec<ScheduleEntry>,
+    /// Channel options (channels only).
+    pub channel: Option<ChannelOptions>,
+    /// What the sandbox grants.
+    pub capabilities: Capabilities,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Free-form configuration handed to `init` as JSON.
+    pub config: serde_json::Value,
+}
+
+impl Manifest {
+    /// The plugin's cron schedules, for the scheduler.
+    pub fn schedules(&self) -> Vec<cairn_vocab::plugin::Schedule> {
+        self.schedule
+            .iter()
+            .map(|entry| cairn_vocab::plugin::Schedule {
+                plugin: self.id.clone(),
+                name: entry.name.clone(),
+                cron: entry.cron.clone(),
+            })
+            .collect()
+    }
+}
+
+/// A dependency on another plugin.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dependency {
+    /// The other plugin's id.
+    pub id: String,
+    /// The versions of it that satisfy this plugin.
+    pub version: VersionReq,
+}
+
+/// Journal topics a plugin subscribes to and may emit.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Events {
+    /// Exact topics (`session.ended`) or prefix patterns (`schedule.*`, `*`).
+    #[serde(default)]
+    pub subscribes: Vec<String>,
+    /// Exact topics the plugin may emit through `journal.emit`.
+    #[serde(default)]
+    pub emits: Vec<String>,
+}
+
+/// One cron schedule of a plugin.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleEntry {
+    /// Name used in the topic `schedule.<plugin>.<name>`.
+    pub name: String,
+    /// Five-field cron expression (minute hour day-of-month month day-of-week).
+    pub cron: String,
+}
+
+/// Options of a channel plugin.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelOptions {
+    /// Buffer priority of its messages (lower is served first); the host default applies when unset.
+    pub priority: Option<u32>,
+    /// Call `poll` this often, in ms; unset means the host never polls it.
+    pub poll_interval_ms: Option<u64>,
+    /// Serve `/channels/<id>/…` and hand requests to `handle-webhook`.
+    #[serde(default)]
+    pub webhook: bool,
+}
+
+/// Access mode of a granted directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileMode {
+    /// Read-only.
+    Ro,
+    /// Read-write.
+    Rw,
+}
+
+/// A directory granted to a plugin, preopened at `/<name>` from `<data>/plugins/<id>/<name>`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileGrant {
+    /// Directory name: lower-case letters, digits, `-` and `_`.
+    pub name: String,
+    /// `ro` or `rw`.
+    pub mode: FileMode,
+}
+
+/// How much of the memory interface a plugin may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MemoryAccess {
+    /// get, list, recall, count.
+    Read,
+    /// Also store and forget (and, for consolidators, the consolidation tools).
+    ReadWrite,
+}
+
+/// The memory interface a plugin is granted: how much of it, and in which scopes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryGrant {
+    /// `read` or `read-write`.
+    pub access: MemoryAccess,
+    /// Where the plugin may reach: `all`, or patterns `agent:<id>`, `user:<id>`,
+    /// `session:<id>` (`*` for any id). Every call must name each declared level and match
+    /// one of its patterns.
+    pub scopes: Vec<String>,
+}
+
+/// One parsed `capabilities.memory.scopes` pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopePattern {
+    /// Any scope at all.
+    All,
+    /// `level:id` or `level:*`.
+    Level {
+        /// `agent`, `user` or `session`.
+        level: ScopeLevel,
+        /// The id, or none for `*`.
+        id: Option<String>,
+    },
+}
+
+/// A level of memory scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ScopeLevel {
+    /// `agent:`.
+    Agent,
+    /// `user:`.
+    User,
+    /// `session:`.
+    Session,
+}
+
+impl ScopePattern {
+    /// The pattern `text` spells, if it is one.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text == "all" {
+            return Some(ScopePattern::All);
+        }
+        let (level, id) = text.split_once(':')?;
+        let level = match level {
+            "agent" => ScopeLevel::Agent,
+            "user" => ScopeLevel::User,
+            "session" => ScopeLevel::Session,
+            _ => return None,
+        };
+        let id = match id {
+            "*" => None,
+            "" => return None,
+            id => Some(id.to_string()),
+        };
+        Some(ScopePattern::Level { level, id })
+    }
+}
+
+/// What a plugin's sandbox is granted. Nothing is granted by default.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Capabilities {
+    /// Directories under the plugin's data dir.
+    #[serde(default)]
+    pub files: Vec<FileGrant>,
+    /// Outbound network destinations, `host` or `host:port` (TCP connect only).
+    #[serde(default)]
+    pub http: Vec<String>,
+    /// Host environment variables the plugin can read.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// The host's stdin and stdout (channels only).
+    #[serde(default)]
+    pub stdio: bool,
+    /// The memory interface.
+    #[serde(default)]
+    pub memory: Option<MemoryGrant>,
+    /// The LLM interface.
+    #[serde(default)]
+    pub llm: bool,
+    /// The key/value interface.
+    #[serde(default)]
+    pub kv: bool,
+    /// The lifecycle interface (`interrupted`).
+    #[serde(default)]
+    pub lifecycle: bool,
+}
+
+/// Resource limits of a plugin's sandbox.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Linear memory the plugin may grow to, in MiB (default 128).
+    pub memory_mb: u32,
+    /// Longest a single call into the plugin may run, in ms (default 5000).
+    pub timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_mb: 128,
+            timeout_ms: 5000,
+        }
+    }
+}
+
+use load::*;
+pub use load::{check_cron, is_valid_id, load_dir, load_file, parse_network_target};
+use validate::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write_manifest(dir: &Path, name: &str, body: &str) -> PathBuf {
+        std::fs::write(dir.join("ok.wasm"), COMPONENT_HEADER).expect("component");
+        let path = dir.join(name);
+        std::fs::write(&path, body).expect("manifest");
+        path
+    }
+
+    const GOOD: &str =
+        "id: counter\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.1\n";
+
+    #[test]
+    fn a_good_manifest_loads_with_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_manifest(dir.path(), "counter.yaml", GOOD);
+        let manifest = load_file(&path).expect("valid");
+        assert_eq!(manifest.id, "counter");
+        assert_eq!(manifest.limits.memory_mb, 128);
+        assert_eq!(manifest.api_version, ApiVersion::V0_1);
+        assert_eq!(manifest.config, serde_json::json!({}));
+    }
+
+    #[test]
+    fn unknown_keys_name_the_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = format!("{GOOD}capabilities:\n  files:\n    - name: notes\n      mod: rw\n");
+        let path = write_manifest(dir.path(), "p.yaml", &body);
+        let errors = load_file(&path).expect_err("unknown key");
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].field.starts_with("capabilities.files[0]"),
+            "{:?}",
+            errors[0]
+        );
+        assert!(
+            errors[0].message.contains("unknown field `mod`"),
+            "{:?}",
+            errors[0]
+        );
+    }
+
+    #[test]
+    fn every_semantic_problem_of_a_file_is_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: Bad_Id\nversion: one\nkind: channel\ncomponent: missing.wasm\napi: ^9\n\
+                    events:\n  subscribes: [session.ended]\n  emits: [session.ended, 'bad topic']\n\
+                    schedule:\n  - name: nightly\n    cron: '61 * * * *'\n\
+                    capabilities:\n  env: [lower]\n  http: ['exa mple.com']\n  files: [{name: '../x', mode: ro}]\n\
+                    limits:\n  memory_mb: 0\n";
+        let path = write_manifest(dir.path(), "p.yaml", body);
+        let errors = load_file(&path).expect_err("invalid");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        for expected in [
+            "id",
+            "version",
+            "api",
+            "component",
+            "events.subscribes",
+            "events.emits[0]",
+            "events.emits[1]",
+            "schedule[0].cron",
+            "schedule",
+            "capabilities.env[0]",
+            "capabilities.http[0]",
+            "capabilities.files[0].name",
+            "limits.memory_mb",
+        ] {
+            assert!(
+                fields.contains(&expected),
+                "missing {expected} in {fields:?}"
+            );
+        }
+        assert!(errors.iter().all(|e| e.file == path));
+    }
+
+    #[test]
+    fn a_core_module_is_not_a_component() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            dir.path().join("core.wasm"),
+            [0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00],
+        )
+        .expect("write");
+        let path = write_manifest(dir.path(), "p.yaml", &GOOD.replace("ok.wasm", "core.wasm"));
+        let errors = load_file(&path).expect_err("core module");
+        assert!(
+            errors[0].message.contains("core WebAssembly module"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn topic_patterns() {
+        assert!(is_valid_topic_pattern("schedule.*"));
+        assert!(is_valid_topic_pattern("*"));
+        assert!(is_valid_topic_pattern("session.ended"));
+        assert!(!is_valid_topic_pattern("session..ended"));
+        assert!(!is_valid_topic_pattern("session.*.ended"));
+        assert!(!is_valid_topic("a.*"));
+    }
+
+    #[test]
+    fn network_targets() {
+        assert_eq!(
+            parse_network_target("api.example.com"),
+            Some(("api.example.com".into(), None))
+        );
+        assert_eq!(
+            parse_network_target("127.0.0.1:8080"),
+            Some(("127.0.0.1".into(), Some(8080)))
+        );
+        assert_eq!(parse_network_target("host:0"), None);
+        assert_eq!(parse_network_target("-bad.com"), None);
+    }
+}

@@ -1,0 +1,315 @@
+//! Validating a raw manifest: every problem named by its field, the events, schedules
+//! and capabilities checked against the kind.
+
+use super::*;
+
+/// Check a raw manifest, reporting every problem; the manifest when none was found.
+pub(super) fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
+    let file = problems.file.to_path_buf();
+    if !is_valid_id(&raw.id) {
+        problems.add(
+            "id",
+            format!(
+                "`{}` is not a valid plugin id; expected lower-case letters, digits and single dashes, starting with a letter, at most 64 characters",
+                raw.id
+            ),
+        );
+    }
+    let version = Version::parse(&raw.version)
+        .map_err(|e| {
+            problems.add(
+                "version",
+                format!("`{}` is not a semver version like 1.2.3: {e}", raw.version),
+            )
+        })
+        .ok();
+    let (api, api_version) = validate_api(&raw, problems);
+    let component = validate_component(&raw, &file, problems);
+    let depends_on = validate_dependencies(&raw, problems);
+    validate_events(&raw, problems);
+    validate_capabilities(&raw, problems);
+    validate_limits(&raw.limits, problems);
+    let config = config_json(raw.config.as_ref(), problems);
+    Some(Manifest {
+        file,
+        id: raw.id,
+        version: version?,
+        kind: raw.kind,
+        description: raw.description,
+        component,
+        api: api?,
+        api_version: api_version?,
+        depends_on,
+        events: raw.events,
+        schedule: raw.schedule,
+        channel: raw.channel,
+        capabilities: raw.capabilities,
+        limits: raw.limits,
+        config,
+    })
+}
+
+/// The API requirement, and the newest host API version satisfying it.
+fn validate_api(
+    raw: &RawManifest,
+    problems: &mut Problems<'_>,
+) -> (Option<VersionReq>, Option<ApiVersion>) {
+    let api = VersionReq::parse(&raw.api)
+        .map_err(|e| {
+            problems.add(
+                "api",
+                format!("`{}` is not a semver requirement like ^0.1: {e}", raw.api),
+            )
+        })
+        .ok();
+    let api_version = api.as_ref().and_then(|req| {
+        let found = ApiVersion::newest_matching(req);
+        if found.is_none() {
+            let supported: Vec<String> = SUPPORTED_APIS
+                .iter()
+                .map(|a| a.version().to_string())
+                .collect();
+            problems.add(
+                "api",
+                format!(
+                    "`{}` matches no API this host supports (supported: {})",
+                    raw.api,
+                    supported.join(", ")
+                ),
+            );
+        }
+        found
+    });
+    (api, api_version)
+}
+
+/// The component's path, relative to the manifest; it must be a WebAssembly component.
+fn validate_component(raw: &RawManifest, file: &Path, problems: &mut Problems<'_>) -> PathBuf {
+    let base = file.parent().unwrap_or(Path::new("."));
+    let component = base.join(&raw.component);
+    if raw.component.as_os_str().is_empty() {
+        problems.add(
+            "component",
+            "expected a path to a .wasm component, relative to the manifest",
+        );
+    } else if let Err(message) = check_component_file(&component) {
+        problems.add("component", message);
+    }
+    component
+}
+
+/// The dependencies: valid ids, not the plugin itself, each once, semver requirements.
+fn validate_dependencies(raw: &RawManifest, problems: &mut Problems<'_>) -> Vec<Dependency> {
+    let mut depends_on = Vec::new();
+    let mut seen = BTreeSet::new();
+    for (i, dep) in raw.depends_on.iter().enumerate() {
+        if !is_valid_id(&dep.id) {
+            problems.add(
+                format!("depends_on[{i}].id"),
+                format!("`{}` is not a valid plugin id", dep.id),
+            );
+        } else if dep.id == raw.id {
+            problems.add(
+                format!("depends_on[{i}].id"),
+                "a plugin cannot depend on itself",
+            );
+        } else if !seen.insert(dep.id.clone()) {
+            problems.add(
+                format!("depends_on[{i}].id"),
+                format!("`{}` is listed twice", dep.id),
+            );
+        }
+        match VersionReq::parse(&dep.version) {
+            Ok(req) => depends_on.push(Dependency {
+                id: dep.id.clone(),
+                version: req,
+            }),
+            Err(e) => problems.add(
+                format!("depends_on[{i}].version"),
+                format!(
+                    "`{}` is not a semver requirement like ^1.2: {e}",
+                    dep.version
+                ),
+            ),
+        }
+    }
+    depends_on
+}
+
+/// Memory and time limits within their ranges.
+fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
+    if limits.memory_mb == 0 || limits.memory_mb > 4096 {
+        problems.add(
+            "limits.memory_mb",
+            format!("{} is out of range; expected 1 to 4096", limits.memory_mb),
+        );
+    }
+    if limits.timeout_ms == 0 || limits.timeout_ms > 600_000 {
+        problems.add(
+            "limits.timeout_ms",
+            format!(
+                "{} is out of range; expected 1 to 600000",
+                limits.timeout_ms
+            ),
+        );
+    }
+}
+
+/// The free-form `config` as the JSON handed to `init` (an empty object when absent).
+fn config_json(
+    config: Option<&serde_yaml::Value>,
+    problems: &mut Problems<'_>,
+) -> serde_json::Value {
+    match config {
+        None => serde_json::Value::Object(Default::default()),
+        Some(value) => serde_json::to_value(value).unwrap_or_else(|e| {
+            problems.add(
+                "config",
+                format!("expected JSON-compatible YAML (string keys): {e}"),
+            );
+            serde_json::Value::Null
+        }),
+    }
+}
+
+pub(super) fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
+    let world = World::of(raw.kind);
+    for (i, pattern) in raw.events.subscribes.iter().enumerate() {
+        if !is_valid_topic_pattern(pattern) {
+            problems.add(
+                format!("events.subscribes[{i}]"),
+                format!("`{pattern}` is not a topic; expected dot-separated segments of a-z 0-9 _ -, optionally ending in `.*`"),
+            );
+        }
+    }
+    if !raw.events.subscribes.is_empty() && world != World::Handler {
+        problems.add(
+            "events.subscribes",
+            format!("a {} cannot subscribe to events; expected kind handler, consolidator or sleep-handler", raw.kind),
+        );
+    }
+    for (i, topic) in raw.events.emits.iter().enumerate() {
+        if !is_valid_topic(topic) {
+            problems.add(
+                format!("events.emits[{i}]"),
+                format!("`{topic}` is not a topic; expected dot-separated segments of a-z 0-9 _ - (no patterns)"),
+            );
+        } else if HOST_TOPICS.contains(&topic.as_str())
+            || topic.starts_with("schedule.")
+            || topic.starts_with("plugin.")
+        {
+            problems.add(
+                format!("events.emits[{i}]"),
+                format!("`{topic}` is a host topic; plugins may subscribe to it but not emit it"),
+            );
+        }
+    }
+    let mut names = BTreeSet::new();
+    for (i, entry) in raw.schedule.iter().enumerate() {
+        if !is_topic_segment(&entry.name) {
+            problems.add(
+                format!("schedule[{i}].name"),
+                format!("`{}` is not a valid name; expected a-z 0-9 _ -", entry.name),
+            );
+        } else if !names.insert(entry.name.as_str()) {
+            problems.add(
+                format!("schedule[{i}].name"),
+                format!("`{}` is used twice", entry.name),
+            );
+        }
+        if let Err(message) = check_cron(&entry.cron) {
+            problems.add(
+                format!("schedule[{i}].cron"),
+                format!("`{}` is not a valid cron expression: {message}", entry.cron),
+            );
+        }
+    }
+    if !raw.schedule.is_empty() && world != World::Handler {
+        problems.add(
+            "schedule",
+            format!(
+                "a {} cannot have schedules; expected kind handler, consolidator or sleep-handler",
+                raw.kind
+            ),
+        );
+    }
+}
+
+pub(super) fn validate_capabilities(raw: &RawManifest, problems: &mut Problems<'_>) {
+    let caps = &raw.capabilities;
+    if raw.channel.is_some() && raw.kind != PluginKind::Channel {
+        problems.add(
+            "channel",
+            format!("channel options are for kind channel, not {}", raw.kind),
+        );
+    }
+    if let Some(channel) = &raw.channel
+        && channel.poll_interval_ms == Some(0)
+    {
+        problems.add(
+            "channel.poll_interval_ms",
+            "expected a positive number of milliseconds",
+        );
+    }
+    if caps.stdio && raw.kind != PluginKind::Channel {
+        problems.add(
+            "capabilities.stdio",
+            format!("only channels may use the host's stdio, not a {}", raw.kind),
+        );
+    }
+    if caps.memory.is_some() && raw.kind == PluginKind::MemoryBackend {
+        problems.add(
+            "capabilities.memory",
+            "a memory-backend is the memory; it cannot be granted the memory interface",
+        );
+    }
+    if let Some(grant) = &caps.memory {
+        if grant.scopes.is_empty() {
+            problems.add(
+                "capabilities.memory.scopes",
+                "expected at least one scope: `all`, or `agent:<id>`, `user:<id>`, `session:<id>` (`*` for any id)",
+            );
+        }
+        for (i, scope) in grant.scopes.iter().enumerate() {
+            if ScopePattern::parse(scope).is_none() {
+                problems.add(
+                    format!("capabilities.memory.scopes[{i}]"),
+                    format!("`{scope}` is not a scope; expected `all`, `agent:<id>`, `user:<id>` or `session:<id>` (`*` for any id)"),
+                );
+            }
+        }
+    }
+    let mut dir_names = BTreeSet::new();
+    for (i, grant) in caps.files.iter().enumerate() {
+        if !is_valid_dir_name(&grant.name) {
+            problems.add(
+                format!("capabilities.files[{i}].name"),
+                format!(
+                    "`{}` is not a directory name; expected a-z 0-9 - _ (no slashes or dots)",
+                    grant.name
+                ),
+            );
+        } else if !dir_names.insert(grant.name.as_str()) {
+            problems.add(
+                format!("capabilities.files[{i}].name"),
+                format!("`{}` is granted twice", grant.name),
+            );
+        }
+    }
+    for (i, target) in caps.http.iter().enumerate() {
+        if parse_network_target(target).is_none() {
+            problems.add(
+                format!("capabilities.http[{i}]"),
+                format!("`{target}` is not a destination; expected `host` or `host:port`"),
+            );
+        }
+    }
+    for (i, name) in caps.env.iter().enumerate() {
+        if !is_valid_env_name(name) {
+            problems.add(
+                format!("capabilities.env[{i}]"),
+                format!("`{name}` is not an environment variable name; expected A-Z 0-9 _"),
+            );
+        }
+    }
+}
