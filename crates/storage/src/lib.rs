@@ -1,11 +1,16 @@
-//! SQLite plumbing shared by every store: opening a database durably and migrating it.
+//! Cairn's storage: the interfaces the host's stores write and read through, their SQLite
+//! implementations, and the plumbing they share — opening a database durably, migrating it,
+//! and one group-commit writer per database.
 //!
-//! Each database file (`host.db`, later `buffer.db`, `journal.db`, `memory.db`) has its
+//! - [`buffer`]: [`buffer::BufferStore`] and `buffer.db`.
+//!
+//! Each database file (`host.db`, `buffer.db`, `journal.db`, `memory.db`) has its
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
 //! is kept in SQLite's `user_version`; migrations run in one transaction each.
 
 #![deny(missing_docs)]
 
+pub mod buffer;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

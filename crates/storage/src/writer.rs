@@ -6,7 +6,10 @@
 //! and commits once: one fsync covers the whole group. A caller is answered only after the
 //! commit, so an acknowledged write is on disk.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::mpsc;
+use std::task::{Context, Poll};
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -78,16 +81,18 @@ impl GroupWriter {
         self.work.send(work).map_err(|_| WriteError::Stopped)
     }
 
-    /// Queue `write`; the receiver yields its result once the group holding it committed.
+    /// Queue `write`; the receipt resolves once the group holding it committed.
     pub fn submit<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<oneshot::Receiver<Result<T, WriteError>>, WriteError> {
+    ) -> Receipt<T> {
         let (reply, receiver) = oneshot::channel();
-        self.enqueue(write, move |result| {
+        match self.enqueue(write, move |result| {
             let _ = reply.send(result);
-        })?;
-        Ok(receiver)
+        }) {
+            Ok(()) => Receipt(Some(Ok(receiver))),
+            Err(refused) => Receipt(Some(Err(refused))),
+        }
     }
 
     /// [`GroupWriter::submit`] and wait, for async callers.
@@ -95,23 +100,46 @@ impl GroupWriter {
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, WriteError> {
-        self.submit(write)?
-            .await
-            .unwrap_or(Err(WriteError::Stopped))
+        self.submit(write).await
     }
 
-    /// [`GroupWriter::submit`] and wait, blocking the calling thread. It works from any
-    /// thread, an async runtime's included (it waits on a plain channel, not on tokio), so
-    /// start-up code such as snapshot hydration may call it wherever it runs.
+    /// [`GroupWriter::submit`] and wait, blocking the calling thread (any thread, an async
+    /// runtime's included).
     pub fn write_blocking<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, WriteError> {
-        let (reply, answer) = std::sync::mpsc::sync_channel(1);
-        self.enqueue(write, move |result| {
-            let _ = reply.send(result);
-        })?;
-        answer.recv().unwrap_or(Err(WriteError::Stopped))
+        self.submit(write).wait()
+    }
+}
+
+/// A write queued on a store's writer. It resolves once the group holding the write has
+/// committed (or failed): `.await` it from async code, or [`Receipt::wait`] for it from a
+/// thread — an async runtime's thread included, since waiting never needs the runtime.
+#[must_use = "a write is acknowledged only once its receipt resolves"]
+pub struct Receipt<T>(Option<Result<oneshot::Receiver<Result<T, WriteError>>, WriteError>>);
+
+impl<T> Receipt<T> {
+    /// Block the calling thread until the write committed or failed.
+    pub fn wait(self) -> Result<T, WriteError> {
+        pollster::block_on(self)
+    }
+}
+
+impl<T> Future for Receipt<T> {
+    type Output = Result<T, WriteError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let state = &mut self.get_mut().0;
+        match state {
+            Some(Ok(receiver)) => Pin::new(receiver)
+                .poll(cx)
+                .map(|answer| answer.unwrap_or(Err(WriteError::Stopped))),
+            Some(Err(_)) | None => match state.take() {
+                Some(Err(refused)) => Poll::Ready(Err(refused)),
+                _ => Poll::Ready(Err(WriteError::Stopped)),
+            },
+        }
     }
 }
 
@@ -173,17 +201,13 @@ mod tests {
         conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
             .expect("schema");
         let writer = GroupWriter::spawn("test-writer", conn).expect("spawn");
-        let ok = writer
-            .submit(|c| c.execute("INSERT INTO t VALUES (1)", []))
-            .expect("queued");
-        let bad = writer
-            .submit(|c| {
-                c.execute("INSERT INTO t VALUES (2)", [])?;
-                c.execute("INSERT INTO t VALUES (NULL)", [])
-            })
-            .expect("queued");
-        assert_eq!(ok.blocking_recv().expect("answer").expect("first write"), 1);
-        assert!(bad.blocking_recv().expect("answer").is_err());
+        let ok = writer.submit(|c| c.execute("INSERT INTO t VALUES (1)", []));
+        let bad = writer.submit(|c| {
+            c.execute("INSERT INTO t VALUES (2)", [])?;
+            c.execute("INSERT INTO t VALUES (NULL)", [])
+        });
+        assert_eq!(ok.wait().expect("first write"), 1);
+        assert!(bad.wait().is_err());
         let rows = writer
             .write_blocking(|c| {
                 c.query_row("SELECT group_concat(x) FROM t", [], |r| {

@@ -2,33 +2,23 @@
 //!
 //! Producers (channel plugins through `buffer.push`, `cairn send`, webhooks) hand messages to
 //! [`Buffer::push`], which validates them at the edge and returns only once the row is on
-//! disk (group commit, see [`crate::store::writer`]). The router reads unrouted rows and records what it
-//! did with each batch in the same transaction that marks the batch's messages routed.
-//! The module owns the tables `messages`, `batches` and `tasks`.
-
-mod sql;
+//! disk (group commit). The router reads unrouted rows and records what it did with each
+//! batch in the same transaction that marks the batch's messages routed. The tables and
+//! their SQL live behind [`BufferStore`] in `cairn-storage` (`buffer.db` for SQLite).
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
-use crate::store::writer::{GroupWriter, WriteError};
-use crate::store::{self, Migrations, StoreError, now_ms};
+use cairn_storage::buffer::{BufferStore, MessageRow, SqliteBuffer};
+pub use cairn_storage::buffer::{MIGRATIONS, read_stats};
+use cairn_storage::writer::WriteError;
+use cairn_storage::{StoreError, now_ms};
 pub use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, MAX_DEDUP_KEY_BYTES, NewBatch,
     NewMessage, Route, StatusCounts, TaskRow, TaskStatus,
 };
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
-
-/// Migrations of `buffer.db`.
-pub const MIGRATIONS: Migrations = Migrations {
-    name: "buffer",
-    scripts: &[
-        include_str!("../../../migrations/buffer/0001_init.sql"),
-        include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
-    ],
-};
 
 /// Buffer settings (`buffer:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -73,6 +63,12 @@ pub enum BufferError {
     Storage(String),
 }
 
+impl From<StoreError> for BufferError {
+    fn from(error: StoreError) -> Self {
+        BufferError::Storage(error.to_string())
+    }
+}
+
 impl From<WriteError> for BufferError {
     fn from(error: WriteError) -> Self {
         match error {
@@ -82,33 +78,12 @@ impl From<WriteError> for BufferError {
     }
 }
 
-impl From<rusqlite::Error> for BufferError {
-    fn from(error: rusqlite::Error) -> Self {
-        BufferError::Storage(error.to_string())
-    }
-}
-
-/// A message that passed validation, with its priority and arrival time fixed.
-#[derive(Debug, Clone)]
-pub(crate) struct ValidMessage {
-    channel: String,
-    sender: String,
-    conversation: String,
-    payload: String,
-    priority: u32,
-    /// The priority is the channel's default, not one the producer or config chose.
-    priority_is_default: bool,
-    dedup_key: Option<String>,
-    received_at: i64,
-}
-
-/// The buffer of a data dir: a writer thread for writes, a connection for reads.
+/// The buffer of a data dir: validation and priorities at the edge, over a [`BufferStore`].
 pub struct Buffer {
     config: BufferConfig,
     /// Channel priorities from the manifests (of this host, or remembered from the last).
     channel_defaults: RwLock<BTreeMap<String, u32>>,
-    writer: GroupWriter,
-    reader: Mutex<Connection>,
+    store: Box<dyn BufferStore>,
 }
 
 /// Check a message at the edge and fix its priority and arrival time.
@@ -116,7 +91,7 @@ fn validate(
     message: NewMessage,
     config: &BufferConfig,
     channel_defaults: &BTreeMap<String, u32>,
-) -> Result<ValidMessage, BufferError> {
+) -> Result<MessageRow, BufferError> {
     for (field, value) in [
         ("channel", &message.channel),
         ("sender", &message.sender),
@@ -160,7 +135,7 @@ fn validate(
     let priority = chosen
         .or_else(|| channel_defaults.get(&message.channel).copied())
         .unwrap_or(config.default_priority);
-    Ok(ValidMessage {
+    Ok(MessageRow {
         channel: message.channel,
         sender: message.sender,
         conversation: message.conversation,
@@ -184,33 +159,20 @@ fn json_type_unless_object(text: &str) -> Option<&'static str> {
     }
 }
 
-fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
-    Ok(BufferedMessage {
-        id: row.get(0)?,
-        channel: row.get(1)?,
-        sender: row.get(2)?,
-        conversation: row.get(3)?,
-        payload: row.get(4)?,
-        received_at: row.get(5)?,
-        priority: row.get(6)?,
-    })
-}
-
-const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
-
 impl Buffer {
     /// Open `<data>/buffer.db` and start its writer thread. Channel priorities are the
     /// ones the last host on this data dir declared (see [`Buffer::set_channel_priorities`]).
-    pub fn open(data_dir: &Path, config: BufferConfig) -> Result<Self, StoreError> {
-        let path = data_dir.join("buffer.db");
-        let (writer, reader) = store::open_with_writer(&path, &MIGRATIONS, "buffer-writer")?;
-        let channel_defaults =
-            sql::channel_priorities(&reader).map_err(|source| StoreError::Open { path, source })?;
+    pub fn open(data_dir: &Path, config: BufferConfig) -> Result<Self, BufferError> {
+        Self::over(Box::new(SqliteBuffer::open(data_dir)?), config)
+    }
+
+    /// The buffer service over any store.
+    pub fn over(store: Box<dyn BufferStore>, config: BufferConfig) -> Result<Self, BufferError> {
+        let channel_defaults = store.channel_priorities()?;
         Ok(Self {
             config,
             channel_defaults: RwLock::new(channel_defaults),
-            writer,
-            reader: Mutex::new(reader),
+            store,
         })
     }
 
@@ -221,11 +183,10 @@ impl Buffer {
         &self,
         priorities: BTreeMap<String, u32>,
     ) -> Result<usize, BufferError> {
-        let default_priority = self.config.default_priority;
-        let remembered = priorities.clone();
-        let changed = self.writer.write_blocking(move |conn| {
-            sql::set_channel_priorities(conn, &remembered, default_priority)
-        })?;
+        let changed = self
+            .store
+            .set_channel_priorities(priorities.clone(), self.config.default_priority)
+            .wait()?;
         *self
             .channel_defaults
             .write()
@@ -233,7 +194,7 @@ impl Buffer {
         Ok(changed)
     }
 
-    fn validate(&self, message: NewMessage) -> Result<ValidMessage, BufferError> {
+    fn validate(&self, message: NewMessage) -> Result<MessageRow, BufferError> {
         let defaults = self
             .channel_defaults
             .read()
@@ -246,56 +207,29 @@ impl Buffer {
         &self.config
     }
 
-    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.reader.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Validate and store a message; returns its id once it is on disk (the first message's
-    /// id when its dedup key was stored before). Blocks the calling
-    /// thread: use [`Buffer::push_async`] from async code.
+    /// id when its dedup key was stored before). Blocks the calling thread: use
+    /// [`Buffer::push_async`] from async code.
     pub fn push(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let valid = self.validate(message)?;
-        Ok(self
-            .writer
-            .write_blocking(move |conn| sql::insert(conn, &valid))?)
+        Ok(self.store.insert(self.validate(message)?).wait()?)
     }
 
     /// [`Buffer::push`] for async callers.
     pub async fn push_async(&self, message: NewMessage) -> Result<i64, BufferError> {
-        let valid = self.validate(message)?;
-        Ok(self
-            .writer
-            .write(move |conn| sql::insert(conn, &valid))
-            .await?)
+        let receipt = self.store.insert(self.validate(message)?);
+        Ok(receipt.await?)
     }
 
     /// Unrouted messages, most urgent first (priority, then arrival).
     pub fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, BufferError> {
-        let conn = self.reader();
-        let mut statement = conn.prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE routed = 0 ORDER BY priority, id LIMIT ?1"
-        ))?;
-        let rows = statement
-            .query_map(params![limit as i64], read_message)?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(rows)
+        Ok(self.store.unrouted(limit)?)
     }
 
     /// Whether a channel still has work in the buffer: unrouted messages, or batches or
     /// tasks queued or running. A host asked to stop by its terminal waits for this to
     /// turn false, so what was typed gets its answer first.
     pub fn has_pending_work(&self, channel: &str) -> Result<bool, BufferError> {
-        let conn = self.reader();
-        let pending = conn
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM messages WHERE routed = 0 AND channel = ?1)
-                     OR EXISTS (SELECT 1 FROM batches WHERE channel = ?1 AND route = 'main'
-                                  AND status IN ('queued', 'running'))
-                     OR EXISTS (SELECT 1 FROM tasks t JOIN batches b ON b.id = t.batch_id
-                                 WHERE b.channel = ?1 AND t.status IN ('queued', 'running'))",
-            )?
-            .query_row(params![channel], |row| row.get(0))?;
-        Ok(pending)
+        Ok(self.store.has_pending_work(channel)?)
     }
 
     /// Record a batch and mark its messages routed in one transaction.
@@ -305,15 +239,12 @@ impl Buffer {
                 "a batch needs at least one message".into(),
             ));
         }
-        self.writer
-            .write(move |conn| sql::route(conn, &batch))
-            .await
-            .map_err(BufferError::from)
+        Ok(self.store.route(batch).await?)
     }
 
     /// Take the most urgent queued main batch (marking it running).
     pub async fn claim_main_batch(&self) -> Result<Option<Batch>, BufferError> {
-        match self.writer.write(sql::claim_main).await? {
+        match self.store.claim_main().await? {
             Some(id) => self.batch(id),
             None => Ok(None),
         }
@@ -327,17 +258,12 @@ impl Buffer {
         reply: Option<String>,
         error: Option<String>,
     ) -> Result<(), BufferError> {
-        Ok(self
-            .writer
-            .write(move |conn| {
-                sql::finish_batch(conn, id, status, reply.as_deref(), error.as_deref())
-            })
-            .await?)
+        Ok(self.store.finish_batch(id, status, reply, error).await?)
     }
 
     /// Take the oldest queued task (marking it running), with its batch.
     pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
-        match self.writer.write(sql::claim_task).await? {
+        match self.store.claim_task().await? {
             Some((task, batch_id)) => Ok(self.batch(batch_id)?.map(|batch| (task, batch))),
             None => Ok(None),
         }
@@ -351,28 +277,20 @@ impl Buffer {
         result: Option<String>,
         error: Option<String>,
     ) -> Result<(), BufferError> {
-        Ok(self
-            .writer
-            .write(move |conn| {
-                sql::finish_task(conn, id, status, result.as_deref(), error.as_deref())
-            })
-            .await?)
+        Ok(self.store.finish_task(id, status, result, error).await?)
     }
 
     /// Put batches and tasks left running by a stopped host back in the queue; returns
     /// how many of each.
     pub async fn requeue_interrupted(&self) -> Result<(usize, usize), BufferError> {
-        Ok(self.writer.write(sql::requeue).await?)
+        Ok(self.store.requeue().await?)
     }
 
     /// Remove routed messages (and finished batches and tasks) older than `retention_days`;
     /// unrouted messages and unfinished work are never removed. Returns (messages, batches).
     pub async fn prune(&self) -> Result<(usize, usize), BufferError> {
         let before_ms = now_ms() - i64::from(self.config.retention_days) * 86_400_000;
-        self.writer
-            .write(move |conn| sql::prune(conn, before_ms))
-            .await
-            .map_err(BufferError::from)
+        Ok(self.store.prune(before_ms).await?)
     }
 
     /// Prune now, then once a day, until `stop` turns true.
@@ -394,109 +312,13 @@ impl Buffer {
 
     /// A batch with its messages.
     pub fn batch(&self, id: i64) -> Result<Option<Batch>, BufferError> {
-        let conn = self.reader();
-        let head = conn
-            .query_row(
-                "SELECT channel, conversation, priority FROM batches WHERE id = ?1",
-                params![id],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, String>(1)?,
-                        row.get::<_, u32>(2)?,
-                    ))
-                },
-            )
-            .optional()?;
-        let Some((channel, conversation, priority)) = head else {
-            return Ok(None);
-        };
-        let mut statement = conn.prepare_cached(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE batch_id = ?1 ORDER BY id"
-        ))?;
-        let messages = statement
-            .query_map(params![id], read_message)?
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Some(Batch {
-            id,
-            channel,
-            conversation,
-            priority,
-            messages,
-        }))
+        Ok(self.store.batch(id)?)
     }
 
     /// Depth, per-channel breakdown, batch and task counts.
     pub fn stats(&self) -> Result<BufferStats, BufferError> {
-        Ok(stats(&self.reader())?)
+        Ok(self.store.stats()?)
     }
-}
-
-/// Read buffer statistics from a connection (also used by `cairn status` without a host).
-pub fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
-    let mut statement = conn.prepare_cached(
-        "SELECT channel, count(*), min(received_at) FROM messages WHERE routed = 0 GROUP BY channel ORDER BY channel",
-    )?;
-    let channels = statement
-        .query_map([], |row| {
-            Ok(ChannelDepth {
-                channel: row.get(0)?,
-                unrouted: row.get(1)?,
-                oldest_received_at: row.get(2)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    let depth = channels.iter().map(|c| c.unrouted).sum();
-    let oldest = channels.iter().map(|c| c.oldest_received_at).min();
-    let stored: i64 = conn.query_row("SELECT count(*) FROM messages", [], |row| row.get(0))?;
-    let counts = |sql: &str| -> Result<StatusCounts, rusqlite::Error> {
-        let mut statement = conn.prepare_cached(sql)?;
-        let rows = statement
-            .query_map([], |row| {
-                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
-            })?
-            .collect::<Result<StatusCounts, _>>()?;
-        Ok(rows)
-    };
-    let batches =
-        counts("SELECT route || '/' || status, count(*) FROM batches GROUP BY route, status")?;
-    let tasks = counts("SELECT status, count(*) FROM tasks GROUP BY status")?;
-    let mut statement = conn.prepare_cached(
-        "SELECT id, batch_id, status, result, error, created_at, finished_at FROM tasks ORDER BY id DESC LIMIT 10",
-    )?;
-    let recent_tasks = statement
-        .query_map([], |row| {
-            Ok(TaskRow {
-                id: row.get(0)?,
-                batch_id: row.get(1)?,
-                status: row.get(2)?,
-                result: row.get(3)?,
-                error: row.get(4)?,
-                created_at: row.get(5)?,
-                finished_at: row.get(6)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(BufferStats {
-        depth,
-        oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
-        channels,
-        stored,
-        batches,
-        tasks,
-        recent_tasks,
-    })
-}
-
-/// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
-pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StoreError> {
-    let path = data_dir.join("buffer.db");
-    let Some(conn) = store::open_read_only(&path)? else {
-        return Ok(None);
-    };
-    stats(&conn)
-        .map(Some)
-        .map_err(|source| StoreError::Open { path, source })
 }
 
 #[cfg(test)]

@@ -1,0 +1,532 @@
+//! The buffer's storage: the [`BufferStore`] interface the host's buffer service writes
+//! and reads through, and its SQLite implementation over `buffer.db` (WAL, group commit).
+//! The tables are `messages`, `batches`, `tasks` and `channel_priorities`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Mutex;
+
+use cairn_vocab::buffer::{
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
+    TaskRow, TaskStatus,
+};
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::writer::{GroupWriter, Receipt, WriteError};
+use crate::{Migrations, StoreError, now_ms, open_read_only, open_with_writer};
+
+/// Migrations of `buffer.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "buffer",
+    scripts: &[
+        include_str!("../../../migrations/buffer/0001_init.sql"),
+        include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
+    ],
+};
+
+/// A message that passed the buffer's checks, with its priority and arrival time fixed.
+#[derive(Debug, Clone)]
+pub struct MessageRow {
+    /// The channel it came through.
+    pub channel: String,
+    /// Who sent it.
+    pub sender: String,
+    /// Its conversation.
+    pub conversation: String,
+    /// The payload, a JSON object as text.
+    pub payload: String,
+    /// Lower is served first.
+    pub priority: u32,
+    /// The priority is the channel's default, not one the producer or config chose.
+    pub priority_is_default: bool,
+    /// The producer's id for it; a second message with the key stores nothing.
+    pub dedup_key: Option<String>,
+    /// Arrival (ms since the epoch).
+    pub received_at: i64,
+}
+
+/// Where the buffer keeps messages, batches and tasks. Writes return a [`Receipt`] that
+/// resolves once the write is on disk, awaited by async callers or waited for by threads.
+pub trait BufferStore: Send + Sync {
+    /// Store a message; its id (the first message's id when its dedup key is known).
+    fn insert(&self, message: MessageRow) -> Receipt<i64>;
+    /// The channel priorities the last host remembered.
+    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, WriteError>;
+    /// Remember channel priorities and give unrouted default-priority messages theirs;
+    /// how many messages changed.
+    fn set_channel_priorities(
+        &self,
+        priorities: BTreeMap<String, u32>,
+        default_priority: u32,
+    ) -> Receipt<usize>;
+    /// Unrouted messages, most urgent first (priority, then arrival).
+    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, WriteError>;
+    /// Whether a channel has unrouted messages, or batches or tasks queued or running.
+    fn has_pending_work(&self, channel: &str) -> Result<bool, WriteError>;
+    /// Record a batch and mark its messages routed, all or nothing; its id.
+    fn route(&self, batch: NewBatch) -> Receipt<i64>;
+    /// Mark the most urgent queued main batch running; its id.
+    fn claim_main(&self) -> Receipt<Option<i64>>;
+    /// Record how a main batch ended.
+    fn finish_batch(
+        &self,
+        id: i64,
+        status: BatchStatus,
+        reply: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()>;
+    /// Mark the oldest queued task running; (task id, batch id).
+    fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
+    /// Record how a task ended.
+    fn finish_task(
+        &self,
+        id: i64,
+        status: TaskStatus,
+        result: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()>;
+    /// Put batches and tasks left running by a stopped host back in the queue.
+    fn requeue(&self) -> Receipt<(usize, usize)>;
+    /// Remove routed messages and finished work older than `before_ms`.
+    fn prune(&self, before_ms: i64) -> Receipt<(usize, usize)>;
+    /// A batch with its messages.
+    fn batch(&self, id: i64) -> Result<Option<Batch>, WriteError>;
+    /// Depth, per-channel breakdown, batch and task counts.
+    fn stats(&self) -> Result<BufferStats, WriteError>;
+}
+
+/// `buffer.db`: a writer thread for writes, a connection for reads.
+pub struct SqliteBuffer {
+    writer: GroupWriter,
+    reader: Mutex<Connection>,
+}
+
+impl SqliteBuffer {
+    /// Open (creating and migrating) `<data>/buffer.db` and start its writer thread.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let (writer, reader) =
+            open_with_writer(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?;
+        Ok(Self {
+            writer,
+            reader: Mutex::new(reader),
+        })
+    }
+
+    fn read<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, WriteError> {
+        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        read(&conn).map_err(|e| WriteError::Sqlite(e.to_string()))
+    }
+}
+
+impl BufferStore for SqliteBuffer {
+    fn insert(&self, message: MessageRow) -> Receipt<i64> {
+        self.writer.submit(move |conn| insert(conn, &message))
+    }
+
+    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, WriteError> {
+        self.read(channel_priorities)
+    }
+
+    fn set_channel_priorities(
+        &self,
+        priorities: BTreeMap<String, u32>,
+        default_priority: u32,
+    ) -> Receipt<usize> {
+        self.writer
+            .submit(move |conn| set_channel_priorities(conn, &priorities, default_priority))
+    }
+
+    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, WriteError> {
+        self.read(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages WHERE routed = 0 ORDER BY priority, id LIMIT ?1"
+            ))?
+            .query_map(params![limit as i64], read_message)?
+            .collect()
+        })
+    }
+
+    fn has_pending_work(&self, channel: &str) -> Result<bool, WriteError> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM messages WHERE routed = 0 AND channel = ?1)
+                     OR EXISTS (SELECT 1 FROM batches WHERE channel = ?1 AND route = 'main'
+                                  AND status IN ('queued', 'running'))
+                     OR EXISTS (SELECT 1 FROM tasks t JOIN batches b ON b.id = t.batch_id
+                                 WHERE b.channel = ?1 AND t.status IN ('queued', 'running'))",
+            )?
+            .query_row(params![channel], |row| row.get(0))
+        })
+    }
+
+    fn route(&self, batch: NewBatch) -> Receipt<i64> {
+        self.writer.submit(move |conn| route(conn, &batch))
+    }
+
+    fn claim_main(&self) -> Receipt<Option<i64>> {
+        self.writer.submit(claim_main)
+    }
+
+    fn finish_batch(
+        &self,
+        id: i64,
+        status: BatchStatus,
+        reply: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()> {
+        self.writer
+            .submit(move |conn| finish_batch(conn, id, status, reply.as_deref(), error.as_deref()))
+    }
+
+    fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
+        self.writer.submit(claim_task)
+    }
+
+    fn finish_task(
+        &self,
+        id: i64,
+        status: TaskStatus,
+        result: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()> {
+        self.writer
+            .submit(move |conn| finish_task(conn, id, status, result.as_deref(), error.as_deref()))
+    }
+
+    fn requeue(&self) -> Receipt<(usize, usize)> {
+        self.writer.submit(requeue)
+    }
+
+    fn prune(&self, before_ms: i64) -> Receipt<(usize, usize)> {
+        self.writer.submit(move |conn| prune(conn, before_ms))
+    }
+
+    fn batch(&self, id: i64) -> Result<Option<Batch>, WriteError> {
+        self.read(|conn| read_batch(conn, id))
+    }
+
+    fn stats(&self) -> Result<BufferStats, WriteError> {
+        self.read(stats)
+    }
+}
+
+/// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
+pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StoreError> {
+    let path = data_dir.join("buffer.db");
+    let Some(conn) = open_read_only(&path)? else {
+        return Ok(None);
+    };
+    stats(&conn)
+        .map(Some)
+        .map_err(|source| StoreError::Open { path, source })
+}
+
+const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
+
+fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
+    Ok(BufferedMessage {
+        id: row.get(0)?,
+        channel: row.get(1)?,
+        sender: row.get(2)?,
+        conversation: row.get(3)?,
+        payload: row.get(4)?,
+        received_at: row.get(5)?,
+        priority: row.get(6)?,
+    })
+}
+
+/// A batch with its messages, in id order.
+fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
+    let head = conn
+        .query_row(
+            "SELECT channel, conversation, priority FROM batches WHERE id = ?1",
+            params![id],
+            |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, u32>(2)?,
+                ))
+            },
+        )
+        .optional()?;
+    let Some((channel, conversation, priority)) = head else {
+        return Ok(None);
+    };
+    let messages = conn
+        .prepare_cached(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages WHERE batch_id = ?1 ORDER BY id"
+        ))?
+        .query_map(params![id], read_message)?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Some(Batch {
+        id,
+        channel,
+        conversation,
+        priority,
+        messages,
+    }))
+}
+
+/// Read buffer statistics from a connection (also used by `cairn status` without a host).
+fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
+    let mut statement = conn.prepare_cached(
+        "SELECT channel, count(*), min(received_at) FROM messages WHERE routed = 0 GROUP BY channel ORDER BY channel",
+    )?;
+    let channels = statement
+        .query_map([], |row| {
+            Ok(ChannelDepth {
+                channel: row.get(0)?,
+                unrouted: row.get(1)?,
+                oldest_received_at: row.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    let depth = channels.iter().map(|c| c.unrouted).sum();
+    let oldest = channels.iter().map(|c| c.oldest_received_at).min();
+    let stored: i64 = conn.query_row("SELECT count(*) FROM messages", [], |row| row.get(0))?;
+    let counts = |sql: &str| -> Result<StatusCounts, rusqlite::Error> {
+        let mut statement = conn.prepare_cached(sql)?;
+        let rows = statement
+            .query_map([], |row| {
+                Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+            })?
+            .collect::<Result<StatusCounts, _>>()?;
+        Ok(rows)
+    };
+    let batches =
+        counts("SELECT route || '/' || status, count(*) FROM batches GROUP BY route, status")?;
+    let tasks = counts("SELECT status, count(*) FROM tasks GROUP BY status")?;
+    let mut statement = conn.prepare_cached(
+        "SELECT id, batch_id, status, result, error, created_at, finished_at FROM tasks ORDER BY id DESC LIMIT 10",
+    )?;
+    let recent_tasks = statement
+        .query_map([], |row| {
+            Ok(TaskRow {
+                id: row.get(0)?,
+                batch_id: row.get(1)?,
+                status: row.get(2)?,
+                result: row.get(3)?,
+                error: row.get(4)?,
+                created_at: row.get(5)?,
+                finished_at: row.get(6)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(BufferStats {
+        depth,
+        oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
+        channels,
+        stored,
+        batches,
+        tasks,
+        recent_tasks,
+    })
+}
+
+/// Store a validated message; returns its id. A message whose dedup key this channel has
+/// already stored is not stored again: the first message's id is returned.
+fn insert(conn: &Connection, message: &MessageRow) -> rusqlite::Result<i64> {
+    if let Some(key) = &message.dedup_key {
+        let first: Option<i64> = conn
+            .prepare_cached("SELECT id FROM messages WHERE channel = ?1 AND dedup_key = ?2")?
+            .query_row(params![message.channel, key], |row| row.get(0))
+            .optional()?;
+        if let Some(id) = first {
+            return Ok(id);
+        }
+    }
+    conn.prepare_cached(
+        "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority,
+                               priority_is_default, dedup_key)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        message.channel,
+        message.sender,
+        message.conversation,
+        message.payload,
+        message.received_at,
+        message.priority,
+        message.priority_is_default,
+        message.dedup_key
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Replace the remembered channel priorities and give unrouted messages that carry their
+/// channel's default priority the new one; returns how many messages changed.
+fn set_channel_priorities(
+    conn: &Connection,
+    priorities: &BTreeMap<String, u32>,
+    default_priority: u32,
+) -> rusqlite::Result<usize> {
+    conn.execute("DELETE FROM channel_priorities", [])?;
+    let mut insert =
+        conn.prepare_cached("INSERT INTO channel_priorities (channel, priority) VALUES (?1, ?2)")?;
+    for (channel, priority) in priorities {
+        insert.execute(params![channel, priority])?;
+    }
+    conn.execute(
+        "UPDATE messages
+            SET priority = coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)
+          WHERE routed = 0 AND priority_is_default = 1
+            AND priority IS NOT coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)",
+        params![default_priority],
+    )
+}
+
+/// The remembered channel priorities.
+fn channel_priorities(conn: &Connection) -> rusqlite::Result<BTreeMap<String, u32>> {
+    conn.prepare("SELECT channel, priority FROM channel_priorities")?
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
+        .collect()
+}
+
+/// Record a batch and mark its messages routed, all or nothing.
+fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
+    let status = match batch.route {
+        Route::Main => BatchStatus::Queued,
+        Route::Spawn => BatchStatus::Spawned,
+        Route::Drop => BatchStatus::Dropped,
+    }
+    .as_str();
+    let now = now_ms();
+    conn.execute(
+        "INSERT INTO batches (channel, conversation, priority, route, rule, message_count, status, created_at, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN ?7 = 'dropped' THEN ?8 END)",
+        params![
+            batch.channel,
+            batch.conversation,
+            batch.priority,
+            batch.route.as_str(),
+            batch.rule,
+            batch.message_ids.len() as i64,
+            status,
+            now
+        ],
+    )?;
+    let batch_id = conn.last_insert_rowid();
+    let mut mark = conn.prepare_cached(
+        "UPDATE messages SET routed = 1, batch_id = ?1 WHERE id = ?2 AND routed = 0",
+    )?;
+    for id in &batch.message_ids {
+        if mark.execute(params![batch_id, id])? != 1 {
+            // Already routed (or gone): refuse the whole batch rather than double-route.
+            return Err(rusqlite::Error::StatementChangedRows(0));
+        }
+    }
+    if batch.route == Route::Spawn {
+        conn.execute(
+            "INSERT INTO tasks (batch_id, status, created_at) VALUES (?1, 'queued', ?2)",
+            params![batch_id, now],
+        )?;
+    }
+    Ok(batch_id)
+}
+
+/// Mark the most urgent queued main batch running; returns its id.
+fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    let id: Option<i64> = conn
+        .query_row(
+            "SELECT id FROM batches WHERE route = 'main' AND status = 'queued' ORDER BY priority, id LIMIT 1",
+            [],
+            |row| row.get(0),
+        )
+        .optional()?;
+    if let Some(id) = id {
+        conn.execute(
+            "UPDATE batches SET status = 'running', started_at = ?2 WHERE id = ?1",
+            params![id, now_ms()],
+        )?;
+    }
+    Ok(id)
+}
+
+/// Record how a main batch ended.
+fn finish_batch(
+    conn: &Connection,
+    id: i64,
+    status: BatchStatus,
+    reply: Option<&str>,
+    error: Option<&str>,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE batches SET status = ?2, reply = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
+        params![id, status.as_str(), reply, error, now_ms()],
+    )?;
+    Ok(())
+}
+
+/// Mark the oldest queued task running; returns (task id, batch id).
+fn claim_task(conn: &Connection) -> rusqlite::Result<Option<(i64, i64)>> {
+    let claimed: Option<(i64, i64)> = conn
+        .query_row(
+            "SELECT id, batch_id FROM tasks WHERE status = 'queued' ORDER BY id LIMIT 1",
+            [],
+            |row| Ok((row.get(0)?, row.get(1)?)),
+        )
+        .optional()?;
+    if let Some((id, _)) = claimed {
+        conn.execute(
+            "UPDATE tasks SET status = 'running', started_at = ?2 WHERE id = ?1",
+            params![id, now_ms()],
+        )?;
+    }
+    Ok(claimed)
+}
+
+/// Record how a task ended.
+fn finish_task(
+    conn: &Connection,
+    id: i64,
+    status: TaskStatus,
+    result: Option<&str>,
+    error: Option<&str>,
+) -> rusqlite::Result<()> {
+    conn.execute(
+        "UPDATE tasks SET status = ?2, result = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
+        params![id, status.as_str(), result, error, now_ms()],
+    )?;
+    Ok(())
+}
+
+/// Put running batches and tasks back in the queue; returns how many of each.
+fn requeue(conn: &Connection) -> rusqlite::Result<(usize, usize)> {
+    let batches = conn.execute(
+        "UPDATE batches SET status = 'queued', started_at = NULL WHERE route = 'main' AND status = 'running'",
+        [],
+    )?;
+    let tasks = conn.execute(
+        "UPDATE tasks SET status = 'queued', started_at = NULL WHERE status = 'running'",
+        [],
+    )?;
+    Ok((batches, tasks))
+}
+
+/// Delete finished work older than `before_ms`; returns (messages, batches) deleted.
+fn prune(conn: &Connection, before_ms: i64) -> rusqlite::Result<(usize, usize)> {
+    // Only messages whose batch is finished go: a queued main batch or an unfinished task
+    // still needs its messages, however old.
+    let finished_batches = "SELECT id FROM batches WHERE status IN ('done', 'failed', 'dropped')
+         OR (status = 'spawned' AND id IN (SELECT batch_id FROM tasks WHERE status IN ('done', 'failed')))";
+    let messages = conn.execute(
+        &format!("DELETE FROM messages WHERE routed = 1 AND received_at < ?1 AND batch_id IN ({finished_batches})"),
+        params![before_ms],
+    )?;
+    conn.execute(
+        "DELETE FROM tasks WHERE status IN ('done', 'failed') AND finished_at < ?1
+           AND batch_id NOT IN (SELECT batch_id FROM messages WHERE batch_id IS NOT NULL)",
+        params![before_ms],
+    )?;
+    let batches = conn.execute(
+        "DELETE FROM batches WHERE created_at < ?1 AND status IN ('done', 'failed', 'dropped', 'spawned')
+           AND id NOT IN (SELECT batch_id FROM messages WHERE batch_id IS NOT NULL)
+           AND id NOT IN (SELECT batch_id FROM tasks)",
+        params![before_ms],
+    )?;
+    Ok((messages, batches))
+}
