@@ -3,6 +3,7 @@
 //! and one group-commit writer per database.
 //!
 //! - [`buffer`]: [`buffer::BufferStore`] and `buffer.db`.
+//! - [`journal`]: [`journal::JournalStore`], [`journal::JournalAdmin`] and `journal.db`.
 //!
 //! Each database file (`host.db`, `buffer.db`, `journal.db`, `memory.db`) has its
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
@@ -11,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod buffer;
+pub mod journal;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use super::BadInput;
-use crate::journal;
+use crate::journal::{self, JournalAdmin};
 use crate::plugin::manifest::is_valid_topic_pattern;
 
 #[derive(Subcommand, Debug)]
@@ -110,10 +110,10 @@ fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) ->
         .into());
     }
     let patterns = vec![topic.to_string()];
-    let mut conn = journal::open_read_only(data_dir)?;
+    let mut admin = JournalAdmin::open_read_only(data_dir)?;
     let mut last = 0;
-    if let Some(conn) = &conn {
-        for event in journal::recent(conn, &patterns, limit)? {
+    if let Some(admin) = &admin {
+        for event in admin.recent(&patterns, limit)? {
             last = event.seq;
             print_event(&event, json)?;
         }
@@ -124,11 +124,11 @@ fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) ->
     // Runs until the user interrupts it.
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
-        if conn.is_none() {
-            conn = journal::open_read_only(data_dir)?;
+        if admin.is_none() {
+            admin = JournalAdmin::open_read_only(data_dir)?;
         }
-        if let Some(conn) = &conn {
-            for event in journal::events_after(conn, last, &patterns, 1000)? {
+        if let Some(admin) = &admin {
+            for event in admin.events_after(last, &patterns, 1000)? {
                 last = event.seq;
                 print_event(&event, json)?;
             }
@@ -141,8 +141,7 @@ fn replay(data_dir: &Path, subscriber: &str, from: i64) -> Result<ExitCode> {
     if from < 1 {
         return Err(BadInput("--from: expected a sequence number of 1 or more".into()).into());
     }
-    let conn = journal::open_for_admin(data_dir)?;
-    if !journal::replay_from(&conn, subscriber, from)? {
+    if !JournalAdmin::open(data_dir)?.replay_from(subscriber, from)? {
         return Err(BadInput(format!(
             "--subscriber: no subscriber `{subscriber}` in this journal"
         ))
@@ -162,16 +161,13 @@ fn settle_dead_letters(
     if subscriber.is_none() && id.is_none() {
         return Err(BadInput("name the dead letters: --subscriber ID and/or --id N".into()).into());
     }
-    let conn = journal::open_for_admin(data_dir)?;
+    let admin = JournalAdmin::open(data_dir)?;
     let (changed, done) = match action {
         DeadLetterAction::Retry => (
-            journal::retry_dead_letters(&conn, subscriber, id)?,
+            admin.retry_dead_letters(subscriber, id)?,
             "queued for retry",
         ),
-        _ => (
-            journal::discard_dead_letters(&conn, subscriber, id)?,
-            "discarded",
-        ),
+        _ => (admin.discard_dead_letters(subscriber, id)?, "discarded"),
     };
     println!("{changed} dead letter(s) {done}");
     Ok(ExitCode::SUCCESS)
@@ -179,8 +175,8 @@ fn settle_dead_letters(
 
 /// Print the newest dead letters.
 fn list_dead_letters(data_dir: &Path, limit: usize, json: bool) -> Result<ExitCode> {
-    let letters = match journal::open_read_only(data_dir)? {
-        Some(conn) => journal::dead_letters(&conn, limit)?,
+    let letters = match JournalAdmin::open_read_only(data_dir)? {
+        Some(admin) => admin.dead_letters(limit)?,
         None => Vec::new(),
     };
     if json {

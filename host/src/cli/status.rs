@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::lock;
 use crate::buffer;
-use crate::journal;
+use crate::journal::JournalAdmin;
 use crate::plugin::status;
 
 fn age(since_ms: i64) -> String {
@@ -25,8 +25,8 @@ fn age(since_ms: i64) -> String {
 /// `cairn status`: print the data dir's host, plugins, buffer and subscribers.
 pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
     let buffer_stats = buffer::read_stats(data_dir)?;
-    let subscribers = match journal::open_read_only(data_dir)? {
-        Some(conn) => journal::subscriber_lags(&conn)?,
+    let subscribers = match JournalAdmin::open_read_only(data_dir)? {
+        Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),
     };
     let Some(status::StatusReport { host: run, plugins }) = status::read(data_dir)? else {

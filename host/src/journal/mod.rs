@@ -10,24 +10,17 @@
 pub mod dispatch;
 
 use std::path::Path;
-use std::sync::Mutex;
 
-use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+pub use cairn_storage::journal::{JournalAdmin, MIGRATIONS};
+use cairn_storage::journal::{JournalStore, SqliteJournal};
+use cairn_storage::writer::WriteError;
+use cairn_storage::{StoreError, now_ms};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 use crate::plugin::manifest::{is_valid_topic, is_valid_topic_pattern};
-use crate::store::writer::{GroupWriter, WriteError};
-use crate::store::{self, Migrations, StoreError, now_ms};
 pub use cairn_vocab::event::{DeadLetter, Event, NewEvent, SubscriberLag};
 pub use cairn_vocab::topic::topic_matches;
-
-/// Migrations of `journal.db`.
-pub const MIGRATIONS: Migrations = Migrations {
-    name: "journal",
-    scripts: &[include_str!("../../../migrations/journal/0001_init.sql")],
-};
 
 /// Journal settings (`journal:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -80,99 +73,38 @@ impl From<WriteError> for JournalError {
     }
 }
 
-impl From<rusqlite::Error> for JournalError {
-    fn from(error: rusqlite::Error) -> Self {
+impl From<StoreError> for JournalError {
+    fn from(error: StoreError) -> Self {
         JournalError::Storage(error.to_string())
     }
 }
 
-/// SQL selecting events after `after` whose topic matches `patterns`
-/// (`seq > ? AND (topic = ? OR substr(topic, 1, n) = ? ...)`), with its parameters.
-fn event_filter(patterns: &[String], after: i64) -> (String, Vec<Value>) {
-    let mut values = vec![Value::Integer(after)];
-    let topics = if patterns.iter().any(|p| p == "*") {
-        "1".to_string()
-    } else if patterns.is_empty() {
-        "0".to_string()
-    } else {
-        let clauses: Vec<String> = patterns
-            .iter()
-            .map(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => {
-                    values.push(Value::Text(prefix.to_string()));
-                    format!("substr(topic, 1, {}) = ?", prefix.len())
-                }
-                None => {
-                    values.push(Value::Text(pattern.clone()));
-                    "topic = ?".to_string()
-                }
-            })
-            .collect();
-        clauses.join(" OR ")
-    };
-    (format!("seq > ? AND ({topics})"), values)
-}
-
-fn read_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
-    Ok(Event {
-        seq: row.get(0)?,
-        topic: row.get(1)?,
-        payload: row.get(2)?,
-        source: row.get(3)?,
-        session_id: row.get(4)?,
-        agent_id: row.get(5)?,
-        user_id: row.get(6)?,
-        created_at: row.get(7)?,
-    })
-}
-
-const EVENT_COLUMNS: &str =
-    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
-
-/// Events after `after` matching `patterns`, oldest first.
-pub fn events_after(
-    conn: &Connection,
-    after: i64,
-    patterns: &[String],
-    limit: usize,
-) -> rusqlite::Result<Vec<Event>> {
-    let (filter, mut values) = event_filter(patterns, after);
-    values.push(Value::Integer(limit as i64));
-    let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq LIMIT ?");
-    let mut statement = conn.prepare_cached(&sql)?;
-    statement
-        .query_map(params_from_iter(values), read_event)?
-        .collect()
-}
-
-/// The journal of a data dir.
+/// The journal of a data dir: checks at the edge and a wake-up for subscribers, over a
+/// [`JournalStore`].
 pub struct Journal {
     config: JournalConfig,
-    writer: GroupWriter,
-    reader: Mutex<Connection>,
+    store: Box<dyn JournalStore>,
     appended: Notify,
 }
 
 impl Journal {
     /// Open `<data>/journal.db` and start its writer.
-    pub fn open(data_dir: &Path, config: JournalConfig) -> Result<Self, StoreError> {
-        let (writer, reader) =
-            store::open_with_writer(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?;
-        Ok(Self {
+    pub fn open(data_dir: &Path, config: JournalConfig) -> Result<Self, JournalError> {
+        Ok(Self::over(Box::new(SqliteJournal::open(data_dir)?), config))
+    }
+
+    /// The journal service over any store.
+    pub fn over(store: Box<dyn JournalStore>, config: JournalConfig) -> Self {
+        Self {
             config,
-            writer,
-            reader: Mutex::new(reader),
+            store,
             appended: Notify::new(),
-        })
+        }
     }
 
     /// The settings in force.
     pub fn config(&self) -> &JournalConfig {
         &self.config
-    }
-
-    fn reader(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.reader.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn validate(&self, event: &NewEvent) -> Result<(), JournalError> {
@@ -194,30 +126,10 @@ impl Journal {
         Ok(())
     }
 
-    fn insert(conn: &Connection, event: &NewEvent) -> rusqlite::Result<i64> {
-        conn.prepare_cached(
-            "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )?
-        .execute(params![
-            event.topic,
-            event.payload,
-            event.source,
-            event.session_id,
-            event.agent_id,
-            event.user_id,
-            now_ms()
-        ])?;
-        Ok(conn.last_insert_rowid())
-    }
-
     /// Append an event; returns its sequence number once it is on disk.
     pub async fn append(&self, event: NewEvent) -> Result<i64, JournalError> {
         self.validate(&event)?;
-        let seq = self
-            .writer
-            .write(move |conn| Self::insert(conn, &event))
-            .await?;
+        let seq = self.store.append(event).await?;
         self.appended.notify_waiters();
         Ok(seq)
     }
@@ -225,9 +137,7 @@ impl Journal {
     /// [`Journal::append`] for threads outside the async runtime (plugin calls).
     pub fn append_blocking(&self, event: NewEvent) -> Result<i64, JournalError> {
         self.validate(&event)?;
-        let seq = self
-            .writer
-            .write_blocking(move |conn| Self::insert(conn, &event))?;
+        let seq = self.store.append(event).wait()?;
         self.appended.notify_waiters();
         Ok(seq)
     }
@@ -266,48 +176,17 @@ impl Journal {
                 "`{bad}` is not a topic pattern"
             )));
         }
-        let id = id.to_string();
-        let patterns_json = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
-        Ok(self
-            .writer
-            .write(move |conn| {
-                conn.execute(
-                    "INSERT INTO subscribers (id, patterns, cursor, updated_at)
-                     VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) FROM events), ?3)
-                     ON CONFLICT (id) DO UPDATE SET patterns = excluded.patterns",
-                    params![id, patterns_json, now_ms()],
-                )?;
-                conn.query_row(
-                    "SELECT cursor FROM subscribers WHERE id = ?1",
-                    params![id],
-                    |r| r.get(0),
-                )
-            })
-            .await?)
+        Ok(self.store.subscribe(id, patterns).await?)
     }
 
     /// The cursor of a subscriber as stored (an operator may have rewound it).
     pub fn cursor(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {
-        Ok(self
-            .reader()
-            .query_row(
-                "SELECT cursor FROM subscribers WHERE id = ?1",
-                params![subscriber],
-                |r| r.get(0),
-            )
-            .optional()?)
+        Ok(self.store.cursor(subscriber)?)
     }
 
     /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
     pub fn retries(&self, subscriber: &str) -> Result<Vec<Event>, JournalError> {
-        let conn = self.reader();
-        let mut statement = conn.prepare_cached(&format!(
-            "SELECT {EVENT_COLUMNS} FROM events WHERE seq IN
-               (SELECT seq FROM dead_letters WHERE subscriber = ?1 AND status = 'retry') ORDER BY seq"
-        ))?;
-        Ok(statement
-            .query_map(params![subscriber], read_event)?
-            .collect::<Result<_, _>>()?)
+        Ok(self.store.retries(subscriber)?)
     }
 
     /// Settle a retried dead letter: delete it when delivered, or put it back with the error.
@@ -317,41 +196,14 @@ impl Journal {
         seq: i64,
         failure: Option<(String, u32)>,
     ) -> Result<(), JournalError> {
-        let subscriber = subscriber.to_string();
-        Ok(self
-            .writer
-            .write(move |conn| {
-                match failure {
-                    None => conn.execute(
-                        "DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2",
-                        params![subscriber, seq],
-                    ),
-                    Some((error, attempts)) => conn.execute(
-                        "UPDATE dead_letters SET status = 'dead', error = ?3, attempts = attempts + ?4, created_at = ?5
-                         WHERE subscriber = ?1 AND seq = ?2",
-                        params![subscriber, seq, error, attempts, now_ms()],
-                    ),
-                }
-                .map(|_| ())
-            })
-            .await?)
+        Ok(self.store.settle_retry(subscriber, seq, failure).await?)
     }
 
     /// Delete events older than `retention_days` that every subscriber has consumed and no
     /// dead letter refers to; returns how many.
     pub async fn prune(&self) -> Result<usize, JournalError> {
         let before = now_ms() - i64::from(self.config.retention_days) * 86_400_000;
-        Ok(self
-            .writer
-            .write(move |conn| {
-                conn.execute(
-                    "DELETE FROM events WHERE created_at < ?1
-                       AND seq <= (SELECT coalesce(min(cursor), 0) FROM subscribers)
-                       AND seq NOT IN (SELECT seq FROM dead_letters)",
-                    params![before],
-                )
-            })
-            .await?)
+        Ok(self.store.prune(before).await?)
     }
 
     /// Prune now, then daily, until `stop` turns true.
@@ -378,22 +230,12 @@ impl Journal {
         patterns: &[String],
         limit: usize,
     ) -> Result<Vec<Event>, JournalError> {
-        Ok(events_after(&self.reader(), after, patterns, limit)?)
+        Ok(self.store.pending(after, patterns, limit)?)
     }
 
     /// Move a subscriber's cursor past `seq` (never backwards).
     pub async fn advance(&self, subscriber: &str, seq: i64) -> Result<(), JournalError> {
-        let subscriber = subscriber.to_string();
-        Ok(self
-            .writer
-            .write(move |conn| {
-                conn.execute(
-                    "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
-                    params![subscriber, seq, now_ms()],
-                )
-                .map(|_| ())
-            })
-            .await?)
+        Ok(self.store.advance(subscriber, seq).await?)
     }
 
     /// Record that a subscriber gave up on an event, and move its cursor past it, atomically.
@@ -404,147 +246,20 @@ impl Journal {
         error: &str,
         attempts: u32,
     ) -> Result<(), JournalError> {
-        let (subscriber, seq, topic, error) = (
-            subscriber.to_string(),
-            event.seq,
-            event.topic.clone(),
-            error.to_string(),
-        );
         Ok(self
-            .writer
-            .write(move |conn| {
-                conn.execute(
-                    "INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                    params![subscriber, seq, topic, error, attempts, now_ms()],
-                )?;
-                conn.execute(
-                    "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
-                    params![subscriber, seq, now_ms()],
-                )
-                .map(|_| ())
-            })
+            .store
+            .dead_letter(subscriber, event, error, attempts)
             .await?)
     }
-}
-
-/// Per-subscriber lag and dead letters of a journal database.
-pub fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>> {
-    let mut statement = conn.prepare(
-        "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
-         FROM subscribers s ORDER BY s.id",
-    )?;
-    let rows: Vec<(String, String, i64, i64)> = statement
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-        .collect::<Result<_, _>>()?;
-    rows.into_iter()
-        .map(|(id, patterns, cursor, dead_letters)| {
-            let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
-            let (filter, values) = event_filter(&patterns, cursor);
-            let sql = format!("SELECT count(*) FROM events WHERE {filter}");
-            let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
-            Ok(SubscriberLag {
-                id,
-                patterns,
-                cursor,
-                lag,
-                dead_letters,
-            })
-        })
-        .collect()
-}
-
-/// Dead letters of a journal database, newest first.
-pub fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
-    let mut statement = conn.prepare(
-        "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
-    )?;
-    statement
-        .query_map(params![limit as i64], |r| {
-            Ok(DeadLetter {
-                id: r.get(0)?,
-                subscriber: r.get(1)?,
-                seq: r.get(2)?,
-                topic: r.get(3)?,
-                error: r.get(4)?,
-                attempts: r.get(5)?,
-                status: r.get(6)?,
-                created_at: r.get(7)?,
-            })
-        })?
-        .collect()
-}
-
-/// The newest `limit` events matching `patterns`, oldest first.
-pub fn recent(
-    conn: &Connection,
-    patterns: &[String],
-    limit: usize,
-) -> rusqlite::Result<Vec<Event>> {
-    let (filter, mut values) = event_filter(patterns, 0);
-    values.push(Value::Integer(limit as i64));
-    let sql =
-        format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
-    let mut statement = conn.prepare(&sql)?;
-    let mut rows: Vec<Event> = statement
-        .query_map(params_from_iter(values), read_event)?
-        .collect::<Result<_, _>>()?;
-    rows.reverse();
-    Ok(rows)
-}
-
-/// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`; a running
-/// host picks the new position up on its next round. Returns whether the subscriber exists.
-pub fn replay_from(conn: &Connection, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
-    let changed = conn.execute(
-        "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
-        params![subscriber, (from_seq - 1).max(0), now_ms()],
-    )?;
-    Ok(changed == 1)
-}
-
-/// Ask for one more delivery of dead letters (all of a subscriber's, or one by id);
-/// returns how many.
-pub fn retry_dead_letters(
-    conn: &Connection,
-    subscriber: Option<&str>,
-    id: Option<i64>,
-) -> rusqlite::Result<usize> {
-    conn.execute(
-        "UPDATE dead_letters SET status = 'retry'
-         WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-        params![subscriber, id],
-    )
-}
-
-/// Delete dead letters (all of a subscriber's, or one by id); returns how many.
-pub fn discard_dead_letters(
-    conn: &Connection,
-    subscriber: Option<&str>,
-    id: Option<i64>,
-) -> rusqlite::Result<usize> {
-    conn.execute(
-        "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-        params![subscriber, id],
-    )
-}
-
-/// Open a data dir's journal for an operator's change (replay, retry, discard).
-pub fn open_for_admin(data_dir: &Path) -> Result<Connection, StoreError> {
-    store::open(&data_dir.join("journal.db"), &MIGRATIONS)
-}
-
-/// Open a data dir's journal read-only; `None` when there is none yet.
-pub fn open_read_only(data_dir: &Path) -> Result<Option<Connection>, StoreError> {
-    store::open_read_only(&data_dir.join("journal.db"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn head(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-        conn.query_row("SELECT max(seq) FROM events", [], |r| r.get(0))
+    fn head(admin: &JournalAdmin) -> Option<i64> {
+        let newest = admin.recent(&["*".to_string()], 1).expect("recent");
+        newest.last().map(|event| event.seq)
     }
 
     fn event(topic: &str) -> NewEvent {
@@ -601,12 +316,14 @@ mod tests {
             .advance("sub", pending[0].seq)
             .await
             .expect("never backwards");
-        let conn = open_read_only(dir.path()).expect("open").expect("exists");
-        let lags = subscriber_lags(&conn).expect("lags");
+        let admin = JournalAdmin::open_read_only(dir.path())
+            .expect("open")
+            .expect("exists");
+        let lags = admin.subscriber_lags().expect("lags");
         assert_eq!(lags[0].cursor, pending[2].seq);
         assert_eq!(lags[0].lag, 0);
         assert_eq!(lags[0].dead_letters, 1);
-        assert_eq!(dead_letters(&conn, 10).expect("dead")[0].error, "boom");
+        assert_eq!(admin.dead_letters(10).expect("dead")[0].error, "boom");
         assert_eq!(
             journal.subscribe("sub", &patterns).await.expect("resume"),
             pending[2].seq
@@ -684,7 +401,9 @@ mod tests {
                 other => panic!("expected invalid input, got {other:?}"),
             }
         }
-        let conn = open_read_only(dir.path()).expect("open").expect("exists");
-        assert_eq!(head(&conn).expect("head"), None);
+        let admin = JournalAdmin::open_read_only(dir.path())
+            .expect("open")
+            .expect("exists");
+        assert_eq!(head(&admin), None);
     }
 }

@@ -1,0 +1,454 @@
+//! The journal's storage: the [`JournalStore`] interface the host's journal appends and
+//! delivers through, [`JournalAdmin`] for an operator's reads and repairs, and their SQLite
+//! implementation over `journal.db` (events, subscribers with durable cursors, dead
+//! letters).
+
+use std::path::Path;
+use std::sync::Mutex;
+
+use cairn_vocab::event::{DeadLetter, Event, NewEvent, SubscriberLag};
+use rusqlite::types::Value;
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
+
+use crate::writer::{GroupWriter, Receipt, WriteError};
+use crate::{Migrations, StoreError, now_ms, open, open_with_writer};
+
+/// Migrations of `journal.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "journal",
+    scripts: &[include_str!("../../../migrations/journal/0001_init.sql")],
+};
+
+/// Where the journal keeps events, subscribers' cursors and dead letters. Writes return a
+/// [`Receipt`] that resolves once they are on disk.
+pub trait JournalStore: Send + Sync {
+    /// Append a checked event; its sequence number.
+    fn append(&self, event: NewEvent) -> Receipt<i64>;
+    /// Register a subscriber (or update its patterns); its cursor. A new subscriber starts
+    /// at the current end of the journal.
+    fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64>;
+    /// A subscriber's cursor as stored (an operator may have rewound it).
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, WriteError>;
+    /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, WriteError>;
+    /// Settle a retried dead letter: delete it when delivered, else record the new failure.
+    fn settle_retry(
+        &self,
+        subscriber: &str,
+        seq: i64,
+        failure: Option<(String, u32)>,
+    ) -> Receipt<()>;
+    /// Delete events older than `before_ms` every subscriber consumed and no dead letter
+    /// refers to; how many.
+    fn prune(&self, before_ms: i64) -> Receipt<usize>;
+    /// Events after `after` matching `patterns`, oldest first.
+    fn pending(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Vec<Event>, WriteError>;
+    /// Move a subscriber's cursor past `seq` (never backwards).
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
+    /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
+    fn dead_letter(
+        &self,
+        subscriber: &str,
+        event: &Event,
+        error: &str,
+        attempts: u32,
+    ) -> Receipt<()>;
+}
+
+/// `journal.db`: a writer thread for writes, a connection for reads.
+pub struct SqliteJournal {
+    writer: GroupWriter,
+    reader: Mutex<Connection>,
+}
+
+impl SqliteJournal {
+    /// Open (creating and migrating) `<data>/journal.db` and start its writer thread.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let (writer, reader) =
+            open_with_writer(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?;
+        Ok(Self {
+            writer,
+            reader: Mutex::new(reader),
+        })
+    }
+
+    fn read<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, WriteError> {
+        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
+        read(&conn).map_err(|e| WriteError::Sqlite(e.to_string()))
+    }
+}
+
+impl JournalStore for SqliteJournal {
+    fn append(&self, event: NewEvent) -> Receipt<i64> {
+        self.writer.submit(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )?
+            .execute(params![
+                event.topic,
+                event.payload,
+                event.source,
+                event.session_id,
+                event.agent_id,
+                event.user_id,
+                now_ms()
+            ])?;
+            Ok(conn.last_insert_rowid())
+        })
+    }
+
+    fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
+        let id = id.to_string();
+        let patterns = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
+        self.writer.submit(move |conn| {
+            conn.execute(
+                "INSERT INTO subscribers (id, patterns, cursor, updated_at)
+                 VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) FROM events), ?3)
+                 ON CONFLICT (id) DO UPDATE SET patterns = excluded.patterns",
+                params![id, patterns, now_ms()],
+            )?;
+            conn.query_row(
+                "SELECT cursor FROM subscribers WHERE id = ?1",
+                params![id],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, WriteError> {
+        self.read(|conn| {
+            conn.query_row(
+                "SELECT cursor FROM subscribers WHERE id = ?1",
+                params![subscriber],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, WriteError> {
+        self.read(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE seq IN
+                   (SELECT seq FROM dead_letters WHERE subscriber = ?1 AND status = 'retry') ORDER BY seq"
+            ))?
+            .query_map(params![subscriber], read_event)?
+            .collect()
+        })
+    }
+
+    fn settle_retry(
+        &self,
+        subscriber: &str,
+        seq: i64,
+        failure: Option<(String, u32)>,
+    ) -> Receipt<()> {
+        let subscriber = subscriber.to_string();
+        self.writer.submit(move |conn| {
+            match failure {
+                None => conn.execute(
+                    "DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2",
+                    params![subscriber, seq],
+                ),
+                Some((error, attempts)) => conn.execute(
+                    "UPDATE dead_letters SET status = 'dead', error = ?3, attempts = attempts + ?4, created_at = ?5
+                     WHERE subscriber = ?1 AND seq = ?2",
+                    params![subscriber, seq, error, attempts, now_ms()],
+                ),
+            }
+            .map(|_| ())
+        })
+    }
+
+    fn prune(&self, before_ms: i64) -> Receipt<usize> {
+        self.writer.submit(move |conn| {
+            conn.execute(
+                "DELETE FROM events WHERE created_at < ?1
+                   AND seq <= (SELECT coalesce(min(cursor), 0) FROM subscribers)
+                   AND seq NOT IN (SELECT seq FROM dead_letters)",
+                params![before_ms],
+            )
+        })
+    }
+
+    fn pending(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Vec<Event>, WriteError> {
+        self.read(|conn| events_after(conn, after, patterns, limit))
+    }
+
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
+        let subscriber = subscriber.to_string();
+        self.writer.submit(move |conn| {
+            conn.execute(
+                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
+                params![subscriber, seq, now_ms()],
+            )
+            .map(|_| ())
+        })
+    }
+
+    fn dead_letter(
+        &self,
+        subscriber: &str,
+        event: &Event,
+        error: &str,
+        attempts: u32,
+    ) -> Receipt<()> {
+        let (subscriber, seq, topic, error) = (
+            subscriber.to_string(),
+            event.seq,
+            event.topic.clone(),
+            error.to_string(),
+        );
+        self.writer.submit(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![subscriber, seq, topic, error, attempts, now_ms()],
+            )?;
+            conn.execute(
+                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
+                params![subscriber, seq, now_ms()],
+            )
+            .map(|_| ())
+        })
+    }
+}
+
+/// An operator's view of a journal, with or without a running host: reading events, lag
+/// and dead letters, and the repairs (replay, retry, discard) a running host picks up.
+pub struct JournalAdmin {
+    conn: Connection,
+}
+
+impl JournalAdmin {
+    /// Open a data dir's journal for an operator's change (creating it if needed).
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            conn: open(&data_dir.join("journal.db"), &MIGRATIONS)?,
+        })
+    }
+
+    /// Open a data dir's journal read-only; `None` when there is none yet.
+    pub fn open_read_only(data_dir: &Path) -> Result<Option<Self>, StoreError> {
+        Ok(crate::open_read_only(&data_dir.join("journal.db"))?.map(|conn| Self { conn }))
+    }
+
+    /// Per-subscriber cursor, lag and dead letters.
+    pub fn subscriber_lags(&self) -> rusqlite::Result<Vec<SubscriberLag>> {
+        subscriber_lags(&self.conn)
+    }
+
+    /// Dead letters, newest first.
+    pub fn dead_letters(&self, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
+        dead_letters(&self.conn, limit)
+    }
+
+    /// The newest `limit` events matching `patterns`, oldest first.
+    pub fn recent(&self, patterns: &[String], limit: usize) -> rusqlite::Result<Vec<Event>> {
+        recent(&self.conn, patterns, limit)
+    }
+
+    /// Events after `after` matching `patterns`, oldest first.
+    pub fn events_after(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> rusqlite::Result<Vec<Event>> {
+        events_after(&self.conn, after, patterns, limit)
+    }
+
+    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
+    /// whether the subscriber exists.
+    pub fn replay_from(&self, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
+        replay_from(&self.conn, subscriber, from_seq)
+    }
+
+    /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
+    pub fn retry_dead_letters(
+        &self,
+        subscriber: Option<&str>,
+        id: Option<i64>,
+    ) -> rusqlite::Result<usize> {
+        retry_dead_letters(&self.conn, subscriber, id)
+    }
+
+    /// Delete dead letters (a subscriber's, or one by id); how many.
+    pub fn discard_dead_letters(
+        &self,
+        subscriber: Option<&str>,
+        id: Option<i64>,
+    ) -> rusqlite::Result<usize> {
+        discard_dead_letters(&self.conn, subscriber, id)
+    }
+}
+
+/// SQL selecting events after `after` whose topic matches `patterns`
+/// (`seq > ? AND (topic = ? OR substr(topic, 1, n) = ? ...)`), with its parameters.
+fn event_filter(patterns: &[String], after: i64) -> (String, Vec<Value>) {
+    let mut values = vec![Value::Integer(after)];
+    let topics = if patterns.iter().any(|p| p == "*") {
+        "1".to_string()
+    } else if patterns.is_empty() {
+        "0".to_string()
+    } else {
+        let clauses: Vec<String> = patterns
+            .iter()
+            .map(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => {
+                    values.push(Value::Text(prefix.to_string()));
+                    format!("substr(topic, 1, {}) = ?", prefix.len())
+                }
+                None => {
+                    values.push(Value::Text(pattern.clone()));
+                    "topic = ?".to_string()
+                }
+            })
+            .collect();
+        clauses.join(" OR ")
+    };
+    (format!("seq > ? AND ({topics})"), values)
+}
+
+fn read_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
+    Ok(Event {
+        seq: row.get(0)?,
+        topic: row.get(1)?,
+        payload: row.get(2)?,
+        source: row.get(3)?,
+        session_id: row.get(4)?,
+        agent_id: row.get(5)?,
+        user_id: row.get(6)?,
+        created_at: row.get(7)?,
+    })
+}
+
+const EVENT_COLUMNS: &str =
+    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
+
+/// Events after `after` matching `patterns`, oldest first.
+fn events_after(
+    conn: &Connection,
+    after: i64,
+    patterns: &[String],
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
+    let (filter, mut values) = event_filter(patterns, after);
+    values.push(Value::Integer(limit as i64));
+    let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq LIMIT ?");
+    let mut statement = conn.prepare_cached(&sql)?;
+    statement
+        .query_map(params_from_iter(values), read_event)?
+        .collect()
+}
+
+/// Per-subscriber lag and dead letters of a journal database.
+fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>> {
+    let mut statement = conn.prepare(
+        "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
+         FROM subscribers s ORDER BY s.id",
+    )?;
+    let rows: Vec<(String, String, i64, i64)> = statement
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+        .collect::<Result<_, _>>()?;
+    rows.into_iter()
+        .map(|(id, patterns, cursor, dead_letters)| {
+            let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
+            let (filter, values) = event_filter(&patterns, cursor);
+            let sql = format!("SELECT count(*) FROM events WHERE {filter}");
+            let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
+            Ok(SubscriberLag {
+                id,
+                patterns,
+                cursor,
+                lag,
+                dead_letters,
+            })
+        })
+        .collect()
+}
+
+/// Dead letters of a journal database, newest first.
+fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
+    let mut statement = conn.prepare(
+        "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+    )?;
+    statement
+        .query_map(params![limit as i64], |r| {
+            Ok(DeadLetter {
+                id: r.get(0)?,
+                subscriber: r.get(1)?,
+                seq: r.get(2)?,
+                topic: r.get(3)?,
+                error: r.get(4)?,
+                attempts: r.get(5)?,
+                status: r.get(6)?,
+                created_at: r.get(7)?,
+            })
+        })?
+        .collect()
+}
+
+/// The newest `limit` events matching `patterns`, oldest first.
+fn recent(conn: &Connection, patterns: &[String], limit: usize) -> rusqlite::Result<Vec<Event>> {
+    let (filter, mut values) = event_filter(patterns, 0);
+    values.push(Value::Integer(limit as i64));
+    let sql =
+        format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
+    let mut statement = conn.prepare(&sql)?;
+    let mut rows: Vec<Event> = statement
+        .query_map(params_from_iter(values), read_event)?
+        .collect::<Result<_, _>>()?;
+    rows.reverse();
+    Ok(rows)
+}
+
+/// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`; a running
+/// host picks the new position up on its next round. Returns whether the subscriber exists.
+fn replay_from(conn: &Connection, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
+    let changed = conn.execute(
+        "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
+        params![subscriber, (from_seq - 1).max(0), now_ms()],
+    )?;
+    Ok(changed == 1)
+}
+
+/// Ask for one more delivery of dead letters (all of a subscriber's, or one by id);
+/// returns how many.
+fn retry_dead_letters(
+    conn: &Connection,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+) -> rusqlite::Result<usize> {
+    conn.execute(
+        "UPDATE dead_letters SET status = 'retry'
+         WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+        params![subscriber, id],
+    )
+}
+
+/// Delete dead letters (all of a subscriber's, or one by id); returns how many.
+fn discard_dead_letters(
+    conn: &Connection,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+) -> rusqlite::Result<usize> {
+    conn.execute(
+        "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+        params![subscriber, id],
+    )
+}
