@@ -478,7 +478,7 @@ impl PreparedPlugin {
                 .map(WorldInstance::MemoryBackend),
         };
         let exports = instantiated.map_err(|e| {
-            let mut fault = classify(&e);
+            let mut fault = classify(&e, store.data().hit_memory_limit());
             if fault.kind == FaultKind::Trap {
                 fault.kind = FaultKind::Instantiate;
             }
@@ -499,16 +499,15 @@ fn touch(path: &Path) {
     }
 }
 
-/// Turn a wasmtime call error into a fault, naming timeouts and memory-limit hits. The
-/// message is the root cause; the wasm backtrace goes to the debug log.
-fn classify(error: &wasmtime::Error) -> Fault {
+/// Turn a wasmtime call error into a fault: a timeout when the epoch deadline interrupted
+/// it, a memory-limit hit when the store's limiter refused a growth. The message is the
+/// root cause; the wasm backtrace goes to the debug log.
+fn classify(error: &wasmtime::Error, hit_memory_limit: bool) -> Fault {
     tracing::debug!("plugin fault: {error:?}");
     let message = error.root_cause().to_string();
     let kind = if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         FaultKind::Timeout
-    } else if message.contains("forcing trap when growing memory")
-        || message.contains("exceeds memory limits")
-    {
+    } else if hit_memory_limit {
         FaultKind::MemoryLimit
     } else {
         FaultKind::Trap
@@ -542,7 +541,10 @@ impl PluginInstance {
             None => Err(CallError::NotExported(world)),
             Some(Ok(Ok(value))) => Ok(value),
             Some(Ok(Err(error))) => Err(CallError::Plugin(convert::from_wit_error(error))),
-            Some(Err(trap)) => Err(CallError::Fault(classify(&trap))),
+            Some(Err(trap)) => Err(CallError::Fault(classify(
+                &trap,
+                self.store.data().hit_memory_limit(),
+            ))),
         }
     }
 

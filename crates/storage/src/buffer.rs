@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Mutex;
 
 use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
@@ -12,8 +11,9 @@ use cairn_vocab::buffer::{
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
-use crate::writer::{GroupWriter, Receipt, WriteError};
-use crate::{Migrations, StoreError, now_ms, open_read_only, open_with_writer};
+use crate::database::Database;
+use crate::writer::{Receipt, WriteError};
+use crate::{Migrations, StoreError, now_ms, open_read_only};
 
 /// Migrations of `buffer.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -97,37 +97,25 @@ pub trait BufferStore: Send + Sync {
 
 /// `buffer.db`: a writer thread for writes, a connection for reads.
 pub struct SqliteBuffer {
-    writer: GroupWriter,
-    reader: Mutex<Connection>,
+    db: Database,
 }
 
 impl SqliteBuffer {
     /// Open (creating and migrating) `<data>/buffer.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        let (writer, reader) =
-            open_with_writer(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?;
         Ok(Self {
-            writer,
-            reader: Mutex::new(reader),
+            db: Database::open(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?,
         })
-    }
-
-    fn read<T>(
-        &self,
-        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, WriteError> {
-        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        read(&conn).map_err(|e| WriteError::Sqlite(e.to_string()))
     }
 }
 
 impl BufferStore for SqliteBuffer {
     fn insert(&self, message: MessageRow) -> Receipt<i64> {
-        self.writer.submit(move |conn| insert(conn, &message))
+        self.db.submit(move |conn| insert(conn, &message))
     }
 
     fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, WriteError> {
-        self.read(channel_priorities)
+        self.db.read(channel_priorities)
     }
 
     fn set_channel_priorities(
@@ -135,12 +123,12 @@ impl BufferStore for SqliteBuffer {
         priorities: BTreeMap<String, u32>,
         default_priority: u32,
     ) -> Receipt<usize> {
-        self.writer
+        self.db
             .submit(move |conn| set_channel_priorities(conn, &priorities, default_priority))
     }
 
     fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, WriteError> {
-        self.read(|conn| {
+        self.db.read(|conn| {
             conn.prepare_cached(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages WHERE routed = 0 ORDER BY priority, id LIMIT ?1"
             ))?
@@ -150,7 +138,7 @@ impl BufferStore for SqliteBuffer {
     }
 
     fn has_pending_work(&self, channel: &str) -> Result<bool, WriteError> {
-        self.read(|conn| {
+        self.db.read(|conn| {
             conn.prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM messages WHERE routed = 0 AND channel = ?1)
                      OR EXISTS (SELECT 1 FROM batches WHERE channel = ?1 AND route = 'main'
@@ -163,11 +151,11 @@ impl BufferStore for SqliteBuffer {
     }
 
     fn route(&self, batch: NewBatch) -> Receipt<i64> {
-        self.writer.submit(move |conn| route(conn, &batch))
+        self.db.submit(move |conn| route(conn, &batch))
     }
 
     fn claim_main(&self) -> Receipt<Option<i64>> {
-        self.writer.submit(claim_main)
+        self.db.submit(claim_main)
     }
 
     fn finish_batch(
@@ -177,12 +165,12 @@ impl BufferStore for SqliteBuffer {
         reply: Option<String>,
         error: Option<String>,
     ) -> Receipt<()> {
-        self.writer
+        self.db
             .submit(move |conn| finish_batch(conn, id, status, reply.as_deref(), error.as_deref()))
     }
 
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
-        self.writer.submit(claim_task)
+        self.db.submit(claim_task)
     }
 
     fn finish_task(
@@ -192,24 +180,24 @@ impl BufferStore for SqliteBuffer {
         result: Option<String>,
         error: Option<String>,
     ) -> Receipt<()> {
-        self.writer
+        self.db
             .submit(move |conn| finish_task(conn, id, status, result.as_deref(), error.as_deref()))
     }
 
     fn requeue(&self) -> Receipt<(usize, usize)> {
-        self.writer.submit(requeue)
+        self.db.submit(requeue)
     }
 
     fn prune(&self, before_ms: i64) -> Receipt<(usize, usize)> {
-        self.writer.submit(move |conn| prune(conn, before_ms))
+        self.db.submit(move |conn| prune(conn, before_ms))
     }
 
     fn batch(&self, id: i64) -> Result<Option<Batch>, WriteError> {
-        self.read(|conn| read_batch(conn, id))
+        self.db.read(|conn| read_batch(conn, id))
     }
 
     fn stats(&self) -> Result<BufferStats, WriteError> {
-        self.read(stats)
+        self.db.read(stats)
     }
 }
 

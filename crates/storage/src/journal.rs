@@ -4,14 +4,14 @@
 //! letters).
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use cairn_vocab::event::{DeadLetter, Event, NewEvent, SubscriberLag};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
-use crate::writer::{GroupWriter, Receipt, WriteError};
-use crate::{Migrations, StoreError, now_ms, open, open_with_writer};
+use crate::database::Database;
+use crate::writer::{Receipt, WriteError};
+use crate::{Migrations, StoreError, now_ms, open};
 
 /// Migrations of `journal.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -62,33 +62,21 @@ pub trait JournalStore: Send + Sync {
 
 /// `journal.db`: a writer thread for writes, a connection for reads.
 pub struct SqliteJournal {
-    writer: GroupWriter,
-    reader: Mutex<Connection>,
+    db: Database,
 }
 
 impl SqliteJournal {
     /// Open (creating and migrating) `<data>/journal.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
-        let (writer, reader) =
-            open_with_writer(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?;
         Ok(Self {
-            writer,
-            reader: Mutex::new(reader),
+            db: Database::open(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?,
         })
-    }
-
-    fn read<T>(
-        &self,
-        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, WriteError> {
-        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        read(&conn).map_err(|e| WriteError::Sqlite(e.to_string()))
     }
 }
 
 impl JournalStore for SqliteJournal {
     fn append(&self, event: NewEvent) -> Receipt<i64> {
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             conn.prepare_cached(
                 "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
@@ -109,7 +97,7 @@ impl JournalStore for SqliteJournal {
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
         let id = id.to_string();
         let patterns = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             conn.execute(
                 "INSERT INTO subscribers (id, patterns, cursor, updated_at)
                  VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) FROM events), ?3)
@@ -125,7 +113,7 @@ impl JournalStore for SqliteJournal {
     }
 
     fn cursor(&self, subscriber: &str) -> Result<Option<i64>, WriteError> {
-        self.read(|conn| {
+        self.db.read(|conn| {
             conn.query_row(
                 "SELECT cursor FROM subscribers WHERE id = ?1",
                 params![subscriber],
@@ -136,7 +124,7 @@ impl JournalStore for SqliteJournal {
     }
 
     fn retries(&self, subscriber: &str) -> Result<Vec<Event>, WriteError> {
-        self.read(|conn| {
+        self.db.read(|conn| {
             conn.prepare_cached(&format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE seq IN
                    (SELECT seq FROM dead_letters WHERE subscriber = ?1 AND status = 'retry') ORDER BY seq"
@@ -153,7 +141,7 @@ impl JournalStore for SqliteJournal {
         failure: Option<(String, u32)>,
     ) -> Receipt<()> {
         let subscriber = subscriber.to_string();
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             match failure {
                 None => conn.execute(
                     "DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2",
@@ -170,7 +158,7 @@ impl JournalStore for SqliteJournal {
     }
 
     fn prune(&self, before_ms: i64) -> Receipt<usize> {
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             conn.execute(
                 "DELETE FROM events WHERE created_at < ?1
                    AND seq <= (SELECT coalesce(min(cursor), 0) FROM subscribers)
@@ -186,12 +174,13 @@ impl JournalStore for SqliteJournal {
         patterns: &[String],
         limit: usize,
     ) -> Result<Vec<Event>, WriteError> {
-        self.read(|conn| events_after(conn, after, patterns, limit))
+        self.db
+            .read(|conn| events_after(conn, after, patterns, limit))
     }
 
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
         let subscriber = subscriber.to_string();
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             conn.execute(
                 "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
                 params![subscriber, seq, now_ms()],
@@ -213,7 +202,7 @@ impl JournalStore for SqliteJournal {
             event.topic.clone(),
             error.to_string(),
         );
-        self.writer.submit(move |conn| {
+        self.db.submit(move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)",

@@ -12,6 +12,7 @@
 #![deny(missing_docs)]
 
 pub mod buffer;
+pub mod database;
 pub mod journal;
 pub mod writer;
 

@@ -12,6 +12,7 @@ mod buffer;
 mod journal;
 mod kv;
 mod lifecycle;
+mod limits;
 mod llm;
 mod log;
 mod memory;
@@ -21,8 +22,8 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use wasmtime::StoreLimitsBuilder;
 use wasmtime::component::ResourceTable;
-use wasmtime::{StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
@@ -41,6 +42,7 @@ use cairn_memory::store::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
+pub use limits::MemoryLimiter;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
@@ -189,7 +191,7 @@ pub struct PluginContext {
     plugin: Arc<str>,
     wasi: WasiCtx,
     table: ResourceTable,
-    limits: StoreLimits,
+    limits: MemoryLimiter,
     grants: Arc<Grants>,
     services: Arc<HostServices>,
     log: Arc<PluginLog>,
@@ -290,10 +292,12 @@ impl Sandbox {
                 wasi.socket_addr_check(|_, _| Box::pin(async { false }));
             }
         }
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(self.memory_bytes)
-            .trap_on_grow_failure(true)
-            .build();
+        let limits = MemoryLimiter::new(
+            StoreLimitsBuilder::new()
+                .memory_size(self.memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+        );
         Ok(PluginContext {
             plugin: self.plugin.clone(),
             wasi: wasi.build(),
@@ -328,8 +332,13 @@ fn resolve_destinations(plugin: &str, targets: &[String]) -> BTreeSet<SocketAddr
 
 impl PluginContext {
     /// The store's memory limiter.
-    pub fn limiter(&mut self) -> &mut StoreLimits {
+    pub fn limiter(&mut self) -> &mut MemoryLimiter {
         &mut self.limits
+    }
+
+    /// Whether the memory limiter refused a growth in this store.
+    pub fn hit_memory_limit(&self) -> bool {
+        self.limits.refused()
     }
 }
 
