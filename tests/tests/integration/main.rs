@@ -1,0 +1,9 @@
+//! The integration tests, in one test binary so wasmtime and the host link once: each
+//! module drives the real `cairn` binary and real plugin components (or, for
+//! `supervisor_api`, the in-process plugin host API).
+
+mod channels;
+mod journal;
+mod memory;
+mod plugin_host;
+mod supervisor_api;
