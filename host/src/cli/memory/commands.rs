@@ -1,0 +1,310 @@
+//! One function per `cairn memory` subcommand.
+
+use super::*;
+
+/// `cairn memory list`.
+pub(super) fn list(
+    memory: &MemoryStore,
+    filter: &ScopeArgs,
+    all: &bool,
+    limit: &usize,
+    json: &bool,
+) -> Result<()> {
+    let entries = memory
+        .list(&ListFilter {
+            scope: filter.scope(),
+            kinds: filter.kinds.clone(),
+            category: filter.category.clone(),
+            include_superseded: *all,
+            include_forgotten: *all,
+            limit: *limit,
+        })
+        .map_err(memory_failure)?;
+    if *json {
+        print_json(&entries)?;
+    } else if entries.is_empty() {
+        println!("no memories");
+    } else {
+        for entry in &entries {
+            println!("{}", entry_line(entry));
+        }
+    }
+    Ok(())
+}
+
+/// `cairn memory get`.
+pub(super) fn get(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> {
+    let entry = memory
+        .get(id)
+        .map_err(memory_failure)?
+        .ok_or_else(|| BadInput(format!("no memory `{id}`")))?;
+    let trail = memory.audit_trail(id).map_err(memory_failure)?;
+    if *json {
+        print_json(&json!({"entry": entry, "audit": trail}))?;
+    } else {
+        print_entry(&entry);
+        for row in trail {
+            let detail = row.detail.map(|d| format!(" ({d})")).unwrap_or_default();
+            println!(
+                "audit:       {} {} by {}{detail}",
+                time(row.at),
+                row.action,
+                row.actor
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `cairn memory search`.
+pub(super) fn search(memory: &MemoryStore, args: &SearchArgs) -> Result<()> {
+    let SearchArgs {
+        query,
+        filter,
+        as_of,
+        since,
+        until,
+        limit,
+        min_relevance,
+        lexical,
+        explain,
+        json,
+    } = args;
+    if *limit == 0 {
+        return Err(BadInput("--limit: expected at least 1".into()).into());
+    }
+    let hits = memory
+        .recall(&RecallQuery {
+            text: query.clone(),
+            scope: filter.scope(),
+            kinds: filter.kinds.clone(),
+            categories: filter.category.iter().cloned().collect(),
+            exclude_session: None,
+            since: *since,
+            until: *until,
+            as_of: *as_of,
+            limit: *limit,
+            min_relevance: *min_relevance,
+            lexical_only: *lexical,
+        })
+        .map_err(memory_failure)?;
+    if *json {
+        print_json(&hits)?;
+    } else {
+        print_hits(&hits, *explain);
+    }
+    Ok(())
+}
+
+/// `cairn memory stats`.
+pub(super) fn stats(memory: &MemoryStore, json: &bool) -> Result<()> {
+    let stats = memory.stats().map_err(memory_failure)?;
+    if *json {
+        print_json(&stats)?;
+    } else {
+        println!("live entries by kind:     {:?}", stats.live_by_kind);
+        println!("live entries by category: {:?}", stats.live_by_category);
+        println!("superseded (kept):        {}", stats.superseded);
+        println!("forgotten (until purge):  {}", stats.forgotten);
+        println!(
+            "embedded / backlog:       {} / {}",
+            stats.embedded, stats.embedding_backlog
+        );
+        println!("embedding cache rows:     {}", stats.embedding_cache);
+        println!("sessions:                 {:?}", stats.sessions);
+        println!(
+            "memory.db size:           {:.1} MiB",
+            stats.database_bytes as f64 / 1_048_576.0
+        );
+        println!(
+            "hygiene last run:         {}",
+            stats
+                .hygiene_last_run
+                .map(time)
+                .unwrap_or_else(|| "never".into())
+        );
+    }
+    Ok(())
+}
+
+/// `cairn memory forget`.
+pub(super) fn forget(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> {
+    let forgotten = memory.forget_blocking(id, "cli").map_err(memory_failure)?;
+    if !forgotten && memory.get(id).map_err(memory_failure)?.is_none() {
+        return Err(BadInput(format!("no memory `{id}`")).into());
+    }
+    if *json {
+        print_json(&json!({"id": id, "forgotten": forgotten}))?;
+    } else if forgotten {
+        println!("forgot {id} (kept until `cairn memory purge`)");
+    } else {
+        println!("{id} was already forgotten");
+    }
+    Ok(())
+}
+
+/// `cairn memory purge`.
+pub(super) fn purge(
+    memory: &MemoryStore,
+    ids: &[String],
+    forgotten: &bool,
+    json: &bool,
+) -> Result<()> {
+    if ids.is_empty() && !forgotten {
+        return Err(BadInput(
+            "purge removes data for good: name the memories with --id, or pass --forgotten to remove every forgotten memory".into(),
+        )
+        .into());
+    }
+    let removed = memory.purge(ids, "cli").map_err(memory_failure)?;
+    if *json {
+        print_json(&json!({"removed": removed}))?;
+    } else {
+        println!("removed {removed} memories for good");
+    }
+    Ok(())
+}
+
+/// `cairn memory export`.
+pub(super) fn export(memory: &MemoryStore, output: Option<&Path>, json: &bool) -> Result<()> {
+    let records = match output {
+        Some(path) => {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            let mut writer = std::io::BufWriter::new(file);
+            let records = memory.export(&mut writer).map_err(memory_failure)?;
+            writer
+                .flush()
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            records
+        }
+        None => {
+            let stdout = std::io::stdout();
+            let mut lock = stdout.lock();
+            memory.export(&mut lock).map_err(memory_failure)?
+        }
+    };
+    if let Some(path) = output {
+        if *json {
+            print_json(&json!({"records": records, "path": path}))?;
+        } else {
+            println!("exported {records} records to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `cairn memory import`.
+pub(super) fn import(memory: &MemoryStore, file: &Path, json: &bool) -> Result<()> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?
+    };
+    let report = memory.import(&text).map_err(|e| match e {
+        MemoryError::InvalidInput(text) => {
+            BadInput(format!("{}: {text} (nothing was imported)", file.display())).into()
+        }
+        other => memory_failure(other),
+    })?;
+    if *json {
+        print_json(&report)?;
+    } else {
+        println!(
+            "imported {} memories, {} sessions and {} audit rows ({} already present)",
+            report.entries, report.sessions, report.audit, report.skipped
+        );
+    }
+    Ok(())
+}
+
+/// `cairn memory snapshot`.
+pub(super) fn snapshot(
+    memory: &MemoryStore,
+    config: &HostConfig,
+    output: Option<&Path>,
+    hydrate: Option<&Path>,
+    json: &bool,
+) -> Result<()> {
+    if let Some(source) = hydrate {
+        if !source.is_file() {
+            return Err(BadInput(format!("--hydrate: {} is not a file", source.display())).into());
+        }
+        let restored = memory.hydrate(source).map_err(memory_failure)?;
+        if *json {
+            print_json(&json!({"restored": restored}))?;
+        } else {
+            println!(
+                "restored {restored} core memories from {}",
+                source.display()
+            );
+        }
+    } else {
+        let path = output
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|| config.data_dir.join(SNAPSHOT_FILE));
+        let written = memory.export_snapshot(&path).map_err(memory_failure)?;
+        if *json {
+            print_json(&json!({"core_memories": written, "path": path}))?;
+        } else {
+            println!("wrote {written} core memories to {}", path.display());
+        }
+    }
+    Ok(())
+}
+
+/// `cairn memory reindex`.
+pub(super) fn reindex(
+    memory: &MemoryStore,
+    config: &HostConfig,
+    force: &bool,
+    json: &bool,
+) -> Result<()> {
+    if config.memory.embeddings.provider == crate::memory::embed::ProviderKind::None {
+        return Err(BadInput(
+            "memory.embeddings.provider is `none`: there is nothing to index with".into(),
+        )
+        .into());
+    }
+    if *force {
+        memory.clear_vectors().map_err(memory_failure)?;
+    }
+    let total = memory.embedding_backlog().map_err(memory_failure)?;
+    let bar = if *json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(total).with_style(
+            indicatif::ProgressStyle::with_template(
+                "embedding {bar:40} {pos}/{len} ({per_sec}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        )
+    };
+    let embedded = memory
+        .embed_pending(|done| {
+            bar.set_length(total.max(done));
+            bar.set_position(done);
+        })
+        .map_err(memory_failure)?;
+    bar.finish_and_clear();
+    if *json {
+        print_json(&json!({"embedded": embedded}))?;
+    } else {
+        println!("embedded {embedded} memories");
+    }
+    Ok(())
+}
+
+/// `cairn memory hygiene`.
+pub(super) fn hygiene(memory: &MemoryStore, json: &bool) -> Result<()> {
+    let report = memory.hygiene(true).map_err(memory_failure)?;
+    if *json {
+        print_json(&report)?;
+    } else {
+        println!("forgotten by retention: {:?}", report.forgotten);
+        if let Some(n) = report.snapshot_entries {
+            println!("snapshot: {n} core memories");
+        }
+    }
+    Ok(())
+}

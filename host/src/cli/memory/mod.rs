@@ -1,0 +1,264 @@
+//! `cairn memory …`: inspect, search and maintain `<data>/memory.db` (whether or not a host
+//! is running: SQLite's WAL lets both work at once).
+
+mod commands;
+mod format;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Subcommand;
+use serde_json::json;
+
+use super::BadInput;
+use crate::config::HostConfig;
+use crate::memory::store::ListFilter;
+use crate::memory::{
+    MemoryEntry, MemoryError, MemoryKind, MemoryStore, RecallHit, RecallQuery, SNAPSHOT_FILE, Scope,
+};
+
+use commands::*;
+use format::*;
+
+/// The scope and kind filters shared by `list` and `search`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ScopeArgs {
+    /// Only this agent's memories (plus agent-wide shared ones).
+    #[arg(long)]
+    agent: Option<String>,
+    /// Only this user's memories (plus memories shared by all users).
+    #[arg(long)]
+    user: Option<String>,
+    /// Only this session's memories.
+    #[arg(long)]
+    session: Option<String>,
+    /// Only these kinds (repeatable): episode, fact, core, reflection, procedure.
+    #[arg(long = "kind", value_parser = parse_kind)]
+    kinds: Vec<MemoryKind>,
+    /// Only this category.
+    #[arg(long)]
+    category: Option<String>,
+}
+
+impl ScopeArgs {
+    fn scope(&self) -> Scope {
+        Scope {
+            agent_id: self.agent.clone(),
+            user_id: self.user.clone(),
+            session_id: self.session.clone(),
+        }
+    }
+}
+
+/// `cairn memory` subcommands.
+#[derive(Subcommand, Debug)]
+pub enum MemoryCommand {
+    /// List memories, newest first.
+    List {
+        #[command(flatten)]
+        filter: ScopeArgs,
+        /// Include superseded and forgotten entries.
+        #[arg(long)]
+        all: bool,
+        /// How many to list.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show one memory with its audit trail.
+    Get {
+        /// The memory id.
+        id: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Recall memories relevant to a query, best first.
+    Search(SearchArgs),
+    /// Counts by kind, category and state; embedding backlog; database size.
+    Stats {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget a memory (soft delete with an audit row; `purge` removes it for good).
+    Forget {
+        /// The memory id.
+        id: String,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove memories for good: the given ids, or every forgotten memory.
+    Purge {
+        /// Memories to remove (repeatable).
+        #[arg(long = "id")]
+        ids: Vec<String>,
+        /// Remove every forgotten memory.
+        #[arg(long, conflicts_with = "ids")]
+        forgotten: bool,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write every memory and session as JSONL (lossless; `import` reads it back).
+    Export {
+        /// Output format (only `jsonl`).
+        #[arg(long, default_value = "jsonl", value_parser = ["jsonl"])]
+        format: String,
+        /// File to write (default: stdout).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Print a JSON summary (with --output).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read a JSONL export; a bad line rejects the whole file; existing ids are skipped.
+    Import {
+        /// The JSONL file (`-` for stdin).
+        file: PathBuf,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write core memories to MEMORY_SNAPSHOT.md, or restore them from one.
+    Snapshot {
+        /// Where to write (default: <data>/MEMORY_SNAPSHOT.md).
+        #[arg(long, short)]
+        output: Option<PathBuf>,
+        /// Restore core memories from this snapshot instead of writing one.
+        #[arg(long, conflicts_with = "output")]
+        hydrate: Option<PathBuf>,
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Embed every memory lacking a vector from the configured model (after a model change).
+    Reindex {
+        /// Drop every stored vector first and embed everything again.
+        #[arg(long)]
+        force: bool,
+        /// Machine-readable output (no progress bar).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run hygiene now (retention per category), even if it ran recently.
+    Hygiene {
+        /// Machine-readable output.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn parse_kind(text: &str) -> Result<MemoryKind, String> {
+    MemoryKind::parse(text).ok_or_else(|| {
+        format!("`{text}` is not a kind; expected episode, fact, core, reflection or procedure")
+    })
+}
+
+/// A time argument: ms since the epoch, RFC 3339, or a date (midnight UTC).
+fn parse_time(text: &str) -> Result<i64, String> {
+    if let Ok(ms) = text.parse::<i64>() {
+        return Ok(ms);
+    }
+    if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(time.timestamp_millis());
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        && let Some(time) = date.and_hms_opt(0, 0, 0)
+    {
+        return Ok(time.and_utc().timestamp_millis());
+    }
+    Err(format!(
+        "`{text}` is not a time; expected RFC 3339 (2026-11-22T10:00:00Z), a date (2026-11-22) or ms since the epoch"
+    ))
+}
+
+fn memory_failure(error: MemoryError) -> anyhow::Error {
+    match error {
+        MemoryError::InvalidInput(text) | MemoryError::NotFound(text) => BadInput(text).into(),
+        other => anyhow::Error::new(other),
+    }
+}
+
+fn open(config: &HostConfig) -> Result<Arc<MemoryStore>> {
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    MemoryStore::open(&config.data_dir, config.memory.clone()).with_context(|| {
+        format!(
+            "cannot open {}",
+            config.data_dir.join("memory.db").display()
+        )
+    })
+}
+
+/// The arguments of `cairn memory search`.
+#[derive(clap::Args, Debug)]
+pub struct SearchArgs {
+    /// What to look for (plain words; no query syntax).
+    pub query: String,
+    #[command(flatten)]
+    pub filter: ScopeArgs,
+    /// Answer as memory stood at this time (RFC 3339, YYYY-MM-DD, or ms since the epoch).
+    #[arg(long, value_parser = parse_time)]
+    pub as_of: Option<i64>,
+    /// Only memories valid from this time on.
+    #[arg(long, value_parser = parse_time)]
+    pub since: Option<i64>,
+    /// Only memories valid from before this time.
+    #[arg(long, value_parser = parse_time)]
+    pub until: Option<i64>,
+    /// How many hits.
+    #[arg(long, default_value_t = 10)]
+    pub limit: usize,
+    /// Drop hits less relevant than this (0–1; default from the config).
+    #[arg(long)]
+    pub min_relevance: Option<f64>,
+    /// BM25 only, even when embeddings are on.
+    #[arg(long)]
+    pub lexical: bool,
+    /// Print each hit's score components.
+    #[arg(long)]
+    pub explain: bool,
+    /// Machine-readable output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Run a `cairn memory` command.
+pub fn run(config: &HostConfig, command: &MemoryCommand) -> Result<ExitCode> {
+    let memory = open(config)?;
+    let outcome = match command {
+        MemoryCommand::List {
+            filter,
+            all,
+            limit,
+            json,
+        } => list(&memory, filter, all, limit, json),
+        MemoryCommand::Get { id, json } => get(&memory, id, json),
+        MemoryCommand::Search(args) => search(&memory, args),
+        MemoryCommand::Stats { json } => stats(&memory, json),
+        MemoryCommand::Forget { id, json } => forget(&memory, id, json),
+        MemoryCommand::Purge {
+            ids,
+            forgotten,
+            json,
+        } => purge(&memory, ids, forgotten, json),
+        MemoryCommand::Export { output, json, .. } => export(&memory, output.as_deref(), json),
+        MemoryCommand::Import { file, json } => import(&memory, file, json),
+        MemoryCommand::Snapshot {
+            output,
+            hydrate,
+            json,
+        } => snapshot(&memory, config, output.as_deref(), hydrate.as_deref(), json),
+        MemoryCommand::Reindex { force, json } => reindex(&memory, config, force, json),
+        MemoryCommand::Hygiene { json } => hygiene(&memory, json),
+    };
+    memory.stop_embedder();
+    outcome.map(|()| ExitCode::SUCCESS)
+}
