@@ -203,6 +203,17 @@ impl Host {
             .expect("write to cairn's stdin");
     }
 
+    /// Type several lines in one write, so they reach the host together (a burst).
+    pub fn type_lines(&mut self, lines: &[String]) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+        stdin
+            .write_all(text.as_bytes())
+            .and_then(|()| stdin.flush())
+            .expect("write to cairn's stdin");
+    }
+
     /// Close the host's stdin (end of input for a `stdio` channel).
     pub fn close_stdin(&mut self) {
         self.stdin = None;

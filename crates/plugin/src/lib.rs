@@ -25,6 +25,62 @@ use runtime::{Runtime, RuntimeError};
 use status::{PluginState, PluginStatus, StatusStore};
 use supervisor::{PluginHandle, Supervised};
 
+/// The start order, except that a memory backend without dependencies starts first, so
+/// every other plugin's `init` can already reach memory through it.
+fn backend_first(set: &PluginSet) -> Vec<&manifest::Manifest> {
+    let mut order: Vec<&manifest::Manifest> = set.start_order().iter().collect();
+    order.sort_by_key(|m| {
+        !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
+    });
+    order
+}
+
+/// Compile (or load from the cache) and link a plugin off the async runtime. A plugin
+/// that cannot be loaded is recorded as failed and `None` returned: the others still start.
+async fn load(
+    runtime: &Arc<Runtime>,
+    manifest: &Arc<manifest::Manifest>,
+    config: &PluginHostConfig,
+    status: &StatusStore,
+) -> Result<Option<runtime::PreparedPlugin>, RuntimeError> {
+    let (loader, data_dir, prepare_manifest) =
+        (runtime.clone(), config.data_dir.clone(), manifest.clone());
+    let prepared = tokio::task::spawn_blocking(move || loader.prepare(prepare_manifest, &data_dir))
+        .await
+        .map_err(|e| RuntimeError::Component {
+            plugin: manifest.id.clone(),
+            message: format!("loading panicked: {e}"),
+        })?;
+    let prepared = match prepared {
+        Ok(prepared) => prepared,
+        Err(error) => {
+            tracing::error!(plugin = %manifest.id, "cannot load plugin: {error}");
+            status.record(&PluginStatus {
+                id: manifest.id.clone(),
+                version: manifest.version.to_string(),
+                kind: manifest.kind.to_string(),
+                state: PluginState::Failed.as_str().into(),
+                restarts: 0,
+                faults: 0,
+                last_error: Some(error.to_string()),
+                updated_at: cairn_storage::now_ms(),
+            });
+            return Ok(None);
+        }
+    };
+    let (cache, load_time) = prepared.load_stats();
+    let load_ms = load_time.as_millis() as u64;
+    match cache {
+        runtime::CacheOutcome::Compiled => {
+            tracing::info!(plugin = %manifest.id, load_ms, "component compiled and cached")
+        }
+        runtime::CacheOutcome::Hit => {
+            tracing::debug!(plugin = %manifest.id, load_ms, "component loaded from cache")
+        }
+    }
+    Ok(Some(prepared))
+}
+
 /// Compiled components unused for this long are removed from the cache.
 const CACHE_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(30 * 86_400);
 
@@ -61,51 +117,11 @@ impl PluginHost {
             "plugin runtime ready"
         );
         let mut plugins = Vec::new();
-        // A memory backend without dependencies starts first, so that every other plugin's
-        // `init` can already reach memory through it.
-        let mut order: Vec<&manifest::Manifest> = set.start_order().iter().collect();
-        order.sort_by_key(|m| {
-            !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
-        });
-        for manifest in order {
+        for manifest in backend_first(set) {
             let manifest = Arc::new(manifest.clone());
-            let runtime = runtime.clone();
-            let data_dir = config.data_dir.clone();
-            let prepare_manifest = manifest.clone();
-            let prepared =
-                tokio::task::spawn_blocking(move || runtime.prepare(prepare_manifest, &data_dir))
-                    .await
-                    .map_err(|e| RuntimeError::Component {
-                        plugin: manifest.id.clone(),
-                        message: format!("loading panicked: {e}"),
-                    })?;
-            let prepared = match prepared {
-                Ok(prepared) => prepared,
-                Err(error) => {
-                    tracing::error!(plugin = %manifest.id, "cannot load plugin: {error}");
-                    status.record(&PluginStatus {
-                        id: manifest.id.clone(),
-                        version: manifest.version.to_string(),
-                        kind: manifest.kind.to_string(),
-                        state: PluginState::Failed.as_str().into(),
-                        restarts: 0,
-                        faults: 0,
-                        last_error: Some(error.to_string()),
-                        updated_at: cairn_storage::now_ms(),
-                    });
-                    continue;
-                }
+            let Some(prepared) = load(&runtime, &manifest, config, &status).await? else {
+                continue;
             };
-            let (cache, load_time) = prepared.load_stats();
-            let load_ms = load_time.as_millis() as u64;
-            match cache {
-                runtime::CacheOutcome::Compiled => {
-                    tracing::info!(plugin = %manifest.id, load_ms, "component compiled and cached")
-                }
-                runtime::CacheOutcome::Hit => {
-                    tracing::debug!(plugin = %manifest.id, load_ms, "component loaded from cache")
-                }
-            }
             let supervised = Supervised::spawn(
                 prepared,
                 services.clone(),

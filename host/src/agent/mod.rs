@@ -20,6 +20,14 @@ use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::channel::OutboundMessage;
 use llm::{ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
 
+/// How a turn ended: the batch's status, the reply (even when its delivery failed) and
+/// the error, if any.
+struct TurnOutcome {
+    status: BatchStatus,
+    reply: Option<String>,
+    error: Option<String>,
+}
+
 /// Agent settings (`agent:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
@@ -170,7 +178,17 @@ impl Agent {
         let started = std::time::Instant::now();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
-        let session = Some(session_id.clone());
+        self.receive(&batch, &session_id).await;
+        let recalled = self
+            .recall_context(&batch, &session_id, user.as_deref())
+            .await;
+        let outcome = self.answer(&batch, &recalled).await;
+        self.record(&batch, &session_id, user, &recalled, outcome, started)
+            .await;
+    }
+
+    /// Journal `message.received` for each message of a batch and save each as an episode.
+    async fn receive(&self, batch: &Batch, session_id: &str) {
         if let Some(journal) = &self.journal {
             for message in &batch.messages {
                 let payload = serde_json::json!({
@@ -185,7 +203,7 @@ impl Agent {
                     .emit(
                         "message.received",
                         payload,
-                        session.clone(),
+                        Some(session_id.to_string()),
                         Some(message.sender.clone()),
                     )
                     .await;
@@ -193,29 +211,60 @@ impl Agent {
         }
         for message in &batch.messages {
             let text = message_text(message, self.config.max_message_chars);
-            self.remember(&session_id, &message.sender, "user", text)
+            self.remember(session_id, &message.sender, "user", text)
                 .await;
         }
-        let prompt = batch_prompt(&batch, self.config.max_message_chars);
-        let recalled = self
-            .recall_context(&batch, &session_id, user.as_deref())
-            .await;
-        let system = match memory_context(&recalled) {
+    }
+
+    /// Prompt the LLM with the batch and the recalled memory, and deliver its reply.
+    async fn answer(&self, batch: &Batch, recalled: &[RecallHit]) -> TurnOutcome {
+        let prompt = batch_prompt(batch, self.config.max_message_chars);
+        let system = match memory_context(recalled) {
             Some(context) => format!("{}\n\n{context}", self.config.system_prompt),
             None => self.config.system_prompt.clone(),
         };
-        let (status, reply, error) = match self.complete(&system, prompt).await {
-            Err(e) => (BatchStatus::Failed, None, Some(e.to_string())),
+        match self.complete(&system, prompt).await {
+            Err(e) => TurnOutcome {
+                status: BatchStatus::Failed,
+                reply: None,
+                error: Some(e.to_string()),
+            },
             Ok(completion) => {
                 let payload =
                     serde_json::json!({"text": completion.content, "model": completion.model})
                         .to_string();
-                match self.deliver(&batch, &payload).await {
-                    Ok(()) => (BatchStatus::Done, Some(payload), None),
-                    Err(e) => (BatchStatus::Failed, Some(payload), Some(e)),
+                match self.deliver(batch, &payload).await {
+                    Ok(()) => TurnOutcome {
+                        status: BatchStatus::Done,
+                        reply: Some(payload),
+                        error: None,
+                    },
+                    Err(e) => TurnOutcome {
+                        status: BatchStatus::Failed,
+                        reply: Some(payload),
+                        error: Some(e),
+                    },
                 }
             }
-        };
+        }
+    }
+
+    /// Log the outcome, save the reply as an episode, journal `agent.response` and
+    /// `turn.completed`, and record the outcome on the batch.
+    async fn record(
+        &self,
+        batch: &Batch,
+        session_id: &str,
+        user: Option<String>,
+        recalled: &[RecallHit],
+        outcome: TurnOutcome,
+        started: std::time::Instant,
+    ) {
+        let TurnOutcome {
+            status,
+            reply,
+            error,
+        } = outcome;
         if let Some(error) = &error {
             tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
         } else {
@@ -226,9 +275,10 @@ impl Agent {
                 .ok()
                 .and_then(|v| v["text"].as_str().map(str::to_string))
                 .unwrap_or_else(|| reply.clone());
-            self.remember(&session_id, user, "assistant", text).await;
+            self.remember(session_id, user, "assistant", text).await;
         }
         if let Some(journal) = &self.journal {
+            let session = Some(session_id.to_string());
             if let Some(reply) = &reply {
                 let payload = serde_json::json!({
                     "batch_id": batch.id,

@@ -175,81 +175,10 @@ impl Lifecycle {
         let Some(session) = event.session_id.clone() else {
             return Ok(());
         };
-        let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap_or_default();
-        let entry = match event.topic.as_str() {
-            "message.received" => {
-                json!({"role": "user", "sender": payload["sender"], "text": payload["text"], "at": event.created_at})
-            }
-            _ => {
-                json!({"role": "assistant", "text": payload["reply"]["text"], "at": event.created_at})
-            }
+        let Some(completed) = self.record_activity(&session, event)? else {
+            return Ok(());
         };
-        let mut completed = Vec::new();
-        let mut woke = false;
-        {
-            let conn = self.conn();
-            let known: Option<i64> = conn
-                .query_row(
-                    "SELECT last_seq FROM lifecycle_sessions WHERE id = ?1",
-                    params![session],
-                    |r| r.get(0),
-                )
-                .optional()?;
-            match known {
-                Some(last_seq) if last_seq >= event.seq => return Ok(()),
-                Some(_) => {
-                    let transcript: String = conn.query_row(
-                        "SELECT transcript FROM lifecycle_sessions WHERE id = ?1",
-                        params![session],
-                        |r| r.get(0),
-                    )?;
-                    let mut entries: Vec<serde_json::Value> =
-                        serde_json::from_str(&transcript).unwrap_or_default();
-                    entries.push(entry.clone());
-                    let excess = entries
-                        .len()
-                        .saturating_sub(self.config.max_transcript_entries);
-                    entries.drain(..excess);
-                    conn.execute(
-                        "UPDATE lifecycle_sessions SET last_activity = ?2, last_seq = ?3, state = 'active',
-                             ended_at = NULL, end_reason = NULL, transcript = ?4
-                         WHERE id = ?1",
-                        params![session, event.created_at, event.seq, serde_json::Value::Array(entries).to_string()],
-                    )?;
-                }
-                None => {
-                    // A new session: the user's earlier sessions wait for consolidation.
-                    if let Some(user) = &event.user_id {
-                        let mut statement = conn.prepare(
-                            "SELECT id FROM lifecycle_sessions WHERE user_id = ?1 AND state IN ('active', 'ended')",
-                        )?;
-                        completed = statement
-                            .query_map(params![user], |r| r.get::<_, String>(0))?
-                            .collect::<Result<Vec<_>, _>>()?;
-                        conn.execute(
-                            "UPDATE lifecycle_sessions SET state = 'pending', ended_at = coalesce(ended_at, ?2),
-                                 end_reason = coalesce(end_reason, 'new session')
-                             WHERE user_id = ?1 AND state IN ('active', 'ended')",
-                            params![user, event.created_at],
-                        )?;
-                    }
-                    conn.execute(
-                        "INSERT INTO lifecycle_sessions (id, user_id, state, started_at, last_activity, last_seq, transcript)
-                         VALUES (?1, ?2, 'active', ?3, ?3, ?4, json_array(json(?5)))",
-                        params![session, event.user_id, event.created_at, event.seq, entry.to_string()],
-                    )?;
-                }
-            }
-        }
-        if event.topic == "message.received" {
-            self.set_state("last_activity", &event.created_at.to_string())?;
-            if self.state("asleep")?.as_deref() == Some("true") {
-                self.set_state("asleep", "false")?;
-                self.set_state("interrupted", "true")?;
-                self.interrupt.set(true);
-                woke = true;
-            }
-        }
+        let woke = event.topic == "message.received" && self.wake_on_message(event)?;
         for id in completed {
             self.session_over(&id, event.created_at).await;
             self.journal
@@ -272,6 +201,74 @@ impl Lifecycle {
                 .await;
         }
         Ok(())
+    }
+
+    /// Add an event to its session's transcript (a new session ends the user's earlier
+    /// ones); `None` for an event already seen (replays are skipped), else the sessions
+    /// the user thereby completed.
+    fn record_activity(
+        &self,
+        session: &str,
+        event: &Event,
+    ) -> Result<Option<Vec<String>>, rusqlite::Error> {
+        let entry = transcript_entry(event);
+        let conn = self.conn();
+        let known: Option<i64> = conn
+            .query_row(
+                "SELECT last_seq FROM lifecycle_sessions WHERE id = ?1",
+                params![session],
+                |r| r.get(0),
+            )
+            .optional()?;
+        match known {
+            Some(last_seq) if last_seq >= event.seq => Ok(None),
+            Some(_) => {
+                let transcript: String = conn.query_row(
+                    "SELECT transcript FROM lifecycle_sessions WHERE id = ?1",
+                    params![session],
+                    |r| r.get(0),
+                )?;
+                let mut entries: Vec<serde_json::Value> =
+                    serde_json::from_str(&transcript).unwrap_or_default();
+                entries.push(entry);
+                let excess = entries
+                    .len()
+                    .saturating_sub(self.config.max_transcript_entries);
+                entries.drain(..excess);
+                conn.execute(
+                    "UPDATE lifecycle_sessions SET last_activity = ?2, last_seq = ?3, state = 'active',
+                         ended_at = NULL, end_reason = NULL, transcript = ?4
+                     WHERE id = ?1",
+                    params![session, event.created_at, event.seq, serde_json::Value::Array(entries).to_string()],
+                )?;
+                Ok(Some(Vec::new()))
+            }
+            None => {
+                let completed = match &event.user_id {
+                    Some(user) => complete_user_sessions(&conn, user, event.created_at)?,
+                    None => Vec::new(),
+                };
+                conn.execute(
+                    "INSERT INTO lifecycle_sessions (id, user_id, state, started_at, last_activity, last_seq, transcript)
+                     VALUES (?1, ?2, 'active', ?3, ?3, ?4, json_array(json(?5)))",
+                    params![session, event.user_id, event.created_at, event.seq, entry.to_string()],
+                )?;
+                Ok(Some(completed))
+            }
+        }
+    }
+
+    /// Note the activity; when the agent sleeps, wake it and raise the interrupt flag.
+    /// Whether it woke.
+    fn wake_on_message(&self, event: &Event) -> Result<bool, rusqlite::Error> {
+        self.set_state("last_activity", &event.created_at.to_string())?;
+        if self.state("asleep")?.as_deref() != Some("true") {
+            return Ok(false);
+        }
+        self.set_state("asleep", "false")?;
+        self.set_state("interrupted", "true")?;
+        self.interrupt.set(true);
+        Ok(true)
     }
 
     /// End idle sessions and start sleeping when nothing is active.
@@ -456,6 +453,39 @@ impl Lifecycle {
             );
         }
     }
+}
+
+/// A transcript line for a `message.received` or `agent.response` event.
+fn transcript_entry(event: &Event) -> serde_json::Value {
+    let payload: serde_json::Value = serde_json::from_str(&event.payload).unwrap_or_default();
+    match event.topic.as_str() {
+        "message.received" => {
+            json!({"role": "user", "sender": payload["sender"], "text": payload["text"], "at": event.created_at})
+        }
+        _ => json!({"role": "assistant", "text": payload["reply"]["text"], "at": event.created_at}),
+    }
+}
+
+/// A new session of `user` began: their active or idle-ended sessions become pending
+/// (they wait for consolidation); their ids.
+fn complete_user_sessions(
+    conn: &Connection,
+    user: &str,
+    at: i64,
+) -> Result<Vec<String>, rusqlite::Error> {
+    let completed = conn
+        .prepare(
+            "SELECT id FROM lifecycle_sessions WHERE user_id = ?1 AND state IN ('active', 'ended')",
+        )?
+        .query_map(params![user], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    conn.execute(
+        "UPDATE lifecycle_sessions SET state = 'pending', ended_at = coalesce(ended_at, ?2),
+             end_reason = coalesce(end_reason, 'new session')
+         WHERE user_id = ?1 AND state IN ('active', 'ended')",
+        params![user, at],
+    )?;
+    Ok(completed)
 }
 
 impl Subscriber for Lifecycle {

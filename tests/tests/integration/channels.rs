@@ -46,9 +46,9 @@ fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
     host.type_line("hello there");
     host.wait_for("cairn> [offline] I received: user: hello there", LONG);
 
-    for i in 1..=5 {
-        host.type_line(&format!("burst {i}"));
-    }
+    // One write, so the burst reaches the channel together however loaded the machine is.
+    let burst: Vec<String> = (1..=5).map(|i| format!("burst {i}")).collect();
+    host.type_lines(&burst);
     host.wait_for("cairn> [offline] I received: 5 messages in cli:", LONG);
     let (exit, log) = host.stop();
     assert!(exit.success());
