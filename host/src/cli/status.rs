@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::lock;
 use crate::buffer;
-use crate::journal::JournalAdmin;
+use crate::journal::{JournalAdmin, SubscriberLag};
 use crate::plugin::status;
 
 fn age(since_ms: i64) -> String {
@@ -29,17 +29,9 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),
     };
-    let Some(status::StatusReport { host: run, plugins }) = status::read(data_dir)? else {
-        if json_output {
-            let report = json!({"data_dir": data_dir, "host": null, "plugins": [], "buffer": buffer_stats, "subscribers": subscribers});
-            println!("{report}");
-        } else {
-            println!("no host has run on data dir {}", data_dir.display());
-            if let Some(stats) = &buffer_stats {
-                print_buffer(stats);
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+    let (run, plugins) = match status::read(data_dir)? {
+        Some(status::StatusReport { host, plugins }) => (host, plugins),
+        None => (None, Vec::new()),
     };
     let running =
         run.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
@@ -57,7 +49,20 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    match &run {
+    print_host(data_dir, run.as_ref(), running);
+    if run.is_some() {
+        print_plugins(&plugins);
+    }
+    if let Some(stats) = &buffer_stats {
+        print_buffer(stats);
+    }
+    print_subscribers(&subscribers);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a host runs here, and how the last run ended.
+fn print_host(data_dir: &Path, run: Option<&status::HostRun>, running: bool) {
+    match run {
         Some(r) if running => println!(
             "host: running (pid {}, started {}, plugins {})",
             r.pid,
@@ -73,13 +78,17 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
                 age(r.started_at)
             ),
         },
-        None => println!("host: never ran on {}", data_dir.display()),
+        None => println!("no host has run on data dir {}", data_dir.display()),
     }
+}
+
+/// One line per plugin: state now and last recorded, restarts, faults, last error.
+fn print_plugins(plugins: &[status::PluginReport]) {
     println!(
         "{:<24} {:<10} {:<15} {:<12} {:<12} {:>8} {:>6}  LAST ERROR",
         "PLUGIN", "VERSION", "KIND", "STATE", "LAST STATE", "RESTARTS", "FAULTS"
     );
-    for report in &plugins {
+    for report in plugins {
         let p = &report.status;
         println!(
             "{:<24} {:<10} {:<15} {:<12} {:<12} {:>8} {:>6}  {}",
@@ -93,23 +102,24 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
             p.last_error.as_deref().unwrap_or("-")
         );
     }
-    if let Some(stats) = &buffer_stats {
-        print_buffer(stats);
+}
+
+/// Each journal subscriber's cursor, lag and dead letters.
+fn print_subscribers(subscribers: &[SubscriberLag]) {
+    if subscribers.is_empty() {
+        return;
     }
-    if !subscribers.is_empty() {
-        println!("\nsubscribers:");
-        for s in &subscribers {
-            println!(
-                "  {:<24} cursor {:<8} lag {:<6} dead letters {:<4} {}",
-                s.id,
-                s.cursor,
-                s.lag,
-                s.dead_letters,
-                s.patterns.join(", ")
-            );
-        }
+    println!("\nsubscribers:");
+    for s in subscribers {
+        println!(
+            "  {:<24} cursor {:<8} lag {:<6} dead letters {:<4} {}",
+            s.id,
+            s.cursor,
+            s.lag,
+            s.dead_letters,
+            s.patterns.join(", ")
+        );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 fn print_buffer(stats: &buffer::BufferStats) {
