@@ -435,7 +435,10 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
             ("CAIRN_WEBHOOK_SECRET", secret),
             ("CAIRN_ROUTER_BATCH_WINDOW_MS", window),
-            ("CAIRN_LOG", "info,cairn::agent=warn,cairn_plugin=warn"),
+            (
+                "CAIRN_LOG",
+                "info,cairn::agent=warn,cairn::plugin=warn,cairn_plugin=warn",
+            ),
         ],
     );
     let port = host.webhook_port();
