@@ -1,0 +1,192 @@
+//! A live plugin instance: every export call runs under the plugin's epoch deadline and
+//! converts between the vocabulary and the WIT types at the boundary.
+
+use super::*;
+
+/// A live plugin instance. Every call runs under the plugin's epoch deadline; a call that
+/// faults leaves the instance poisoned, and the caller must drop it.
+pub struct PluginInstance {
+    pub(super) store: Store<PluginContext>,
+    pub(super) exports: WorldInstance,
+    pub(super) deadline: Deadline,
+}
+
+impl PluginInstance {
+    fn run<T>(
+        &mut self,
+        call: impl FnOnce(
+            &WorldInstance,
+            &mut Store<PluginContext>,
+        ) -> Option<wasmtime::Result<Result<T, WitError>>>,
+    ) -> Result<T, CallError> {
+        self.store.set_epoch_deadline(self.deadline.ticks);
+        let world = match &self.exports {
+            WorldInstance::Channel(_) => World::Channel,
+            WorldInstance::Handler(_) => World::Handler,
+            WorldInstance::MemoryBackend(_) => World::MemoryBackend,
+        };
+        match call(&self.exports, &mut self.store) {
+            None => Err(CallError::NotExported(world)),
+            Some(Ok(Ok(value))) => Ok(value),
+            Some(Ok(Err(error))) => Err(CallError::Plugin(convert::from_wit_error(error))),
+            Some(Err(trap)) => Err(CallError::Fault(classify(
+                &trap,
+                self.store.data().hit_memory_limit(),
+            ))),
+        }
+    }
+
+    /// Call `init` with the manifest's config as JSON.
+    pub fn init(&mut self, config: &str) -> Result<(), CallError> {
+        let config = config.to_owned();
+        let config = &config;
+        self.run(|exports, store| {
+            Some(match exports {
+                WorldInstance::Channel(c) => {
+                    c.cairn_plugin_channel_plugin().call_init(store, config)
+                }
+                WorldInstance::Handler(h) => {
+                    h.cairn_plugin_handler_plugin().call_init(store, config)
+                }
+                WorldInstance::MemoryBackend(m) => m
+                    .cairn_plugin_memory_backend_plugin()
+                    .call_init(store, config),
+            })
+        })
+    }
+
+    /// Call a channel's `poll`.
+    pub fn poll(&mut self) -> Result<(), CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(c.cairn_plugin_channel_plugin().call_poll(store)),
+            _ => None,
+        })
+    }
+
+    /// Call a channel's `deliver`.
+    pub fn deliver(&mut self, message: &OutboundMessage) -> Result<(), CallError> {
+        let message = convert::to_wit_outbound(message);
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(
+                c.cairn_plugin_channel_plugin()
+                    .call_deliver(store, &message),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a channel's `handle-webhook`.
+    pub fn handle_webhook(&mut self, request: &HttpRequest) -> Result<HttpResponse, CallError> {
+        let request = convert::to_wit_request(request);
+        self.run(|exports, store| match exports {
+            WorldInstance::Channel(c) => Some(
+                c.cairn_plugin_channel_plugin()
+                    .call_handle_webhook(store, &request)
+                    .map(|response| Ok(convert::from_wit_response(response))),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a handler's `on-event`.
+    pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
+        let event = convert::to_wit_event(event);
+        self.run(|exports, store| match exports {
+            WorldInstance::Handler(h) => {
+                Some(h.cairn_plugin_handler_plugin().call_on_event(store, &event))
+            }
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `store-entry`.
+    pub fn memory_store(&mut self, entry: &NewMemory) -> Result<String, CallError> {
+        let entry = convert::to_wit_new(entry);
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_store_entry(store, &entry),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `recall`.
+    pub fn memory_recall(&mut self, query: &RecallQuery) -> Result<Vec<RecallHit>, CallError> {
+        let query = convert::to_wit_query(query);
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_recall(store, &query)
+                    .map(|hits| hits.map(|h| h.into_iter().map(convert::from_wit_hit).collect())),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `get`.
+    pub fn memory_get(&mut self, id: &str) -> Result<MemoryEntry, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_get(store, id)
+                    .map(|entry| entry.map(convert::from_wit_entry)),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `list-entries`.
+    pub fn memory_list(
+        &mut self,
+        scope: &Scope,
+        kinds: &[MemoryKind],
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>, CallError> {
+        let scope = convert::to_wit_scope(scope);
+        let kinds: Vec<_> = kinds.iter().map(|k| convert::to_wit_kind(*k)).collect();
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_list_entries(store, &scope, &kinds, limit)
+                    .map(|entries| {
+                        entries.map(|e| e.into_iter().map(convert::from_wit_entry).collect())
+                    }),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `forget`.
+    pub fn memory_forget(&mut self, id: &str) -> Result<bool, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_forget(store, id),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `count`.
+    pub fn memory_count(&mut self, scope: &Scope) -> Result<u64, CallError> {
+        let scope = convert::to_wit_scope(scope);
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => Some(
+                m.cairn_plugin_memory_backend_plugin()
+                    .call_count(store, &scope),
+            ),
+            _ => None,
+        })
+    }
+
+    /// Call a memory backend's `health`.
+    pub fn memory_health(&mut self) -> Result<String, CallError> {
+        self.run(|exports, store| match exports {
+            WorldInstance::MemoryBackend(m) => {
+                Some(m.cairn_plugin_memory_backend_plugin().call_health(store))
+            }
+            _ => None,
+        })
+    }
+}
