@@ -238,17 +238,66 @@ impl JournalAdmin {
 
     /// Per-subscriber cursor, lag and dead letters.
     pub fn subscriber_lags(&self) -> rusqlite::Result<Vec<SubscriberLag>> {
-        subscriber_lags(&self.conn)
+        let conn = &self.conn;
+        let mut statement = conn.prepare(
+            "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
+             FROM subscribers s ORDER BY s.id",
+        )?;
+        let rows: Vec<(String, String, i64, i64)> = statement
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
+            .collect::<Result<_, _>>()?;
+        rows.into_iter()
+            .map(|(id, patterns, cursor, dead_letters)| {
+                let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
+                let (filter, values) = event_filter(&patterns, cursor);
+                let sql = format!("SELECT count(*) FROM events WHERE {filter}");
+                let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
+                Ok(SubscriberLag {
+                    id,
+                    patterns,
+                    cursor,
+                    lag,
+                    dead_letters,
+                })
+            })
+            .collect()
     }
 
     /// Dead letters, newest first.
     pub fn dead_letters(&self, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
-        dead_letters(&self.conn, limit)
+        let conn = &self.conn;
+        let mut statement = conn.prepare(
+            "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
+        )?;
+        statement
+            .query_map(params![limit as i64], |r| {
+                Ok(DeadLetter {
+                    id: r.get(0)?,
+                    subscriber: r.get(1)?,
+                    seq: r.get(2)?,
+                    topic: r.get(3)?,
+                    error: r.get(4)?,
+                    attempts: r.get(5)?,
+                    status: r.get(6)?,
+                    created_at: r.get(7)?,
+                })
+            })?
+            .collect()
     }
 
     /// The newest `limit` events matching `patterns`, oldest first.
     pub fn recent(&self, patterns: &[String], limit: usize) -> rusqlite::Result<Vec<Event>> {
-        recent(&self.conn, patterns, limit)
+        let conn = &self.conn;
+        let (filter, mut values) = event_filter(patterns, 0);
+        values.push(Value::Integer(limit as i64));
+        let sql =
+            format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
+        let mut statement = conn.prepare(&sql)?;
+        let mut rows: Vec<Event> = statement
+            .query_map(params_from_iter(values), read_event)?
+            .collect::<Result<_, _>>()?;
+        rows.reverse();
+        Ok(rows)
     }
 
     /// Events after `after` matching `patterns`, oldest first.
@@ -264,7 +313,12 @@ impl JournalAdmin {
     /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
     /// whether the subscriber exists.
     pub fn replay_from(&self, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
-        replay_from(&self.conn, subscriber, from_seq)
+        let conn = &self.conn;
+        let changed = conn.execute(
+            "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
+            params![subscriber, (from_seq - 1).max(0), now_ms()],
+        )?;
+        Ok(changed == 1)
     }
 
     /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
@@ -273,7 +327,12 @@ impl JournalAdmin {
         subscriber: Option<&str>,
         id: Option<i64>,
     ) -> rusqlite::Result<usize> {
-        retry_dead_letters(&self.conn, subscriber, id)
+        let conn = &self.conn;
+        conn.execute(
+            "UPDATE dead_letters SET status = 'retry'
+             WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+            params![subscriber, id],
+        )
     }
 
     /// Delete dead letters (a subscriber's, or one by id); how many.
@@ -282,7 +341,11 @@ impl JournalAdmin {
         subscriber: Option<&str>,
         id: Option<i64>,
     ) -> rusqlite::Result<usize> {
-        discard_dead_letters(&self.conn, subscriber, id)
+        let conn = &self.conn;
+        conn.execute(
+            "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
+            params![subscriber, id],
+        )
     }
 }
 
@@ -343,101 +406,4 @@ fn events_after(
     statement
         .query_map(params_from_iter(values), read_event)?
         .collect()
-}
-
-/// Per-subscriber lag and dead letters of a journal database.
-fn subscriber_lags(conn: &Connection) -> rusqlite::Result<Vec<SubscriberLag>> {
-    let mut statement = conn.prepare(
-        "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
-         FROM subscribers s ORDER BY s.id",
-    )?;
-    let rows: Vec<(String, String, i64, i64)> = statement
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))?
-        .collect::<Result<_, _>>()?;
-    rows.into_iter()
-        .map(|(id, patterns, cursor, dead_letters)| {
-            let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
-            let (filter, values) = event_filter(&patterns, cursor);
-            let sql = format!("SELECT count(*) FROM events WHERE {filter}");
-            let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
-            Ok(SubscriberLag {
-                id,
-                patterns,
-                cursor,
-                lag,
-                dead_letters,
-            })
-        })
-        .collect()
-}
-
-/// Dead letters of a journal database, newest first.
-fn dead_letters(conn: &Connection, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
-    let mut statement = conn.prepare(
-        "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
-    )?;
-    statement
-        .query_map(params![limit as i64], |r| {
-            Ok(DeadLetter {
-                id: r.get(0)?,
-                subscriber: r.get(1)?,
-                seq: r.get(2)?,
-                topic: r.get(3)?,
-                error: r.get(4)?,
-                attempts: r.get(5)?,
-                status: r.get(6)?,
-                created_at: r.get(7)?,
-            })
-        })?
-        .collect()
-}
-
-/// The newest `limit` events matching `patterns`, oldest first.
-fn recent(conn: &Connection, patterns: &[String], limit: usize) -> rusqlite::Result<Vec<Event>> {
-    let (filter, mut values) = event_filter(patterns, 0);
-    values.push(Value::Integer(limit as i64));
-    let sql =
-        format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
-    let mut statement = conn.prepare(&sql)?;
-    let mut rows: Vec<Event> = statement
-        .query_map(params_from_iter(values), read_event)?
-        .collect::<Result<_, _>>()?;
-    rows.reverse();
-    Ok(rows)
-}
-
-/// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`; a running
-/// host picks the new position up on its next round. Returns whether the subscriber exists.
-fn replay_from(conn: &Connection, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
-    let changed = conn.execute(
-        "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
-        params![subscriber, (from_seq - 1).max(0), now_ms()],
-    )?;
-    Ok(changed == 1)
-}
-
-/// Ask for one more delivery of dead letters (all of a subscriber's, or one by id);
-/// returns how many.
-fn retry_dead_letters(
-    conn: &Connection,
-    subscriber: Option<&str>,
-    id: Option<i64>,
-) -> rusqlite::Result<usize> {
-    conn.execute(
-        "UPDATE dead_letters SET status = 'retry'
-         WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-        params![subscriber, id],
-    )
-}
-
-/// Delete dead letters (all of a subscriber's, or one by id); returns how many.
-fn discard_dead_letters(
-    conn: &Connection,
-    subscriber: Option<&str>,
-    id: Option<i64>,
-) -> rusqlite::Result<usize> {
-    conn.execute(
-        "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-        params![subscriber, id],
-    )
 }

@@ -37,7 +37,7 @@ impl Subscriber for PluginSubscriber {
     async fn take(&self, event: &Event) -> Result<(), String> {
         let delivered = event.clone();
         self.0
-            .call(move |instance| instance.on_event(&delivered))
+            .call(move |instance| instance.on_event(delivered))
             .await
             .map_err(|error| match error {
                 CallError::Plugin(error) => format!("the plugin returned {error}"),

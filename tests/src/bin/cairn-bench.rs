@@ -234,11 +234,13 @@ fn plugin_rows(
     );
     let calls = 200_000u32;
     for _ in 0..1_000 {
-        instance.on_event(&checksum).context("warm-up")?;
+        instance.on_event(checksum.clone()).context("warm-up")?;
     }
     let started = Instant::now();
     for _ in 0..calls {
-        instance.on_event(black_box(&checksum)).context("call")?;
+        instance
+            .on_event(black_box(checksum.clone()))
+            .context("call")?;
     }
     let wasm_ns = started.elapsed().as_secs_f64() * 1e9 / f64::from(calls);
     let started = Instant::now();
@@ -263,10 +265,10 @@ fn plugin_rows(
     let mut full = Duration::MAX;
     for _ in 0..5 {
         let started = Instant::now();
-        instance.on_event(&empty).context("imports 0")?;
+        instance.on_event(empty.clone()).context("imports 0")?;
         base = base.min(started.elapsed());
         let started = Instant::now();
-        instance.on_event(&many).context("imports")?;
+        instance.on_event(many.clone()).context("imports")?;
         full = full.min(started.elapsed());
     }
     let per_import = (full.saturating_sub(base)).as_secs_f64() * 1e9 / imports as f64;

@@ -88,9 +88,10 @@ impl PluginInstance {
         })
     }
 
-    /// Call a handler's `on-event`.
-    pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
-        let event = convert::to_wit_event(event);
+    /// Call a handler's `on-event`. The event is moved into the call: a caller that needs
+    /// it again (a retry) keeps its own copy.
+    pub fn on_event(&mut self, event: Event) -> Result<(), CallError> {
+        let event = convert::into_wit_event(event);
         self.run(|exports, store| match exports {
             WorldInstance::Handler(h) => {
                 Some(h.cairn_plugin_handler_plugin().call_on_event(store, &event))

@@ -34,16 +34,16 @@ pub fn to_wit_error(error: Error) -> wit::Error {
     }
 }
 
-/// A journal event as delivered to a subscriber.
-pub fn to_wit_event(event: &Event) -> wit::Event {
+/// A journal event as delivered to a subscriber (moved, not copied).
+pub fn into_wit_event(event: Event) -> wit::Event {
     wit::Event {
         seq: event.seq as u64,
-        topic: event.topic.clone(),
-        payload: event.payload.clone(),
-        source: event.source.clone(),
-        session_id: event.session_id.clone(),
-        agent_id: event.agent_id.clone(),
-        user_id: event.user_id.clone(),
+        topic: event.topic,
+        payload: event.payload,
+        source: event.source,
+        session_id: event.session_id,
+        agent_id: event.agent_id,
+        user_id: event.user_id,
         created_at: event.created_at,
     }
 }
