@@ -22,7 +22,7 @@ use capabilities::HostServices;
 use config::PluginHostConfig;
 use resolve::PluginSet;
 use runtime::{Runtime, RuntimeError};
-use status::{PluginState, PluginStatus, StatusStore};
+use status::{PluginState, PluginStatus, StatusLog};
 use supervisor::{PluginHandle, Supervised};
 
 /// The start order, except that a memory backend without dependencies starts first, so
@@ -41,7 +41,7 @@ async fn load(
     runtime: &Arc<Runtime>,
     manifest: &Arc<manifest::Manifest>,
     config: &PluginHostConfig,
-    status: &StatusStore,
+    status: &StatusLog,
 ) -> Result<Option<runtime::PreparedPlugin>, RuntimeError> {
     let (loader, data_dir, prepare_manifest) =
         (runtime.clone(), config.data_dir.clone(), manifest.clone());
@@ -98,7 +98,7 @@ impl PluginHost {
         set: &PluginSet,
         config: &PluginHostConfig,
         services: Arc<HostServices>,
-        status: Arc<StatusStore>,
+        status: Arc<StatusLog>,
     ) -> Result<Self, RuntimeError> {
         let max_memory_mb = set
             .start_order()

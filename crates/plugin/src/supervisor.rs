@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use super::capabilities::HostServices;
 use super::config::SupervisorConfig;
 use super::runtime::{CallError, Fault, FaultKind, PluginInstance, PreparedPlugin};
-use super::status::{PluginState, PluginStatus, StatusStore};
+use super::status::{PluginState, PluginStatus, StatusLog};
 use cairn_storage::now_ms;
 
 /// How long past `limits.timeout_ms` a call may stay blocked in a host call before its
@@ -151,7 +151,7 @@ impl Supervised {
     pub fn spawn(
         prepared: PreparedPlugin,
         services: Arc<HostServices>,
-        status: Arc<StatusStore>,
+        status: Arc<StatusLog>,
         config: SupervisorConfig,
     ) -> std::io::Result<Self> {
         let (commands, inbox) = mpsc::channel();
@@ -271,7 +271,7 @@ impl Executor {
 struct Supervisor {
     prepared: Arc<PreparedPlugin>,
     services: Arc<HostServices>,
-    status: Arc<StatusStore>,
+    status: Arc<StatusLog>,
     config: SupervisorConfig,
     call_limit: Duration,
     poll_interval: Option<Duration>,

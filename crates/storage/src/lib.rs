@@ -4,6 +4,8 @@
 //!
 //! - [`buffer`]: [`buffer::BufferStore`] and `buffer.db`.
 //! - [`journal`]: [`journal::JournalStore`], [`journal::JournalAdmin`] and `journal.db`.
+//! - [`host`]: [`host::KvStore`], [`host::StatusStore`], [`host::LifecycleStore`] and
+//!   `host.db`.
 //!
 //! Each database file (`host.db`, `buffer.db`, `journal.db`, `memory.db`) has its
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
@@ -13,6 +15,7 @@
 
 pub mod buffer;
 pub mod database;
+pub mod host;
 pub mod journal;
 pub mod writer;
 
@@ -69,15 +72,6 @@ pub struct Migrations {
     /// SQL scripts, applied in order; index + 1 is the schema version.
     pub scripts: &'static [&'static str],
 }
-
-/// Migrations of `host.db`.
-pub const HOST_MIGRATIONS: Migrations = Migrations {
-    name: "host",
-    scripts: &[
-        include_str!("../../../migrations/host/0001_init.sql"),
-        include_str!("../../../migrations/host/0002_lifecycle.sql"),
-    ],
-};
 
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
 pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StoreError> {
@@ -183,27 +177,27 @@ mod tests {
     fn migrations_apply_once_and_set_wal() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("host.db");
-        let conn = open(&path, &HOST_MIGRATIONS).expect("first open migrates");
+        let conn = open(&path, &host::MIGRATIONS).expect("first open migrates");
         let mode: String = conn
             .pragma_query_value(None, "journal_mode", |r| r.get(0))
             .expect("mode");
         assert_eq!(mode, "wal");
         drop(conn);
-        let conn = open(&path, &HOST_MIGRATIONS).expect("second open is a no-op");
+        let conn = open(&path, &host::MIGRATIONS).expect("second open is a no-op");
         let version: i64 = conn
             .pragma_query_value(None, "user_version", |r| r.get(0))
             .expect("version");
-        assert_eq!(version, HOST_MIGRATIONS.scripts.len() as i64);
+        assert_eq!(version, host::MIGRATIONS.scripts.len() as i64);
     }
 
     #[test]
     fn a_newer_schema_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("host.db");
-        let conn = open(&path, &HOST_MIGRATIONS).expect("open");
+        let conn = open(&path, &host::MIGRATIONS).expect("open");
         conn.pragma_update(None, "user_version", 99).expect("bump");
         drop(conn);
-        let err = open(&path, &HOST_MIGRATIONS).expect_err("too new");
+        let err = open(&path, &host::MIGRATIONS).expect_err("too new");
         assert!(matches!(err, StoreError::TooNew { found: 99, .. }));
     }
 }

@@ -24,3 +24,14 @@ pub struct Session {
     #[serde(default)]
     pub last_activity: Option<i64>,
 }
+
+/// Whether the agent sleeps, as the lifecycle keeps it across restarts.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SleepState {
+    /// The agent is asleep (no active session for the sleep timeout).
+    pub asleep: bool,
+    /// A message arrived while it slept; plugins see this through `lifecycle.interrupted()`.
+    pub interrupted: bool,
+    /// The last activity seen, if any (idleness counts from here).
+    pub last_activity: Option<i64>,
+}

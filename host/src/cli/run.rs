@@ -17,20 +17,21 @@ use crate::journal::{Journal, dispatch};
 use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::memory::{MemoryService, MemoryStore};
 use crate::plugin::capabilities::HostServices;
-use crate::plugin::kv::KvStore;
+use crate::plugin::kv::PluginKv;
 use crate::plugin::manifest::{Manifest, PluginKind};
-use crate::plugin::status::StatusStore;
+use crate::plugin::status::StatusLog;
 use crate::plugin::supervisor::PluginHandle;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
+use crate::store::host::SqliteHost;
 use crate::webhook;
 
 /// The durable stores and long-lived services of one run.
 struct Stores {
     buffer: Arc<Buffer>,
     journal: Arc<Journal>,
-    kv: Arc<KvStore>,
-    status: Arc<StatusStore>,
+    kv: Arc<PluginKv>,
+    status: Arc<StatusLog>,
     memory_store: Arc<MemoryStore>,
     memory: Arc<MemoryService>,
     lifecycle: Arc<Lifecycle>,
@@ -106,15 +107,21 @@ fn open_stores(
             "unrouted messages took their channel's manifest priority"
         );
     }
-    let kv = Arc::new(KvStore::open(&config.data_dir, config.kv.clone())?);
-    let status = Arc::new(StatusStore::open(&config.data_dir)?);
+    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
+    let kv = Arc::new(PluginKv::new(host_db.clone(), config.kv.clone()));
+    let status = Arc::new(StatusLog::new(host_db.clone()));
     status.begin_run(plugins_dir)?;
     let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
     let memory_store = MemoryStore::open(&config.data_dir, config.memory.clone())?;
     let memory = Arc::new(MemoryService::new(memory_store.clone()));
     let lifecycle = Arc::new(
-        Lifecycle::open(&config.data_dir, config.lifecycle.clone(), journal.clone())?
-            .with_memory(memory_store.clone()),
+        Lifecycle::open(
+            &config.data_dir,
+            config.lifecycle.clone(),
+            host_db,
+            journal.clone(),
+        )?
+        .with_memory(memory_store.clone()),
     );
     Ok(Stores {
         buffer,

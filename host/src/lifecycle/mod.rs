@@ -31,8 +31,22 @@ use crate::journal::dispatch::Subscriber;
 use crate::journal::{Event, Journal};
 use crate::memory::MemoryStore;
 pub use crate::plugin::ports::{Interrupt, StopRequest};
+use crate::store::host::LifecycleStore;
+use crate::store::writer::WriteError;
 use crate::store::{self, StoreError, now_ms};
 use cairn_vocab::plugin::Schedule;
+use cairn_vocab::session::SleepState;
+
+/// Why the lifecycle could not read or record its state.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The lifecycle store failed.
+    #[error("{0}")]
+    Store(#[from] WriteError),
+    /// The session table failed.
+    #[error("{0}")]
+    Sessions(#[from] rusqlite::Error),
+}
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -76,6 +90,7 @@ pub enum MissedSchedules {
 pub struct Lifecycle {
     config: LifecycleConfig,
     conn: Mutex<Connection>,
+    store: Arc<dyn LifecycleStore>,
     journal: Arc<Journal>,
     interrupt: Arc<Interrupt>,
     memory: Option<Arc<MemoryStore>>,
@@ -89,21 +104,19 @@ impl Lifecycle {
     pub fn open(
         data_dir: &Path,
         config: LifecycleConfig,
+        store: Arc<dyn LifecycleStore>,
         journal: Arc<Journal>,
     ) -> Result<Self, StoreError> {
-        let conn = store::open(&data_dir.join("host.db"), &store::HOST_MIGRATIONS)?;
+        let conn = store::open(&data_dir.join("host.db"), &store::host::MIGRATIONS)?;
         let lifecycle = Self {
             config,
             conn: Mutex::new(conn),
+            store,
             journal,
             interrupt: Arc::new(Interrupt::default()),
             memory: None,
         };
-        let interrupted = lifecycle
-            .state("interrupted")
-            .ok()
-            .flatten()
-            .is_some_and(|v| v == "true");
+        let interrupted = lifecycle.sleep_state().is_ok_and(|s| s.interrupted);
         lifecycle.interrupt.set(interrupted);
         Ok(lifecycle)
     }
@@ -134,23 +147,12 @@ impl Lifecycle {
         self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn state(&self, key: &str) -> rusqlite::Result<Option<String>> {
-        self.conn()
-            .query_row(
-                "SELECT value FROM lifecycle_state WHERE key = ?1",
-                params![key],
-                |r| r.get(0),
-            )
-            .optional()
+    fn sleep_state(&self) -> Result<SleepState, LifecycleError> {
+        Ok(self.store.sleep_state()?)
     }
 
-    fn set_state(&self, key: &str, value: &str) -> rusqlite::Result<()> {
-        self.conn().execute(
-            "INSERT INTO lifecycle_state (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-            params![key, value],
-        )?;
-        Ok(())
+    async fn set_sleep_state(&self, state: SleepState) -> Result<(), LifecycleError> {
+        Ok(self.store.set_sleep_state(state).await?)
     }
 
     /// The topics the session monitor follows (through the journal's dispatcher, like any
@@ -171,14 +173,14 @@ impl Lifecycle {
     }
 
     /// Apply one journal event to the sessions (idempotent: replays are skipped).
-    async fn observe(&self, event: &Event) -> Result<(), rusqlite::Error> {
+    async fn observe(&self, event: &Event) -> Result<(), LifecycleError> {
         let Some(session) = event.session_id.clone() else {
             return Ok(());
         };
         let Some(completed) = self.record_activity(&session, event)? else {
             return Ok(());
         };
-        let woke = event.topic == "message.received" && self.wake_on_message(event)?;
+        let woke = event.topic == "message.received" && self.wake_on_message(event).await?;
         for id in completed {
             self.session_over(&id, event.created_at).await;
             self.journal
@@ -260,19 +262,23 @@ impl Lifecycle {
 
     /// Note the activity; when the agent sleeps, wake it and raise the interrupt flag.
     /// Whether it woke.
-    fn wake_on_message(&self, event: &Event) -> Result<bool, rusqlite::Error> {
-        self.set_state("last_activity", &event.created_at.to_string())?;
-        if self.state("asleep")?.as_deref() != Some("true") {
-            return Ok(false);
+    async fn wake_on_message(&self, event: &Event) -> Result<bool, LifecycleError> {
+        let mut state = self.sleep_state()?;
+        let woke = state.asleep;
+        state.last_activity = Some(event.created_at);
+        if woke {
+            state.asleep = false;
+            state.interrupted = true;
         }
-        self.set_state("asleep", "false")?;
-        self.set_state("interrupted", "true")?;
-        self.interrupt.set(true);
-        Ok(true)
+        self.set_sleep_state(state).await?;
+        if woke {
+            self.interrupt.set(true);
+        }
+        Ok(woke)
     }
 
     /// End idle sessions and start sleeping when nothing is active.
-    async fn check_timeouts(&self) -> Result<(), rusqlite::Error> {
+    async fn check_timeouts(&self) -> Result<(), LifecycleError> {
         let now = now_ms();
         let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
         let ended: Vec<(String, Option<String>, i64, String)> = {
@@ -310,21 +316,19 @@ impl Lifecycle {
             [],
             |r| r.get(0),
         )?;
-        let asleep = self.state("asleep")?.as_deref() == Some("true");
-        let last_activity = match self.state("last_activity")? {
-            Some(value) => value.parse::<i64>().unwrap_or(now),
-            None => {
-                // First run on this data dir: idleness counts from now.
-                self.set_state("last_activity", &now.to_string())?;
-                now
-            }
+        let mut state = self.sleep_state()?;
+        let Some(last_activity) = state.last_activity else {
+            // First run on this data dir: idleness counts from now.
+            state.last_activity = Some(now);
+            return self.set_sleep_state(state).await;
         };
         if active == 0
-            && !asleep
+            && !state.asleep
             && now - last_activity >= (self.config.sleep_timeout_secs as i64) * 1000
         {
-            self.set_state("asleep", "true")?;
-            self.set_state("interrupted", "false")?;
+            state.asleep = true;
+            state.interrupted = false;
+            self.set_sleep_state(state).await?;
             self.interrupt.set(false);
             self.journal
                 .emit(
@@ -368,10 +372,10 @@ impl Lifecycle {
                         if self.config.missed_schedules == MissedSchedules::FireOnce {
                             self.fire(plugin, name, expression, missed_at, true).await;
                         }
-                        self.record_fired(plugin, name, now);
+                        self.record_fired(plugin, name, now).await;
                     }
                 }
-                Ok(None) => self.record_fired(plugin, name, now),
+                Ok(None) => self.record_fired(plugin, name, now).await,
                 Err(e) => {
                     tracing::error!(plugin, schedule = name, "cannot read schedule state: {e}")
                 }
@@ -400,7 +404,7 @@ impl Lifecycle {
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {
                     self.fire(plugin, name, expression, at, false).await;
-                    self.record_fired(plugin, name, at);
+                    self.record_fired(plugin, name, at).await;
                 }
                 _ = stop.changed() => {
                     if *stop.borrow() {
@@ -427,24 +431,16 @@ impl Lifecycle {
         self.journal.emit(&topic, payload, None, None).await;
     }
 
-    fn last_fired(&self, plugin: &str, name: &str) -> rusqlite::Result<Option<DateTime<Utc>>> {
-        let millis: Option<i64> = self
-            .conn()
-            .query_row(
-                "SELECT last_fired_at FROM schedule_state WHERE plugin_id = ?1 AND name = ?2",
-                params![plugin, name],
-                |r| r.get(0),
-            )
-            .optional()?;
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<DateTime<Utc>>, WriteError> {
+        let millis = self.store.last_fired(plugin, name)?;
         Ok(millis.and_then(|ms| Utc.timestamp_millis_opt(ms).single()))
     }
 
-    fn record_fired(&self, plugin: &str, name: &str, at: DateTime<Utc>) {
-        let result = self.conn().execute(
-            "INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
-             ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at",
-            params![plugin, name, at.timestamp_millis()],
-        );
+    async fn record_fired(&self, plugin: &str, name: &str, at: DateTime<Utc>) {
+        let result = self
+            .store
+            .record_fired(plugin, name, at.timestamp_millis())
+            .await;
         if let Err(e) = result {
             tracing::error!(
                 plugin,

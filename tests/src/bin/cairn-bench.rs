@@ -18,10 +18,11 @@ use cairn::buffer::{Buffer, BufferConfig, NewMessage};
 use cairn::config::{KvConfig, RuntimeConfig};
 use cairn::journal::{Journal, JournalConfig, NewEvent};
 use cairn::plugin::capabilities::HostServices;
-use cairn::plugin::kv::KvStore;
+use cairn::plugin::kv::PluginKv;
 use cairn::plugin::manifest;
 use cairn::plugin::runtime::{CacheOutcome, Runtime};
 use cairn::router::{Router, RouterConfig};
+use cairn::store::host::SqliteHost;
 use cairn_tests::{guests_dir, python_plugin, workspace_root};
 use cairn_vocab::event::Event;
 
@@ -189,7 +190,10 @@ fn plugin_rows(
     let manifest = write_manifest(scratch, "bench", rust_component)?;
     let prepared = runtime.prepare(manifest, scratch)?;
     let services = Arc::new(HostServices {
-        kv: Arc::new(KvStore::open(scratch, KvConfig::default())?),
+        kv: Arc::new(PluginKv::new(
+            Arc::new(SqliteHost::open(scratch)?),
+            KvConfig::default(),
+        )),
         inbox: None,
         events: None,
         interrupt: None,
@@ -639,15 +643,16 @@ async fn bench_subscribers(
         ..Default::default()
     };
     config.runtime.cache_dir = workspace_root().join("target/test-cache");
+    let host_db = Arc::new(SqliteHost::open(dir)?);
     let services = Arc::new(HostServices {
-        kv: Arc::new(KvStore::open(dir, KvConfig::default())?),
+        kv: Arc::new(PluginKv::new(host_db.clone(), KvConfig::default())),
         inbox: None,
         events: Some(journal),
         interrupt: None,
         stop: None,
         memory: None,
     });
-    let status = Arc::new(cairn::plugin::status::StatusStore::open(dir)?);
+    let status = Arc::new(cairn::plugin::status::StatusLog::new(host_db));
     let host =
         cairn::plugin::PluginHost::start(&set, &config.plugin_host(), services, status).await?;
     let handles = (0..count)

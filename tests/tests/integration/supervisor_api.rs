@@ -8,10 +8,11 @@ use std::time::Duration;
 use cairn::config::HostConfig;
 use cairn::plugin::PluginHost;
 use cairn::plugin::capabilities::HostServices;
-use cairn::plugin::kv::KvStore;
+use cairn::plugin::kv::PluginKv;
 use cairn::plugin::resolve;
 use cairn::plugin::runtime::{CallError, FaultKind};
-use cairn::plugin::status::StatusStore;
+use cairn::plugin::status::StatusLog;
+use cairn::store::host::SqliteHost;
 use cairn_tests::{PluginDir, shared_cache_dir};
 use cairn_vocab::ErrorKind;
 use cairn_vocab::channel::OutboundMessage;
@@ -46,15 +47,16 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     config.supervisor.restart_budget = 1;
 
     let set = resolve::load(dir.path()).expect("valid plugin dir");
+    let host_db = Arc::new(SqliteHost::open(data.path()).expect("host.db"));
     let services = Arc::new(HostServices {
-        kv: Arc::new(KvStore::open(data.path(), config.kv.clone()).expect("kv")),
+        kv: Arc::new(PluginKv::new(host_db.clone(), config.kv.clone())),
         inbox: None,
         events: None,
         interrupt: None,
         stop: None,
         memory: None,
     });
-    let status = Arc::new(StatusStore::open(data.path()).expect("status"));
+    let status = Arc::new(StatusLog::new(host_db));
     let host = PluginHost::start(&set, &config.plugin_host(), services, status)
         .await
         .expect("host starts");

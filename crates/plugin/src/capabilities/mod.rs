@@ -31,7 +31,7 @@ use super::bindings::v0_1::convert::to_wit_error;
 use super::bindings::v0_1::convert::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
 use super::bindings::v0_1::handler::cairn::plugin as wit;
 use super::bindings::v0_1::types::{Error as WitError, LogLevel};
-use super::kv::{KvError, KvStore};
+use super::kv::{KvError, PluginKv};
 use super::logging::{Level, LogStream, PluginLog};
 use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
@@ -47,7 +47,7 @@ pub use limits::MemoryLimiter;
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
 pub struct HostServices {
     /// Plugin key/value state.
-    pub kv: Arc<KvStore>,
+    pub kv: Arc<PluginKv>,
     /// Where channels' messages go, when the host runs a buffer.
     pub inbox: Option<Arc<dyn Inbox>>,
     /// Where events go, when the host runs a journal.

@@ -1,0 +1,336 @@
+//! `host.db`, the host process's own state, behind three interfaces: [`KvStore`]
+//! (plugin-private key/value state), [`StatusStore`] (the running host and its plugins'
+//! states) and [`LifecycleStore`] (sleep and schedule ticks). [`SqliteHost`] implements all
+//! three over one database with one writer thread, so every write to `host.db` is
+//! group-committed by the same owner.
+
+use std::path::Path;
+
+use cairn_vocab::plugin::{HostRun, PluginStatus};
+use cairn_vocab::session::SleepState;
+use rusqlite::{Connection, OptionalExtension, params};
+
+use crate::database::Database;
+use crate::writer::{Receipt, WriteError};
+use crate::{Migrations, StoreError, now_ms};
+
+/// Migrations of `host.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "host",
+    scripts: &[
+        include_str!("../../../migrations/host/0001_init.sql"),
+        include_str!("../../../migrations/host/0002_lifecycle.sql"),
+    ],
+};
+
+/// Plugin-private key/value state. The plugin id comes from the host, never from a guest;
+/// limits on keys and values are the caller's policy.
+pub trait KvStore: Send + Sync {
+    /// The value of `key` for `plugin`, if set.
+    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, WriteError>;
+    /// Set `key` for `plugin`.
+    fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Receipt<()>;
+    /// Remove `key` for `plugin`; whether it existed.
+    fn delete(&self, plugin: &str, key: &str) -> Receipt<bool>;
+    /// Keys of `plugin` starting with `prefix` (taken literally), sorted.
+    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, WriteError>;
+}
+
+/// The host that runs on a data dir and its plugins' last known states, written by the
+/// running host and read by `cairn status`.
+pub trait StatusStore: Send + Sync {
+    /// Forget the plugins of an earlier run and record this process as the running host.
+    fn begin_run(&self, pid: u32, plugins_dir: &str) -> Receipt<()>;
+    /// Record a clean stop.
+    fn end_run(&self) -> Receipt<()>;
+    /// Write one plugin's status.
+    fn record(&self, status: &PluginStatus) -> Receipt<()>;
+    /// The recorded host run and plugin statuses (by id).
+    fn report(&self) -> Result<(Option<HostRun>, Vec<PluginStatus>), WriteError>;
+}
+
+/// What the lifecycle keeps across restarts besides sessions: whether the agent sleeps,
+/// and when each plugin schedule last fired.
+pub trait LifecycleStore: Send + Sync {
+    /// The sleep state (all off on a new data dir).
+    fn sleep_state(&self) -> Result<SleepState, WriteError>;
+    /// Replace the sleep state.
+    fn set_sleep_state(&self, state: SleepState) -> Receipt<()>;
+    /// When schedule `name` of `plugin` last fired, in ms.
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, WriteError>;
+    /// Record that schedule `name` of `plugin` fired at `at_ms`.
+    fn record_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<()>;
+}
+
+/// `host.db`: one writer thread for writes, a connection for reads.
+pub struct SqliteHost {
+    db: Database,
+}
+
+impl SqliteHost {
+    /// Open (creating and migrating) `<data>/host.db` and start its writer thread.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            db: Database::open(&data_dir.join("host.db"), &MIGRATIONS, "host-writer")?,
+        })
+    }
+
+    /// Read the status of the host that last ran on `data_dir` without opening it for
+    /// writing (a host may be running); `None` when no host has run there.
+    pub fn read_status(
+        data_dir: &Path,
+    ) -> Result<Option<(Option<HostRun>, Vec<PluginStatus>)>, StoreError> {
+        let path = data_dir.join("host.db");
+        let Some(conn) = crate::open_read_only(&path)? else {
+            return Ok(None);
+        };
+        read_report(&conn)
+            .map(Some)
+            .map_err(|source| StoreError::Open { path, source })
+    }
+}
+
+impl KvStore for SqliteHost {
+    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, WriteError> {
+        self.db.read(|conn| {
+            conn.prepare_cached("SELECT value FROM kv WHERE plugin_id = ?1 AND key = ?2")?
+                .query_row(params![plugin, key], |row| row.get(0))
+                .optional()
+        })
+    }
+
+    fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Receipt<()> {
+        let (plugin, key) = (plugin.to_string(), key.to_string());
+        self.db.submit(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO kv (plugin_id, key, value, updated_at) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (plugin_id, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+            )?
+            .execute(params![plugin, key, value, now_ms()])?;
+            Ok(())
+        })
+    }
+
+    fn delete(&self, plugin: &str, key: &str) -> Receipt<bool> {
+        let (plugin, key) = (plugin.to_string(), key.to_string());
+        self.db.submit(move |conn| {
+            let removed = conn.execute(
+                "DELETE FROM kv WHERE plugin_id = ?1 AND key = ?2",
+                params![plugin, key],
+            )?;
+            Ok(removed > 0)
+        })
+    }
+
+    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, WriteError> {
+        self.db.read(|conn| {
+            conn.prepare_cached(
+                "SELECT key FROM kv WHERE plugin_id = ?1 AND substr(key, 1, length(?2)) = ?2 ORDER BY key",
+            )?
+            .query_map(params![plugin, prefix], |row| row.get(0))?
+            .collect()
+        })
+    }
+}
+
+impl StatusStore for SqliteHost {
+    fn begin_run(&self, pid: u32, plugins_dir: &str) -> Receipt<()> {
+        let plugins_dir = plugins_dir.to_string();
+        self.db.submit(move |conn| {
+            conn.execute("DELETE FROM plugin_status", [])?;
+            conn.execute(
+                "INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
+                 ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, plugins_dir = excluded.plugins_dir,
+                     started_at = excluded.started_at, stopped_at = NULL",
+                params![pid, plugins_dir, now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn end_run(&self) -> Receipt<()> {
+        self.db.submit(|conn| {
+            conn.execute(
+                "UPDATE host_run SET stopped_at = ?1 WHERE id = 1",
+                params![now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn record(&self, status: &PluginStatus) -> Receipt<()> {
+        let status = status.clone();
+        self.db.submit(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO plugin_status (plugin_id, version, kind, state, restarts, faults, last_error, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                 ON CONFLICT (plugin_id) DO UPDATE SET version = excluded.version, kind = excluded.kind,
+                     state = excluded.state, restarts = excluded.restarts, faults = excluded.faults,
+                     last_error = excluded.last_error, updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                status.id,
+                status.version,
+                status.kind,
+                status.state,
+                status.restarts,
+                status.faults,
+                status.last_error,
+                status.updated_at
+            ])?;
+            Ok(())
+        })
+    }
+
+    fn report(&self) -> Result<(Option<HostRun>, Vec<PluginStatus>), WriteError> {
+        self.db.read(read_report)
+    }
+}
+
+fn read_report(conn: &Connection) -> rusqlite::Result<(Option<HostRun>, Vec<PluginStatus>)> {
+    let run = conn
+        .query_row(
+            "SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1",
+            [],
+            |row| {
+                Ok(HostRun {
+                    pid: row.get(0)?,
+                    plugins_dir: row.get(1)?,
+                    started_at: row.get(2)?,
+                    stopped_at: row.get(3)?,
+                })
+            },
+        )
+        .optional()?;
+    let plugins = conn
+        .prepare(
+            "SELECT plugin_id, version, kind, state, restarts, faults, last_error, updated_at
+             FROM plugin_status ORDER BY plugin_id",
+        )?
+        .query_map([], |row| {
+            Ok(PluginStatus {
+                id: row.get(0)?,
+                version: row.get(1)?,
+                kind: row.get(2)?,
+                state: row.get(3)?,
+                restarts: row.get(4)?,
+                faults: row.get(5)?,
+                last_error: row.get(6)?,
+                updated_at: row.get(7)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((run, plugins))
+}
+
+impl LifecycleStore for SqliteHost {
+    fn sleep_state(&self) -> Result<SleepState, WriteError> {
+        self.db.read(|conn| {
+            let value = |key: &str| -> rusqlite::Result<Option<String>> {
+                conn.query_row(
+                    "SELECT value FROM lifecycle_state WHERE key = ?1",
+                    params![key],
+                    |r| r.get(0),
+                )
+                .optional()
+            };
+            Ok(SleepState {
+                asleep: value("asleep")?.as_deref() == Some("true"),
+                interrupted: value("interrupted")?.as_deref() == Some("true"),
+                last_activity: value("last_activity")?.and_then(|v| v.parse().ok()),
+            })
+        })
+    }
+
+    fn set_sleep_state(&self, state: SleepState) -> Receipt<()> {
+        self.db.submit(move |conn| {
+            let mut upsert = conn.prepare_cached(
+                "INSERT INTO lifecycle_state (key, value) VALUES (?1, ?2)
+                 ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            )?;
+            upsert.execute(params!["asleep", state.asleep.to_string()])?;
+            upsert.execute(params!["interrupted", state.interrupted.to_string()])?;
+            if let Some(at) = state.last_activity {
+                upsert.execute(params!["last_activity", at.to_string()])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, WriteError> {
+        self.db.read(|conn| {
+            conn.query_row(
+                "SELECT last_fired_at FROM schedule_state WHERE plugin_id = ?1 AND name = ?2",
+                params![plugin, name],
+                |r| r.get(0),
+            )
+            .optional()
+        })
+    }
+
+    fn record_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<()> {
+        let (plugin, name) = (plugin.to_string(), name.to_string());
+        self.db.submit(move |conn| {
+            conn.execute(
+                "INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at",
+                params![plugin, name, at_ms],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugins_see_only_their_own_keys_and_values_persist() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = SqliteHost::open(dir.path()).expect("open");
+        host.set("a", "count", b"1".to_vec()).wait().expect("set");
+        host.set("a", "count", b"2".to_vec())
+            .wait()
+            .expect("overwrite");
+        host.set("a", "other", b"x".to_vec()).wait().expect("set");
+        host.set("b", "count", b"9".to_vec()).wait().expect("set");
+        drop(host);
+        let host = SqliteHost::open(dir.path()).expect("reopen");
+        assert_eq!(host.get("a", "count").expect("get"), Some(b"2".to_vec()));
+        assert_eq!(host.get("b", "count").expect("get"), Some(b"9".to_vec()));
+        assert_eq!(host.list_keys("a", "").expect("list"), ["count", "other"]);
+        assert_eq!(host.list_keys("a", "co").expect("list"), ["count"]);
+        assert!(host.delete("a", "count").wait().expect("delete"));
+        assert!(!host.delete("a", "count").wait().expect("delete again"));
+        assert_eq!(host.get("a", "count").expect("get"), None);
+    }
+
+    #[test]
+    fn like_wildcards_in_prefixes_are_literal() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = SqliteHost::open(dir.path()).expect("open");
+        host.set("a", "100%", b"1".to_vec()).wait().expect("set");
+        host.set("a", "1000", b"1".to_vec()).wait().expect("set");
+        assert_eq!(host.list_keys("a", "100%").expect("list"), ["100%"]);
+    }
+
+    #[test]
+    fn sleep_state_and_schedule_ticks_survive_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = SqliteHost::open(dir.path()).expect("open");
+        assert_eq!(host.sleep_state().expect("read"), SleepState::default());
+        let asleep = SleepState {
+            asleep: true,
+            interrupted: false,
+            last_activity: Some(42),
+        };
+        host.set_sleep_state(asleep).wait().expect("write");
+        host.record_fired("p", "tick", 7).wait().expect("fired");
+        drop(host);
+        let host = SqliteHost::open(dir.path()).expect("reopen");
+        assert_eq!(host.sleep_state().expect("read"), asleep);
+        assert_eq!(host.last_fired("p", "tick").expect("read"), Some(7));
+        assert_eq!(host.last_fired("p", "other").expect("read"), None);
+    }
+}
