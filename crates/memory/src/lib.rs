@@ -3,8 +3,9 @@
 //! recency), bi-temporal facts that are superseded rather than deleted, and the bookkeeping
 //! consolidators need.
 //!
-//! - [`store`]: the SQLite store (tables, writes, reads, sessions, export/import, hygiene,
-//!   snapshots); the only module that touches `memory.db`.
+//! - [`local`]: the built-in backend — write policy, recall, the background embedder,
+//!   export/import, hygiene and snapshots — over a `cairn_storage::memory::MemoryStore`
+//!   that keeps the rows (this crate holds no SQL).
 //! - [`recall`]: query parsing and scoring, with a per-hit explanation.
 //! - [`embed`]: embedding providers (`hash`, `openai`), the in-memory vector index and the
 //!   background embedder.
@@ -16,10 +17,10 @@
 #![deny(missing_docs)]
 
 pub mod embed;
+pub mod local;
 pub mod recall;
 pub mod service;
 pub mod snapshot;
-pub mod store;
 pub mod stream;
 
 use std::collections::BTreeMap;
@@ -32,16 +33,11 @@ pub use cairn_vocab::memory::{
 };
 pub use cairn_vocab::session::Session;
 pub use embed::EmbeddingConfig;
+pub use local::LocalMemory;
 pub use recall::{RecallConfig, RecallHit, RecallQuery, ScoreParts};
 pub use service::MemoryService;
-pub use store::MemoryStore;
 
-/// SHA-256 of a memory's content (hex): the embedding cache key, the exact-duplicate key,
-/// and how a snapshot tells an edited text.
-pub fn content_hash(content: &str) -> String {
-    use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(content.as_bytes()))
-}
+pub use cairn_storage::memory::content_hash;
 
 /// The entry `memory` becomes when recorded as `id` at `now`: the kind's default
 /// category, memory-stream importance when none is given, issue and PR refs from the
@@ -94,8 +90,8 @@ pub enum MemoryError {
     Storage(String),
 }
 
-impl From<rusqlite::Error> for MemoryError {
-    fn from(error: rusqlite::Error) -> Self {
+impl From<cairn_storage::StoreError> for MemoryError {
+    fn from(error: cairn_storage::StoreError) -> Self {
         MemoryError::Storage(error.to_string())
     }
 }

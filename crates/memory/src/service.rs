@@ -1,17 +1,21 @@
 //! The memory the rest of the host talks to: one [`MemoryBackend`] interface, served by the
 //! SQLite store or — when `memory.backend` names one — by a `memory-backend` plugin (see
 //! `crate::plugin::memory_backend`). Store, recall, get, list, forget, count, health and the
-//! consolidation tools' episodes and facts all go through it. Sessions and their
-//! consolidation state always stay in memory.db.
+//! consolidation tools' episodes and facts all go through it. Sessions are the
+//! lifecycle's ([`SessionStore`]): memory reads them, and consolidators mark them
+//! consolidated, whichever backend keeps the memories.
 //!
 //! Calls are blocking (SQLite, or a call into the backend plugin's sandbox); async callers
 //! run them on the blocking pool.
 
 use std::sync::{Arc, OnceLock};
 
+use cairn_storage::memory::SessionStore;
+use cairn_storage::now_ms;
+
 use super::{
-    ListFilter, MemoryEntry, MemoryError, MemoryKind, MemoryStore, NewMemory, RecallHit,
-    RecallQuery, Scope, StoreOutcome,
+    ListFilter, LocalMemory, MemoryEntry, MemoryError, MemoryKind, NewMemory, RecallHit,
+    RecallQuery, Scope, Session, StoreOutcome,
 };
 
 /// Where memories are stored and recalled: the operations a `memory-backend` plugin
@@ -33,21 +37,21 @@ pub trait MemoryBackend: Send + Sync {
     fn health(&self) -> Result<String, MemoryError>;
 }
 
-impl MemoryBackend for MemoryStore {
+impl MemoryBackend for LocalMemory {
     fn save(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
         self.store_blocking(memory)
     }
 
     fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
-        MemoryStore::recall(self, query)
+        LocalMemory::recall(self, query)
     }
 
     fn get(&self, id: &str) -> Result<Option<MemoryEntry>, MemoryError> {
-        MemoryStore::get(self, id)
+        LocalMemory::get(self, id)
     }
 
     fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, MemoryError> {
-        MemoryStore::list(self, filter)
+        LocalMemory::list(self, filter)
     }
 
     fn forget(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
@@ -55,7 +59,7 @@ impl MemoryBackend for MemoryStore {
     }
 
     fn count(&self, scope: &Scope) -> Result<u64, MemoryError> {
-        MemoryStore::count(self, scope)
+        LocalMemory::count(self, scope)
     }
 
     fn health(&self) -> Result<String, MemoryError> {
@@ -73,25 +77,28 @@ const MAX_SESSION_EPISODES: usize = 100_000;
 
 /// Where memories live.
 pub struct MemoryService {
-    store: Arc<MemoryStore>,
+    local: Arc<LocalMemory>,
+    sessions: Arc<dyn SessionStore>,
     backend_plugin: Option<String>,
     backend: OnceLock<Arc<dyn MemoryBackend>>,
 }
 
 impl MemoryService {
-    /// Memory served by `store`, or by the plugin `memory.backend` names once it is attached.
-    pub fn new(store: Arc<MemoryStore>) -> Self {
-        let backend = store.config().backend.clone();
+    /// Memory served by `local`, or by the plugin `memory.backend` names once it is
+    /// attached; sessions read from `sessions`.
+    pub fn new(local: Arc<LocalMemory>, sessions: Arc<dyn SessionStore>) -> Self {
+        let backend = local.config().backend.clone();
         Self {
-            store,
+            local,
+            sessions,
             backend_plugin: (backend != "sqlite").then_some(backend),
             backend: OnceLock::new(),
         }
     }
 
-    /// The SQLite store (sessions, consolidation bookkeeping, maintenance).
-    pub fn store(&self) -> &Arc<MemoryStore> {
-        &self.store
+    /// The built-in backend (maintenance: embeddings, hygiene, export).
+    pub fn local(&self) -> &Arc<LocalMemory> {
+        &self.local
     }
 
     /// The id of the configured backend plugin, when memory is a plugin.
@@ -107,7 +114,7 @@ impl MemoryService {
     /// The backend in force: memory.db, or the attached plugin.
     fn backend(&self) -> Result<&dyn MemoryBackend, MemoryError> {
         match &self.backend_plugin {
-            None => Ok(&*self.store),
+            None => Ok(&*self.local),
             Some(id) => self.backend.get().map(|b| &**b).ok_or_else(|| {
                 MemoryError::Unavailable(format!("memory backend plugin `{id}` is not running"))
             }),
@@ -171,7 +178,7 @@ impl MemoryService {
         session: &str,
         facts: Vec<NewMemory>,
     ) -> Result<Vec<String>, MemoryError> {
-        if self.store.session(session)?.is_none() {
+        if self.sessions.session(session)?.is_none() {
             return Err(MemoryError::NotFound(format!(
                 "session `{session}` is not known"
             )));
@@ -195,5 +202,25 @@ impl MemoryService {
             ids.push(outcome.id().to_string());
         }
         Ok(ids)
+    }
+
+    /// Sessions waiting for consolidation, oldest end first.
+    pub fn pending_sessions(&self, limit: usize) -> Result<Vec<Session>, MemoryError> {
+        Ok(self.sessions.awaiting_consolidation(limit)?)
+    }
+
+    /// One session.
+    pub fn session(&self, id: &str) -> Result<Option<Session>, MemoryError> {
+        Ok(self.sessions.session(id)?)
+    }
+
+    /// Mark a session consolidated.
+    pub fn mark_consolidated(&self, id: &str) -> Result<(), MemoryError> {
+        if !self.sessions.mark_consolidated(id, now_ms()).wait()? {
+            return Err(MemoryError::NotFound(format!(
+                "session `{id}` is not known"
+            )));
+        }
+        Ok(())
     }
 }

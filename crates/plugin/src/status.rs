@@ -9,7 +9,7 @@ use serde::Serialize;
 use cairn_storage::StoreError;
 use cairn_storage::host::{SqliteHost, StatusStore};
 use cairn_storage::writer::WriteError;
-pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus};
+pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus, StatusReport};
 
 /// Where the supervisors of a host record their plugins' states, over a [`StatusStore`].
 pub struct StatusLog {
@@ -42,18 +42,9 @@ impl StatusLog {
     }
 }
 
-/// What `cairn status` reads from a data dir.
-#[derive(Debug, Clone, Serialize)]
-pub struct StatusReport {
-    /// The host that last ran here, if any.
-    pub host: Option<HostRun>,
-    /// Its plugins, by id.
-    pub plugins: Vec<PluginStatus>,
-}
-
 /// Read the recorded host run and plugin statuses; `None` when no host has run here.
 pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
-    Ok(SqliteHost::read_status(data_dir)?.map(|(host, plugins)| StatusReport { host, plugins }))
+    SqliteHost::read_status(data_dir)
 }
 
 /// A plugin's row in `cairn status`: its state now, and the state its host last recorded.

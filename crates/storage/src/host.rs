@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use cairn_vocab::plugin::{HostRun, PluginStatus};
+use cairn_vocab::plugin::{HostRun, PluginStatus, StatusReport};
 use cairn_vocab::session::SleepState;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -46,7 +46,7 @@ pub trait StatusStore: Send + Sync {
     /// Write one plugin's status.
     fn record(&self, status: &PluginStatus) -> Receipt<()>;
     /// The recorded host run and plugin statuses (by id).
-    fn report(&self) -> Result<(Option<HostRun>, Vec<PluginStatus>), WriteError>;
+    fn report(&self) -> Result<StatusReport, WriteError>;
 }
 
 /// What the lifecycle keeps across restarts besides sessions: whether the agent sleeps,
@@ -77,9 +77,7 @@ impl SqliteHost {
 
     /// Read the status of the host that last ran on `data_dir` without opening it for
     /// writing (a host may be running); `None` when no host has run there.
-    pub fn read_status(
-        data_dir: &Path,
-    ) -> Result<Option<(Option<HostRun>, Vec<PluginStatus>)>, StoreError> {
+    pub fn read_status(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
         let path = data_dir.join("host.db");
         let Some(conn) = crate::open_read_only(&path)? else {
             return Ok(None);
@@ -182,12 +180,12 @@ impl StatusStore for SqliteHost {
         })
     }
 
-    fn report(&self) -> Result<(Option<HostRun>, Vec<PluginStatus>), WriteError> {
+    fn report(&self) -> Result<StatusReport, WriteError> {
         self.db.read(read_report)
     }
 }
 
-fn read_report(conn: &Connection) -> rusqlite::Result<(Option<HostRun>, Vec<PluginStatus>)> {
+fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
     let run = conn
         .query_row(
             "SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1",
@@ -220,7 +218,7 @@ fn read_report(conn: &Connection) -> rusqlite::Result<(Option<HostRun>, Vec<Plug
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((run, plugins))
+    Ok(StatusReport { host: run, plugins })
 }
 
 impl LifecycleStore for SqliteHost {

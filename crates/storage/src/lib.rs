@@ -4,6 +4,7 @@
 //!
 //! - [`buffer`]: [`buffer::BufferStore`] and `buffer.db`.
 //! - [`journal`]: [`journal::JournalStore`], [`journal::JournalAdmin`] and `journal.db`.
+//! - [`memory`]: [`memory::MemoryStore`], [`memory::SessionStore`] and `memory.db`.
 //! - [`host`]: [`host::KvStore`], [`host::StatusStore`], [`host::LifecycleStore`] and
 //!   `host.db`.
 //!
@@ -17,6 +18,7 @@ pub mod buffer;
 pub mod database;
 pub mod host;
 pub mod journal;
+pub mod memory;
 pub mod writer;
 
 use std::path::{Path, PathBuf};

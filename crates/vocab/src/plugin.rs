@@ -113,3 +113,12 @@ pub struct HostRun {
     /// When it stopped cleanly; none while running or after a crash.
     pub stopped_at: Option<i64>,
 }
+
+/// What `cairn status` reads from a data dir: the host that last ran there and its plugins.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatusReport {
+    /// The host that last ran here, if any.
+    pub host: Option<HostRun>,
+    /// Its plugins, by id.
+    pub plugins: Vec<PluginStatus>,
+}

@@ -14,6 +14,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
 use crate::journal::Journal;
+use crate::lifecycle::Lifecycle;
 use crate::memory::{MemoryKind, MemoryService, NewMemory, RecallHit, RecallQuery, Scope};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
@@ -117,7 +118,7 @@ pub struct Agent {
     buffer: Arc<Buffer>,
     journal: Option<Arc<Journal>>,
     memory: Option<Arc<MemoryService>>,
-    session_timeout_secs: u64,
+    lifecycle: Option<Arc<Lifecycle>>,
     llm: Arc<dyn LlmProvider>,
     channels: BTreeMap<String, PluginHandle>,
     config: AgentConfig,
@@ -139,16 +140,17 @@ impl Agent {
             buffer,
             journal,
             memory,
-            session_timeout_secs: crate::lifecycle::LifecycleConfig::default().session_timeout_secs,
+            lifecycle: None,
             llm,
             channels,
             config,
         }
     }
 
-    /// Use the lifecycle's session timeout to decide when a conversation starts a new session.
-    pub fn with_session_timeout(mut self, secs: u64) -> Self {
-        self.session_timeout_secs = secs;
+    /// Ask `lifecycle` for each turn's session (without one, every batch of a conversation
+    /// shares one session named after it).
+    pub fn with_lifecycle(mut self, lifecycle: Arc<Lifecycle>) -> Self {
+        self.lifecycle = Some(lifecycle);
         self
     }
 
@@ -318,7 +320,7 @@ impl Agent {
         let Some(memory) = self.memory.clone() else {
             return;
         };
-        let config = memory.store().config();
+        let config = memory.local().config();
         if !config.save_episodes || text.trim().is_empty() {
             return;
         }
@@ -338,33 +340,20 @@ impl Agent {
         }
     }
 
-    /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … when the
-    /// conversation resumes after being idle for the session timeout (tracked in memory;
-    /// without memory every batch of a conversation shares one session).
+    /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … by the
+    /// lifecycle when the conversation resumes after its session ended.
     async fn session_for(&self, batch: &Batch, user: Option<&str>) -> String {
         let conversation = format!("{}:{}", batch.channel, batch.conversation);
-        let Some(memory) = &self.memory else {
+        let Some(lifecycle) = &self.lifecycle else {
             return conversation;
         };
-        let agent = memory.store().config().agent_id.clone();
-        let idle_ms = (self.session_timeout_secs as i64).saturating_mul(1000);
-        match memory
-            .store()
-            .session_for(
-                &conversation,
-                user,
-                Some(&agent),
-                crate::store::now_ms(),
-                idle_ms,
-            )
+        let agent = self
+            .memory
+            .as_ref()
+            .map(|memory| memory.local().config().agent_id.clone());
+        lifecycle
+            .session_for(&conversation, user, agent.as_deref())
             .await
-        {
-            Ok(id) => id,
-            Err(e) => {
-                tracing::warn!(conversation, "cannot record the session in memory: {e}");
-                conversation
-            }
-        }
     }
 
     /// The memory context provider: the most relevant memories of this user from other
@@ -378,7 +367,7 @@ impl Agent {
         let Some(memory) = self.memory.clone() else {
             return Vec::new();
         };
-        let config = memory.store().config();
+        let config = memory.local().config();
         if config.context_limit == 0 {
             return Vec::new();
         }

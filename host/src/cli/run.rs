@@ -15,7 +15,7 @@ use crate::buffer::Buffer;
 use crate::config::HostConfig;
 use crate::journal::{Journal, dispatch};
 use crate::lifecycle::{Lifecycle, StopRequest};
-use crate::memory::{MemoryService, MemoryStore};
+use crate::memory::{LocalMemory, MemoryService};
 use crate::plugin::capabilities::HostServices;
 use crate::plugin::kv::PluginKv;
 use crate::plugin::manifest::{Manifest, PluginKind};
@@ -24,6 +24,7 @@ use crate::plugin::supervisor::PluginHandle;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
 use crate::store::host::SqliteHost;
+use crate::store::memory::SqliteMemory;
 use crate::webhook;
 
 /// The durable stores and long-lived services of one run.
@@ -32,7 +33,7 @@ struct Stores {
     journal: Arc<Journal>,
     kv: Arc<PluginKv>,
     status: Arc<StatusLog>,
-    memory_store: Arc<MemoryStore>,
+    local_memory: Arc<LocalMemory>,
     memory: Arc<MemoryService>,
     lifecycle: Arc<Lifecycle>,
 }
@@ -71,7 +72,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let _ = stop.send(true);
     drain(workers).await;
     host.stop().await;
-    stores.memory_store.stop_embedder();
+    stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
     Ok(())
@@ -89,13 +90,46 @@ fn serves_webhooks(manifest: &Manifest) -> bool {
     manifest.channel.as_ref().is_some_and(|c| c.webhook)
 }
 
-/// Open every store of the data dir, adopt the channels' manifest priorities and record
-/// this run in host.db.
+/// Open every store of the data dir and record this run in host.db.
 fn open_stores(
     config: &HostConfig,
     set: &resolve::PluginSet,
     plugins_dir: &Path,
 ) -> Result<Stores> {
+    let buffer = open_buffer(config, set)?;
+    let memory_db = Arc::new(SqliteMemory::open(&config.data_dir)?);
+    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
+    let kv = Arc::new(PluginKv::new(host_db.clone(), config.kv.clone()));
+    let status = Arc::new(StatusLog::new(host_db.clone()));
+    status.begin_run(plugins_dir)?;
+    let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
+    let cold = memory_db.is_new();
+    let local_memory = LocalMemory::over(
+        &config.data_dir,
+        config.memory.clone(),
+        memory_db.clone(),
+        cold,
+    )?;
+    let memory = Arc::new(MemoryService::new(local_memory.clone(), memory_db.clone()));
+    let lifecycle = Arc::new(Lifecycle::new(
+        config.lifecycle.clone(),
+        memory_db,
+        host_db,
+        journal.clone(),
+    ));
+    Ok(Stores {
+        buffer,
+        journal,
+        kv,
+        status,
+        local_memory,
+        memory,
+        lifecycle,
+    })
+}
+
+/// Open the buffer and adopt the channels' manifest priorities.
+fn open_buffer(config: &HostConfig, set: &resolve::PluginSet) -> Result<Arc<Buffer>> {
     let buffer = Arc::new(Buffer::open(&config.data_dir, config.buffer.clone())?);
     let priorities = channels(set)
         .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
@@ -107,31 +141,7 @@ fn open_stores(
             "unrouted messages took their channel's manifest priority"
         );
     }
-    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
-    let kv = Arc::new(PluginKv::new(host_db.clone(), config.kv.clone()));
-    let status = Arc::new(StatusLog::new(host_db.clone()));
-    status.begin_run(plugins_dir)?;
-    let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
-    let memory_store = MemoryStore::open(&config.data_dir, config.memory.clone())?;
-    let memory = Arc::new(MemoryService::new(memory_store.clone()));
-    let lifecycle = Arc::new(
-        Lifecycle::open(
-            &config.data_dir,
-            config.lifecycle.clone(),
-            host_db,
-            journal.clone(),
-        )?
-        .with_memory(memory_store.clone()),
-    );
-    Ok(Stores {
-        buffer,
-        journal,
-        kv,
-        status,
-        memory_store,
-        memory,
-        lifecycle,
-    })
+    Ok(buffer)
 }
 
 /// Start the plugins in dependency order with the host's services behind their imports.
@@ -154,7 +164,7 @@ async fn start_plugins(
     if let Some(backend) = stores.memory.backend_plugin() {
         tracing::info!(plugin = backend, "memory is served by a backend plugin");
     }
-    stores.memory_store.start_embedder();
+    stores.local_memory.start_embedder();
     Ok(host)
 }
 
@@ -199,7 +209,7 @@ async fn spawn_workers(
             channel_handles(host, set, false),
             config.agent.clone(),
         )
-        .with_session_timeout(config.lifecycle.session_timeout_secs),
+        .with_lifecycle(stores.lifecycle.clone()),
     );
     let mut workers = tokio::task::JoinSet::new();
     workers.spawn(router.run(stopping.clone()));
@@ -215,7 +225,7 @@ async fn spawn_workers(
     ));
     workers.spawn(stores.lifecycle.clone().run(stopping.clone()));
     workers.spawn(run_memory_hygiene(
-        stores.memory_store.clone(),
+        stores.local_memory.clone(),
         stopping.clone(),
     ));
     let schedules = set
@@ -280,7 +290,7 @@ fn check_memory_backend(config: &HostConfig, set: &resolve::PluginSet) -> Result
 
 /// Run memory hygiene when due (it throttles itself to `hygiene_interval_hours`, with its
 /// state in memory.db), checking every ten minutes until `stop`.
-async fn run_memory_hygiene(memory: Arc<MemoryStore>, stop: watch::Receiver<bool>) {
+async fn run_memory_hygiene(memory: Arc<LocalMemory>, stop: watch::Receiver<bool>) {
     crate::periodic::every(std::time::Duration::from_secs(600), stop, || async {
         let store = memory.clone();
         match tokio::task::spawn_blocking(move || store.hygiene(false)).await {

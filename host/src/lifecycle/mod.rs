@@ -13,40 +13,35 @@
 //!   `schedule.<plugin>.<name>`; a tick missed while the host was down fires once at start
 //!   unless `missed_schedules: skip`.
 //!
-//! State lives in `host.db` (tables `lifecycle_sessions`, `lifecycle_state`,
-//! `schedule_state`), owned by this module. When memory runs, sessions that end are also
-//! marked pending in memory.db, where consolidators find them.
+//! The lifecycle owns the session state machine — `active` → `ended` (idle) or `pending`
+//! (the user moved on) → `consolidated` — and gives the agent each turn's session
+//! ([`Lifecycle::session_for`]), so one idle clock decides both when a conversation starts a
+//! new session and when a session ends. Sessions are kept by a [`SessionStore`] (memory.db's
+//! `sessions`, where consolidators read them); sleep and schedule state by a
+//! [`LifecycleStore`] (host.db).
 
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use rusqlite::{Connection, OptionalExtension, params};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
 use crate::journal::dispatch::Subscriber;
 use crate::journal::{Event, Journal};
-use crate::memory::MemoryStore;
 pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::host::LifecycleStore;
+use crate::store::memory::{Activity, SessionStore};
+use crate::store::now_ms;
 use crate::store::writer::WriteError;
-use crate::store::{self, StoreError, now_ms};
 use cairn_vocab::plugin::Schedule;
 use cairn_vocab::session::SleepState;
 
 /// Why the lifecycle could not read or record its state.
 #[derive(Debug, thiserror::Error)]
-pub enum LifecycleError {
-    /// The lifecycle store failed.
-    #[error("{0}")]
-    Store(#[from] WriteError),
-    /// The session table failed.
-    #[error("{0}")]
-    Sessions(#[from] rusqlite::Error),
-}
+#[error("lifecycle state: {0}")]
+pub struct LifecycleError(#[from] WriteError);
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -89,62 +84,59 @@ pub enum MissedSchedules {
 /// The lifecycle of a host.
 pub struct Lifecycle {
     config: LifecycleConfig,
-    conn: Mutex<Connection>,
+    sessions: Arc<dyn SessionStore>,
     store: Arc<dyn LifecycleStore>,
     journal: Arc<Journal>,
     interrupt: Arc<Interrupt>,
-    memory: Option<Arc<MemoryStore>>,
 }
 
 /// The journal subscriber id of the session monitor.
 const SUBSCRIBER: &str = "host.lifecycle";
 
 impl Lifecycle {
-    /// Open the lifecycle state in `host.db`.
-    pub fn open(
-        data_dir: &Path,
+    /// The lifecycle over `sessions` and `store`, announcing what happens on `journal`.
+    pub fn new(
         config: LifecycleConfig,
+        sessions: Arc<dyn SessionStore>,
         store: Arc<dyn LifecycleStore>,
         journal: Arc<Journal>,
-    ) -> Result<Self, StoreError> {
-        let conn = store::open(&data_dir.join("host.db"), &store::host::MIGRATIONS)?;
+    ) -> Self {
         let lifecycle = Self {
             config,
-            conn: Mutex::new(conn),
+            sessions,
             store,
             journal,
             interrupt: Arc::new(Interrupt::default()),
-            memory: None,
         };
         let interrupted = lifecycle.sleep_state().is_ok_and(|s| s.interrupted);
         lifecycle.interrupt.set(interrupted);
-        Ok(lifecycle)
+        lifecycle
     }
 
-    /// Tell `memory` when sessions end, so they wait for consolidation there.
-    pub fn with_memory(mut self, memory: Arc<MemoryStore>) -> Self {
-        self.memory = Some(memory);
-        self
-    }
-
-    async fn session_over(&self, id: &str, at: i64) {
-        if let Some(memory) = &self.memory
-            && let Err(e) = memory.end_session(id, at).await
-        {
-            tracing::warn!(
-                session = id,
-                "cannot mark the session pending in memory: {e}"
-            );
-        }
+    /// The session of a turn in `conversation` (`<channel>:<conversation>`): its current
+    /// session while that is active and not idle for the session timeout, else a new one
+    /// (`<conversation>`, then `#2`, `#3`, …). When sessions cannot be recorded the turn
+    /// still goes on, in a session named after the conversation.
+    pub async fn session_for(
+        &self,
+        conversation: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> String {
+        let idle_ms = (self.config.session_timeout_secs as i64).saturating_mul(1000);
+        let recorded = self
+            .sessions
+            .session_for(conversation, user, agent, now_ms(), idle_ms)
+            .await;
+        recorded.unwrap_or_else(|e| {
+            tracing::warn!(conversation, "cannot record the session: {e}");
+            conversation.to_string()
+        })
     }
 
     /// The interrupt flag, for the `lifecycle` host interface.
     pub fn interrupt(&self) -> Arc<Interrupt> {
         self.interrupt.clone()
-    }
-
-    fn conn(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn sleep_state(&self) -> Result<SleepState, LifecycleError> {
@@ -177,12 +169,24 @@ impl Lifecycle {
         let Some(session) = event.session_id.clone() else {
             return Ok(());
         };
-        let Some(completed) = self.record_activity(&session, event)? else {
-            return Ok(());
+        let activity = self
+            .sessions
+            .record_activity(
+                &session,
+                event.user_id.as_deref(),
+                event.seq,
+                event.created_at,
+                transcript_entry(event),
+                self.config.max_transcript_entries,
+            )
+            .await?;
+        let completed = match activity {
+            Activity::Replay => return Ok(()),
+            Activity::Continued => Vec::new(),
+            Activity::Started { completed } => completed,
         };
         let woke = event.topic == "message.received" && self.wake_on_message(event).await?;
         for id in completed {
-            self.session_over(&id, event.created_at).await;
             self.journal
                 .emit(
                     "memory.session_completed",
@@ -203,61 +207,6 @@ impl Lifecycle {
                 .await;
         }
         Ok(())
-    }
-
-    /// Add an event to its session's transcript (a new session ends the user's earlier
-    /// ones); `None` for an event already seen (replays are skipped), else the sessions
-    /// the user thereby completed.
-    fn record_activity(
-        &self,
-        session: &str,
-        event: &Event,
-    ) -> Result<Option<Vec<String>>, rusqlite::Error> {
-        let entry = transcript_entry(event);
-        let conn = self.conn();
-        let known: Option<i64> = conn
-            .query_row(
-                "SELECT last_seq FROM lifecycle_sessions WHERE id = ?1",
-                params![session],
-                |r| r.get(0),
-            )
-            .optional()?;
-        match known {
-            Some(last_seq) if last_seq >= event.seq => Ok(None),
-            Some(_) => {
-                let transcript: String = conn.query_row(
-                    "SELECT transcript FROM lifecycle_sessions WHERE id = ?1",
-                    params![session],
-                    |r| r.get(0),
-                )?;
-                let mut entries: Vec<serde_json::Value> =
-                    serde_json::from_str(&transcript).unwrap_or_default();
-                entries.push(entry);
-                let excess = entries
-                    .len()
-                    .saturating_sub(self.config.max_transcript_entries);
-                entries.drain(..excess);
-                conn.execute(
-                    "UPDATE lifecycle_sessions SET last_activity = ?2, last_seq = ?3, state = 'active',
-                         ended_at = NULL, end_reason = NULL, transcript = ?4
-                     WHERE id = ?1",
-                    params![session, event.created_at, event.seq, serde_json::Value::Array(entries).to_string()],
-                )?;
-                Ok(Some(Vec::new()))
-            }
-            None => {
-                let completed = match &event.user_id {
-                    Some(user) => complete_user_sessions(&conn, user, event.created_at)?,
-                    None => Vec::new(),
-                };
-                conn.execute(
-                    "INSERT INTO lifecycle_sessions (id, user_id, state, started_at, last_activity, last_seq, transcript)
-                     VALUES (?1, ?2, 'active', ?3, ?3, ?4, json_array(json(?5)))",
-                    params![session, event.user_id, event.created_at, event.seq, entry.to_string()],
-                )?;
-                Ok(Some(completed))
-            }
-        }
     }
 
     /// Note the activity; when the agent sleeps, wake it and raise the interrupt flag.
@@ -281,41 +230,16 @@ impl Lifecycle {
     async fn check_timeouts(&self) -> Result<(), LifecycleError> {
         let now = now_ms();
         let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
-        let ended: Vec<(String, Option<String>, i64, String)> = {
-            let conn = self.conn();
-            let mut statement = conn.prepare(
-                "SELECT id, user_id, started_at, transcript FROM lifecycle_sessions WHERE state = 'active' AND last_activity <= ?1",
-            )?;
-            let rows = statement
-                .query_map(params![idle_before], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })?
-                .collect::<Result<Vec<_>, _>>()?;
-            conn.execute(
-                "UPDATE lifecycle_sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
-                 WHERE state = 'active' AND last_activity <= ?1",
-                params![idle_before, now],
-            )?;
-            rows
-        };
-        for (id, user, started_at, transcript) in ended {
-            self.session_over(&id, now).await;
-            let transcript: serde_json::Value =
-                serde_json::from_str(&transcript).unwrap_or_default();
+        for ended in self.sessions.end_idle(idle_before, now).await? {
             let payload = json!({
-                "session_id": id, "user_id": user, "reason": "idle",
-                "started_at": started_at, "ended_at": now, "transcript": transcript,
+                "session_id": ended.id, "user_id": ended.user_id, "reason": "idle",
+                "started_at": ended.started_at, "ended_at": now, "transcript": ended.transcript,
             });
             self.journal
-                .emit("session.ended", payload, Some(id.clone()), user)
+                .emit("session.ended", payload, Some(ended.id), ended.user_id)
                 .await;
         }
-
-        let active: i64 = self.conn().query_row(
-            "SELECT count(*) FROM lifecycle_sessions WHERE state = 'active'",
-            [],
-            |r| r.get(0),
-        )?;
+        let active = self.sessions.active_sessions()?;
         let mut state = self.sleep_state()?;
         let Some(last_activity) = state.last_activity else {
             // First run on this data dir: idleness counts from now.
@@ -460,28 +384,6 @@ fn transcript_entry(event: &Event) -> serde_json::Value {
         }
         _ => json!({"role": "assistant", "text": payload["reply"]["text"], "at": event.created_at}),
     }
-}
-
-/// A new session of `user` began: their active or idle-ended sessions become pending
-/// (they wait for consolidation); their ids.
-fn complete_user_sessions(
-    conn: &Connection,
-    user: &str,
-    at: i64,
-) -> Result<Vec<String>, rusqlite::Error> {
-    let completed = conn
-        .prepare(
-            "SELECT id FROM lifecycle_sessions WHERE user_id = ?1 AND state IN ('active', 'ended')",
-        )?
-        .query_map(params![user], |r| r.get::<_, String>(0))?
-        .collect::<Result<Vec<_>, _>>()?;
-    conn.execute(
-        "UPDATE lifecycle_sessions SET state = 'pending', ended_at = coalesce(ended_at, ?2),
-             end_reason = coalesce(end_reason, 'new session')
-         WHERE user_id = ?1 AND state IN ('active', 'ended')",
-        params![user, at],
-    )?;
-    Ok(completed)
 }
 
 impl Subscriber for Lifecycle {

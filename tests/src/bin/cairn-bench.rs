@@ -812,15 +812,15 @@ async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
 /// Memory rows: recall latency (BM25 only and hybrid) at 10k, 100k and 1M entries, episode
 /// save latency alone and while recall runs, and the size of memory.db at 1M.
 fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()> {
-    use cairn::memory::store::ExportRecord;
-    use cairn::memory::{MemoryConfig, MemoryKind, MemoryStore, NewMemory, RecallQuery, Scope};
+    use cairn::memory::ExportRecord;
+    use cairn::memory::{LocalMemory, MemoryConfig, MemoryKind, NewMemory, RecallQuery, Scope};
     use cairn_tests::memory_dataset;
 
     let dir = scratch.join("memory");
     std::fs::create_dir_all(&dir)?;
     let mut config = MemoryConfig::default();
     config.embeddings.batch_size = 1024;
-    let memory = MemoryStore::open(&dir, config)?;
+    let memory = LocalMemory::open(&dir, config)?;
     let now = cairn::store::now_ms();
     // About 52 memories per generated user (episodes, replies, facts).
     let dataset = memory_dataset::generate(largest / 50 + 1, 99, now);

@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cairn::memory::{
-    MemoryConfig, MemoryKind, MemoryStore, NewMemory, RecallQuery, Scope, StoreOutcome,
+    LocalMemory, MemoryConfig, MemoryKind, NewMemory, RecallQuery, Scope, StoreOutcome,
 };
+use cairn::store::memory::{SessionStore, SqliteMemory};
 use cairn_tests::memory_dataset::{self, Dataset};
 use cairn_tests::{Host, PluginDir, cairn};
 
@@ -65,7 +66,7 @@ fn cli_json(args: &[&str]) -> serde_json::Value {
 }
 
 /// Store a generated dataset; returns label → id.
-fn load_dataset(memory: &MemoryStore, dataset: &Dataset) -> HashMap<String, String> {
+fn load_dataset(memory: &LocalMemory, dataset: &Dataset) -> HashMap<String, String> {
     let mut ids: HashMap<String, String> = HashMap::new();
     for planned in &dataset.memories {
         let mut entry = planned.memory.clone();
@@ -90,7 +91,7 @@ struct RecallScore {
 }
 
 fn score_recall(
-    memory: &MemoryStore,
+    memory: &LocalMemory,
     dataset: &Dataset,
     ids: &HashMap<String, String>,
     lexical: bool,
@@ -149,7 +150,7 @@ fn score_recall(
 #[test]
 fn recall_quality_on_generated_conversations() {
     let data = tempfile::tempdir().expect("data dir");
-    let memory = MemoryStore::open(data.path(), MemoryConfig::default()).expect("open memory");
+    let memory = LocalMemory::open(data.path(), MemoryConfig::default()).expect("open memory");
     let dataset = memory_dataset::generate(120, 7, cairn::store::now_ms());
     assert!(
         dataset.sessions >= 100 * 3,
@@ -200,7 +201,7 @@ fn recall_quality_on_generated_conversations() {
 #[test]
 fn scopes_isolate_users_even_against_crafted_query_syntax() {
     let data = tempfile::tempdir().expect("data dir");
-    let memory = MemoryStore::open(data.path(), MemoryConfig::default()).expect("open memory");
+    let memory = LocalMemory::open(data.path(), MemoryConfig::default()).expect("open memory");
     let mut secret = NewMemory::new(
         MemoryKind::Fact,
         "Alice keeps the vault code 4417 under the green tea tin",
@@ -264,7 +265,7 @@ fn scopes_isolate_users_even_against_crafted_query_syntax() {
 #[test]
 fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
     let dir = tempfile::tempdir().expect("data dir");
-    let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+    let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
     let day = 86_400_000;
     let t0 = cairn::store::now_ms() - 10 * day;
     let paris = stored_id(
@@ -449,7 +450,14 @@ fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
 #[test]
 fn export_and_import_round_trip_losslessly() {
     let source = tempfile::tempdir().expect("source");
-    let memory = MemoryStore::open(source.path(), MemoryConfig::default()).expect("open memory");
+    let memory_db = Arc::new(SqliteMemory::open(source.path()).expect("memory.db"));
+    let memory = LocalMemory::over(
+        source.path(),
+        MemoryConfig::default(),
+        memory_db.clone(),
+        true,
+    )
+    .expect("open memory");
     let dataset = memory_dataset::generate(6, 11, cairn::store::now_ms());
     let ids = load_dataset(&memory, &dataset);
     let mut noted = NewMemory::new(
@@ -470,15 +478,15 @@ fn export_and_import_round_trip_losslessly() {
     let any_id = ids.values().next().expect("ids").clone();
     let any_id = &any_id;
     memory.forget_blocking(any_id, "test").expect("forget");
-    let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(async {
-        memory
-            .session_for("chat:s-a", Some("u"), Some("main"), 1_000, 60_000)
-            .await
-            .expect("session");
-        memory.end_session("chat:s-a", 2_000).await.expect("end");
-    });
-    memory.mark_consolidated("chat:s-a").expect("consolidate");
+    memory_db
+        .session_for("chat:s-a", Some("u"), Some("main"), 1_000, 60_000)
+        .wait()
+        .expect("session");
+    memory_db.end_idle(1_000, 2_000).wait().expect("end");
+    memory_db
+        .mark_consolidated("chat:s-a", 3_000)
+        .wait()
+        .expect("consolidate");
 
     let first = source.path().join("first.jsonl");
     let exported = cli_json(&[
@@ -583,7 +591,7 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
     let data = data_arg(dir.path());
     let mut ids = Vec::new();
     {
-        let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+        let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
         for (user, text) in [
             ("alice", "Alice prefers short answers -- no emoji"),
             ("bob", "Bob is the on-call engineer\nfor the payments team"),
@@ -624,7 +632,7 @@ fn a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits() {
     let dir = tempfile::tempdir().expect("data dir");
     let data = data_arg(dir.path());
     let (alice, bob) = {
-        let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+        let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
         let core = |user: &str, text: &str| {
             let mut core = NewMemory::new(MemoryKind::Core, text);
             core.scope = user_scope(user);
@@ -804,7 +812,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
     let config =
         cairn::config::HostConfig::load(Some(&config_a), Some(dir.path())).expect("config");
     {
-        let memory = MemoryStore::open(dir.path(), config.memory.clone()).expect("open memory");
+        let memory = LocalMemory::open(dir.path(), config.memory.clone()).expect("open memory");
         for text in ["zebra zoo", "apple banana", "apple banana", "quartz jazz"] {
             let mut episode = NewMemory::new(MemoryKind::Episode, text);
             episode.scope = user_scope("alice");
@@ -1217,7 +1225,7 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
 #[test]
 fn hygiene_forgets_by_retention_at_most_every_interval_and_never_facts() {
     let dir = tempfile::tempdir().expect("data dir");
-    let memory = MemoryStore::open(dir.path(), MemoryConfig::default()).expect("open memory");
+    let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
     let day = 86_400_000;
     let old = cairn::store::now_ms() - 200 * day;
     let record = |id: &str, kind: &str, category: &str, session: Option<&str>| {

@@ -248,19 +248,12 @@ impl wit::memory::Host for PluginContext {
     fn pending_sessions(&mut self, limit: u32) -> Result<Vec<wit::memory::Session>, WitError> {
         let memory = self.require_consolidation()?;
         let sessions = memory
-            .store()
             .pending_sessions(limit.clamp(1, 1000) as usize)
             .map_err(memory_error)?;
         Ok(sessions
             .into_iter()
             .filter(|s| self.check_scope(&session_scope(s), "the session").is_ok())
-            .map(|s| wit::memory::Session {
-                id: s.id,
-                user_id: s.user_id,
-                started_at: s.started_at,
-                ended_at: s.ended_at,
-                state: s.state,
-            })
+            .map(to_wit_session)
             .collect())
     }
 
@@ -291,16 +284,13 @@ impl wit::memory::Host for PluginContext {
     fn mark_consolidated(&mut self, session_id: String) -> Result<(), WitError> {
         let memory = self.require_consolidation()?;
         self.session_in_scope(memory, &session_id)?;
-        memory
-            .store()
-            .mark_consolidated(&session_id)
-            .map_err(memory_error)
+        memory.mark_consolidated(&session_id).map_err(memory_error)
     }
 
     fn is_consolidated(&mut self, session_id: String) -> Result<bool, WitError> {
         let memory = self.require_consolidation()?;
         let session = self.session_in_scope(memory, &session_id)?;
-        Ok(session.state == "consolidated")
+        Ok(session.state == SessionState::Consolidated)
     }
 }
 
@@ -311,7 +301,6 @@ impl PluginContext {
         id: &str,
     ) -> Result<cairn_memory::Session, WitError> {
         let session = memory
-            .store()
             .session(id)
             .map_err(memory_error)?
             .ok_or_else(|| WitError::NotFound(format!("session `{id}` does not exist")))?;

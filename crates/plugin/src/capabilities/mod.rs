@@ -28,7 +28,9 @@ use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::v0_1::convert::to_wit_error;
-use super::bindings::v0_1::convert::{from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry};
+use super::bindings::v0_1::convert::{
+    from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry, to_wit_session,
+};
 use super::bindings::v0_1::handler::cairn::plugin as wit;
 use super::bindings::v0_1::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, PluginKv};
@@ -38,10 +40,11 @@ use super::manifest::{
     parse_network_target,
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
-use cairn_memory::store::ListFilter;
+use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
+use cairn_vocab::session::SessionState;
 pub use limits::MemoryLimiter;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.

@@ -4,7 +4,7 @@ use super::*;
 
 /// `cairn memory list`.
 pub(super) fn list(
-    memory: &MemoryStore,
+    memory: &LocalMemory,
     filter: &ScopeArgs,
     all: &bool,
     limit: &usize,
@@ -33,7 +33,7 @@ pub(super) fn list(
 }
 
 /// `cairn memory get`.
-pub(super) fn get(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> {
+pub(super) fn get(memory: &LocalMemory, id: &str, json: &bool) -> Result<()> {
     let entry = memory
         .get(id)
         .map_err(memory_failure)?
@@ -57,7 +57,7 @@ pub(super) fn get(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> {
 }
 
 /// `cairn memory search`.
-pub(super) fn search(memory: &MemoryStore, args: &SearchArgs) -> Result<()> {
+pub(super) fn search(memory: &LocalMemory, args: &SearchArgs) -> Result<()> {
     let SearchArgs {
         query,
         filter,
@@ -97,7 +97,7 @@ pub(super) fn search(memory: &MemoryStore, args: &SearchArgs) -> Result<()> {
 }
 
 /// `cairn memory stats`.
-pub(super) fn stats(memory: &MemoryStore, json: &bool) -> Result<()> {
+pub(super) fn stats(memory: &LocalMemory, json: &bool) -> Result<()> {
     let stats = memory.stats().map_err(memory_failure)?;
     if *json {
         print_json(&stats)?;
@@ -128,7 +128,7 @@ pub(super) fn stats(memory: &MemoryStore, json: &bool) -> Result<()> {
 }
 
 /// `cairn memory forget`.
-pub(super) fn forget(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> {
+pub(super) fn forget(memory: &LocalMemory, id: &str, json: &bool) -> Result<()> {
     let forgotten = memory.forget_blocking(id, "cli").map_err(memory_failure)?;
     if !forgotten && memory.get(id).map_err(memory_failure)?.is_none() {
         return Err(BadInput(format!("no memory `{id}`")).into());
@@ -145,7 +145,7 @@ pub(super) fn forget(memory: &MemoryStore, id: &str, json: &bool) -> Result<()> 
 
 /// `cairn memory purge`.
 pub(super) fn purge(
-    memory: &MemoryStore,
+    memory: &LocalMemory,
     ids: &[String],
     forgotten: &bool,
     json: &bool,
@@ -166,7 +166,7 @@ pub(super) fn purge(
 }
 
 /// `cairn memory export`.
-pub(super) fn export(memory: &MemoryStore, output: Option<&Path>, json: &bool) -> Result<()> {
+pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -> Result<()> {
     let records = match output {
         Some(path) => {
             let file = std::fs::File::create(path)
@@ -195,7 +195,7 @@ pub(super) fn export(memory: &MemoryStore, output: Option<&Path>, json: &bool) -
 }
 
 /// `cairn memory import`.
-pub(super) fn import(memory: &MemoryStore, file: &Path, json: &bool) -> Result<()> {
+pub(super) fn import(memory: &LocalMemory, file: &Path, json: &bool) -> Result<()> {
     let text = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
     } else {
@@ -220,7 +220,7 @@ pub(super) fn import(memory: &MemoryStore, file: &Path, json: &bool) -> Result<(
 
 /// `cairn memory snapshot`.
 pub(super) fn snapshot(
-    memory: &MemoryStore,
+    memory: &LocalMemory,
     config: &HostConfig,
     output: Option<&Path>,
     hydrate: Option<&Path>,
@@ -255,7 +255,7 @@ pub(super) fn snapshot(
 
 /// `cairn memory reindex`.
 pub(super) fn reindex(
-    memory: &MemoryStore,
+    memory: &LocalMemory,
     config: &HostConfig,
     force: &bool,
     json: &bool,
@@ -296,7 +296,7 @@ pub(super) fn reindex(
 }
 
 /// `cairn memory hygiene`.
-pub(super) fn hygiene(memory: &MemoryStore, json: &bool) -> Result<()> {
+pub(super) fn hygiene(memory: &LocalMemory, json: &bool) -> Result<()> {
     let report = memory.hygiene(true).map_err(memory_failure)?;
     if *json {
         print_json(&report)?;

@@ -15,9 +15,9 @@ use serde_json::json;
 
 use super::BadInput;
 use crate::config::HostConfig;
-use crate::memory::store::ListFilter;
+use crate::memory::ListFilter;
 use crate::memory::{
-    MemoryEntry, MemoryError, MemoryKind, MemoryStore, RecallHit, RecallQuery, SNAPSHOT_FILE, Scope,
+    LocalMemory, MemoryEntry, MemoryError, MemoryKind, RecallHit, RecallQuery, SNAPSHOT_FILE, Scope,
 };
 
 use commands::*;
@@ -186,10 +186,10 @@ fn memory_failure(error: MemoryError) -> anyhow::Error {
     }
 }
 
-fn open(config: &HostConfig) -> Result<Arc<MemoryStore>> {
+fn open(config: &HostConfig) -> Result<Arc<LocalMemory>> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    MemoryStore::open(&config.data_dir, config.memory.clone()).with_context(|| {
+    LocalMemory::open(&config.data_dir, config.memory.clone()).with_context(|| {
         format!(
             "cannot open {}",
             config.data_dir.join("memory.db").display()

@@ -7,8 +7,10 @@ use cairn_vocab::event::Event;
 use cairn_vocab::memory::{
     MemoryEntry, MemoryKind, NewMemory, RecallHit, RecallQuery, Scope, ScoreParts,
 };
+use cairn_vocab::session::{Session, SessionState};
 use cairn_vocab::{Error, ErrorKind};
 
+use super::handler::cairn::plugin::memory as wit_memory;
 use super::types as wit;
 
 /// An error as the host speaks it.
@@ -221,5 +223,22 @@ pub fn from_wit_hit(hit: wit::RecallHit) -> RecallHit {
             score: hit.score,
             ..ScoreParts::default()
         },
+    }
+}
+
+/// A session as the consolidation tools see it. The API names every state waiting for
+/// consolidation `pending`, whether the session went idle or its user moved on.
+pub fn to_wit_session(session: Session) -> wit_memory::Session {
+    let state = match session.state {
+        SessionState::Active => "active",
+        SessionState::Ended | SessionState::Pending => "pending",
+        SessionState::Consolidated => "consolidated",
+    };
+    wit_memory::Session {
+        id: session.id,
+        user_id: session.user_id,
+        started_at: session.started_at,
+        ended_at: session.ended_at,
+        state: state.to_string(),
     }
 }

@@ -1,15 +1,14 @@
-//! Recall: full-text and vector candidates, re-checked against the query's filters in SQL,
+//! Recall: full-text and vector candidates, re-checked against the query's filters by the store,
 //! scored by relevance, importance and recency (see [`crate::recall`]).
 
 use super::*;
 
-impl MemoryStore {
+impl LocalMemory {
     /// Memories relevant to `query`, best first.
     pub fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
         let limit = query.limit.clamp(1, 1000);
         let candidates = (limit * self.config.recall.candidates_per_hit.max(1)).max(50);
-        let filters = recall_filters(query);
-        let bm25 = self.lexical_candidates(query, &filters, candidates)?;
+        let bm25 = self.lexical_candidates(query, candidates)?;
         let query_vector = self.query_vector(query);
         let cosines = match &query_vector {
             Some(vector) => self.semantic_candidates(query, vector, &bm25, candidates),
@@ -21,7 +20,7 @@ impl MemoryStore {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
-        let entries = self.entries_matching(&seqs, &filters)?;
+        let entries = self.store.entries_matching(&seqs, query)?;
         let signals = Signals {
             bm25: &bm25,
             cosines: query_vector.as_ref().map(|_| &cosines),
@@ -33,7 +32,6 @@ impl MemoryStore {
     fn lexical_candidates(
         &self,
         query: &RecallQuery,
-        filters: &Filters,
         candidates: usize,
     ) -> Result<HashMap<i64, f64>, MemoryError> {
         let Some(fts) =
@@ -41,23 +39,7 @@ impl MemoryStore {
         else {
             return Ok(HashMap::new());
         };
-        let statement_sql = format!(
-            "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
-             JOIN entries e ON e.seq = entries_fts.rowid
-             WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {candidates}",
-            filters.clause()
-        );
-        let mut values = vec![Value::Text(fts)];
-        values.extend(filters.values.iter().cloned());
-        let rows: Vec<(i64, f64)> = self.read(|conn| {
-            let mut statement = conn.prepare_cached(&statement_sql)?;
-            statement
-                .query_map(params_from_iter(values.iter()), |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect()
-        })?;
-        Ok(rows.into_iter().collect())
+        Ok(self.store.lexical_candidates(&fts, query, candidates)?)
     }
 
     /// The query text's vector, when embeddings are on (BM25 alone when the provider fails).
@@ -101,35 +83,6 @@ impl MemoryStore {
             }
         }
         cosines
-    }
-
-    /// The candidate entries that pass the query's filters (the vector index does not
-    /// know them all).
-    fn entries_matching(
-        &self,
-        seqs: &[i64],
-        filters: &Filters,
-    ) -> Result<Vec<(i64, MemoryEntry)>, MemoryError> {
-        let mut entries = Vec::with_capacity(seqs.len());
-        for chunk in seqs.chunks(500) {
-            let statement_sql = format!(
-                "SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.seq IN ({}) AND {}",
-                vec!["?"; chunk.len()].join(","),
-                filters.clause()
-            );
-            let mut values: Vec<Value> = chunk.iter().map(|s| Value::Integer(*s)).collect();
-            values.extend(filters.values.iter().cloned());
-            let rows: Vec<(i64, MemoryEntry)> = self.read(|conn| {
-                let mut statement = conn.prepare(&statement_sql)?;
-                statement
-                    .query_map(params_from_iter(values.iter()), |r| {
-                        Ok((r.get(0)?, row_to_entry(r)?))
-                    })?
-                    .collect()
-            })?;
-            entries.extend(rows);
-        }
-        Ok(entries)
     }
 
     /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best.
@@ -180,41 +133,4 @@ impl MemoryStore {
 struct Signals<'a> {
     bm25: &'a HashMap<i64, f64>,
     cosines: Option<&'a HashMap<i64, f64>>,
-}
-
-/// The query's filters as SQL: scope, kinds, categories, session, valid time, liveness.
-fn recall_filters(query: &RecallQuery) -> Filters {
-    let mut sql = Filters::default();
-    sql.scope(&query.scope);
-    sql.kinds(&query.kinds);
-    if !query.categories.is_empty() {
-        sql.any_of(
-            "e.category",
-            query.categories.iter().cloned().map(Value::Text),
-        );
-    }
-    if let Some(session) = &query.exclude_session {
-        sql.push(
-            "(e.session_id IS NULL OR e.session_id != ?)",
-            Value::Text(session.clone()),
-        );
-    }
-    if let Some(since) = query.since {
-        sql.push("e.valid_from >= ?", Value::Integer(since));
-    }
-    if let Some(until) = query.until {
-        sql.push("e.valid_from < ?", Value::Integer(until));
-    }
-    sql.clauses.push("e.forgotten_at IS NULL".into());
-    match query.as_of {
-        None => sql.clauses.push("e.valid_to IS NULL".into()),
-        Some(as_of) => {
-            sql.push("e.valid_from <= ?", Value::Integer(as_of));
-            sql.push(
-                "(e.valid_to IS NULL OR e.valid_to > ?)",
-                Value::Integer(as_of),
-            );
-        }
-    }
-    sql
 }

@@ -1,0 +1,320 @@
+//! The built-in memory backend: write policy (validation, ids, near-duplicates), hybrid
+//! recall, the background embedder with its vector index, export and snapshots — over a
+//! [`MemoryStore`] that keeps the rows (`memory.db` through [`SqliteMemory`]).
+
+mod embedding;
+mod maintenance;
+mod search;
+mod transfer;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+use super::embed::{self, EmbedSignal, EmbeddingProvider, HashEmbedder, ScanFilter, VectorIndex};
+use super::recall::{self, RecallHit, RecallQuery};
+use super::{
+    MemoryConfig, MemoryEntry, MemoryError, MemoryKind, MemoryStats, NewMemory, SNAPSHOT_FILE,
+    Scope, StoreOutcome,
+};
+use super::{snapshot, stream};
+pub use cairn_storage::memory::ImportReport;
+use cairn_storage::memory::{Insertion, MemoryStore, SqliteMemory};
+use cairn_storage::now_ms;
+pub use cairn_vocab::memory::{AuditRow, ExportRecord, ListFilter};
+
+pub use maintenance::HygieneReport;
+
+/// Longest content of one memory, in bytes.
+pub const MAX_CONTENT_BYTES: usize = 64 * 1024;
+
+/// Similarity at or above which a memory about the same subject is a duplicate.
+pub const DUPLICATE_SIMILARITY: f64 = 0.85;
+
+/// The built-in memory backend over a [`MemoryStore`].
+pub struct LocalMemory {
+    data_dir: PathBuf,
+    config: MemoryConfig,
+    store: Arc<dyn MemoryStore>,
+    embedder: Option<Arc<dyn EmbeddingProvider>>,
+    index: VectorIndex,
+    index_loaded: OnceLock<()>,
+    /// Every live entry up to this seq has a vector from the configured model.
+    embedded_through: AtomicI64,
+    signal: Arc<EmbedSignal>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl LocalMemory {
+    /// Open `<data>/memory.db` (creating and migrating it) and serve memory from it.
+    pub fn open(data_dir: &Path, config: MemoryConfig) -> Result<Arc<Self>, MemoryError> {
+        let store = Arc::new(SqliteMemory::open(data_dir)?);
+        let cold = store.is_new();
+        Self::over(data_dir, config, store, cold)
+    }
+
+    /// Serve memory from `store`. On a cold start (`cold`: the store was just created)
+    /// core memories are hydrated from `MEMORY_SNAPSHOT.md` when it exists and
+    /// `auto_hydrate` is on. Vectors of the configured model are loaded on first recall.
+    pub fn over(
+        data_dir: &Path,
+        config: MemoryConfig,
+        store: Arc<dyn MemoryStore>,
+        cold: bool,
+    ) -> Result<Arc<Self>, MemoryError> {
+        let embedder = embed::provider_from_config(&config.embeddings);
+        let memory = Arc::new(Self {
+            data_dir: data_dir.to_path_buf(),
+            config,
+            store,
+            embedder,
+            index: VectorIndex::default(),
+            index_loaded: OnceLock::new(),
+            embedded_through: AtomicI64::new(0),
+            signal: Arc::new(EmbedSignal::default()),
+            worker: Mutex::new(None),
+        });
+        let snapshot = data_dir.join(SNAPSHOT_FILE);
+        if cold && memory.config.auto_hydrate && snapshot.exists() {
+            let restored = memory.hydrate(&snapshot)?;
+            tracing::info!(restored, snapshot = %snapshot.display(), "memory.db was missing: core memories hydrated from the snapshot");
+        }
+        Ok(memory)
+    }
+
+    /// The settings this backend runs with.
+    pub fn config(&self) -> &MemoryConfig {
+        &self.config
+    }
+
+    /// The provider and model of the configured embeddings, when they are on.
+    fn model(&self) -> Option<(String, String)> {
+        self.embedder
+            .as_ref()
+            .map(|e| (e.provider().to_string(), e.model().to_string()))
+    }
+
+    // ---------------------------------------------------------------- writes
+
+    /// Store a memory. Episodes are stored as given (never deduplicated); other kinds skip
+    /// exact duplicates in the same scope; a fact with the subject and predicate of a live
+    /// fact (or naming one in `supersedes`) supersedes it; a fact nearly equal (similarity
+    /// ≥ 0.85) to a live fact about the same subject is a duplicate.
+    pub fn store_blocking(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
+        let prepared = self.prepare(memory)?;
+        if let Some((existing, similarity)) = self.near_duplicate(&prepared)? {
+            return Ok(StoreOutcome::Duplicate {
+                existing,
+                similarity,
+            });
+        }
+        let id = prepared.entry.id.clone();
+        let outcome = match self
+            .store
+            .insert(prepared.entry, prepared.supersedes, "store")
+            .wait()?
+        {
+            Insertion::Stored { superseded } => StoreOutcome::Stored { id, superseded },
+            Insertion::Duplicate { existing } => StoreOutcome::Duplicate {
+                existing,
+                similarity: 1.0,
+            },
+            Insertion::Refused(reason) => return Err(MemoryError::InvalidInput(reason)),
+        };
+        if matches!(outcome, StoreOutcome::Stored { .. }) && self.embedder.is_some() {
+            self.signal.notify();
+        }
+        Ok(outcome)
+    }
+
+    fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
+        validate(&memory)?;
+        let now = now_ms();
+        let entry = crate::record(&memory, new_id(&memory.content, now), now);
+        Ok(Prepared {
+            entry,
+            supersedes: memory.supersedes,
+        })
+    }
+
+    /// A live fact about the same subject (in the same scope, with another predicate) whose
+    /// similarity to the new one is at least 0.85, measured with the configured embeddings
+    /// (lexical hash vectors when embeddings are off).
+    fn near_duplicate(&self, prepared: &Prepared) -> Result<Option<(String, f64)>, MemoryError> {
+        let entry = &prepared.entry;
+        if entry.subject.is_none()
+            || entry.kind == MemoryKind::Episode
+            || prepared.supersedes.is_some()
+        {
+            return Ok(None);
+        }
+        let candidates = self.store.same_subject_facts(entry)?;
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        let lexical = HashEmbedder::new(256);
+        let embed_one = |text: &str| -> Vec<f32> {
+            match &self.embedder {
+                Some(embedder) => embedder
+                    .embed(&[text.to_string()])
+                    .ok()
+                    .and_then(|mut v| v.pop())
+                    .unwrap_or_else(|| lexical.vector(text)),
+                None => lexical.vector(text),
+            }
+        };
+        let new_vector = embed_one(&entry.content);
+        let mut best: Option<(String, f64)> = None;
+        for (seq, id, content) in candidates {
+            let vector = self
+                .index()
+                .vector(seq)
+                .filter(|v| v.len() == new_vector.len())
+                .unwrap_or_else(|| embed_one(&content));
+            let similarity = f64::from(embed::cosine(&new_vector, &vector));
+            if similarity >= DUPLICATE_SIMILARITY && best.as_ref().is_none_or(|b| similarity > b.1)
+            {
+                best = Some((id, similarity));
+            }
+        }
+        Ok(best)
+    }
+
+    /// Soft-delete a memory: it is never recalled again but stays in the database (and in
+    /// the audit trail) until purged. Returns whether a live entry was forgotten.
+    pub fn forget_blocking(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
+        Ok(self.store.forget(id, actor).wait()?)
+    }
+
+    /// Remove entries for good: the given ids, or (with none given) every forgotten entry.
+    /// Returns how many rows were removed.
+    pub fn purge(&self, ids: &[String], actor: &str) -> Result<u64, MemoryError> {
+        let removed = self.store.purge(ids.to_vec(), actor).wait()?;
+        for seq in &removed {
+            self.index().remove(*seq);
+            // SQLite may hand a purged top seq to the next entry: embed from below it.
+            self.embedded_through.fetch_min(seq - 1, Ordering::AcqRel);
+        }
+        Ok(removed.len() as u64)
+    }
+
+    // ---------------------------------------------------------------- reads
+
+    /// One entry by id (forgotten and superseded ones too: `get` is for inspection).
+    pub fn get(&self, id: &str) -> Result<Option<MemoryEntry>, MemoryError> {
+        Ok(self.store.get(id)?)
+    }
+
+    /// Entries matching `filter`, newest first.
+    pub fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, MemoryError> {
+        Ok(self.store.list(filter)?)
+    }
+
+    /// How many live entries a scope holds.
+    pub fn count(&self, scope: &Scope) -> Result<u64, MemoryError> {
+        Ok(self.store.count(scope)?)
+    }
+
+    /// Counts for `cairn memory stats`.
+    pub fn stats(&self) -> Result<MemoryStats, MemoryError> {
+        let model = self.model();
+        Ok(self
+            .store
+            .stats(model.as_ref().map(|(p, m)| (p.as_str(), m.as_str())))?)
+    }
+
+    /// The audit trail of an entry, oldest first.
+    pub fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, MemoryError> {
+        Ok(self.store.audit_trail(id)?)
+    }
+}
+
+impl Drop for LocalMemory {
+    fn drop(&mut self) {
+        self.signal.stop();
+    }
+}
+
+/// A memory ready to insert: its full record and what it explicitly replaces.
+struct Prepared {
+    entry: MemoryEntry,
+    supersedes: Option<String>,
+}
+
+/// A fresh entry id: `mem_` and 16 hex digits.
+fn new_id(content: &str, now: i64) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = Sha256::new();
+    hasher.update(content.as_bytes());
+    hasher.update(now.to_le_bytes());
+    hasher.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    hasher.update(std::process::id().to_le_bytes());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    hasher.update(nanos.to_le_bytes());
+    format!("mem_{}", &hex::encode(hasher.finalize())[..16])
+}
+
+fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
+    let bad = |text: String| Err(MemoryError::InvalidInput(text));
+    if memory.content.trim().is_empty() {
+        return bad("content: expected non-empty text".into());
+    }
+    if memory.content.len() > MAX_CONTENT_BYTES {
+        return bad(format!(
+            "content: {} bytes is over the limit of {MAX_CONTENT_BYTES}",
+            memory.content.len()
+        ));
+    }
+    if let Some(importance) = memory.importance
+        && !(1..=10).contains(&importance)
+    {
+        return bad(format!("importance: {importance} is not in 1..=10"));
+    }
+    if !memory.category.is_empty() && !is_name(&memory.category) {
+        return bad(format!(
+            "category: `{}` is not a name; expected a-z 0-9 - _ (at most 64)",
+            memory.category
+        ));
+    }
+    if memory.predicate.is_some() && memory.subject.is_none() {
+        return bad("predicate: a predicate needs a subject".into());
+    }
+    for (i, tag) in memory.tags.iter().enumerate() {
+        if tag.trim().is_empty() || tag.len() > 100 {
+            return bad(format!("tags[{i}]: expected 1 to 100 bytes of text"));
+        }
+    }
+    if memory.tags.len() > 64 || memory.sources.len() > 1000 {
+        return bad("tags/sources: at most 64 tags and 1000 sources".into());
+    }
+    Ok(())
+}
+
+fn validate_entry(entry: &MemoryEntry) -> Result<(), MemoryError> {
+    if entry.id.trim().is_empty() {
+        return Err(MemoryError::InvalidInput(
+            "id: expected a non-empty id".into(),
+        ));
+    }
+    let mut check = NewMemory::new(entry.kind, entry.content.clone());
+    check.category = entry.category.clone();
+    check.importance = Some(entry.importance);
+    check.tags = entry.tags.clone();
+    check.subject = entry.subject.clone();
+    check.predicate = entry.predicate.clone();
+    validate(&check)
+}
+
+fn is_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+}

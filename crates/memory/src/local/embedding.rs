@@ -1,0 +1,158 @@
+//! The background embedder: entries without a vector of the configured model are embedded
+//! in batches off the hot path, with an LRU cache keyed by content hash.
+
+use std::time::Duration;
+
+use cairn_storage::memory::{Unembedded, VectorRow};
+
+use super::*;
+
+impl LocalMemory {
+    /// Start the background embedder thread (no-op without a provider or if running).
+    pub fn start_embedder(self: &Arc<Self>) {
+        if self.embedder.is_none() {
+            return;
+        }
+        let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
+        if worker.is_some() {
+            return;
+        }
+        let memory = Arc::downgrade(self);
+        let signal = self.signal.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cairn-embedder".into())
+            .spawn(move || {
+                let mut backoff = Duration::from_secs(1);
+                loop {
+                    let Some(memory) = memory.upgrade() else {
+                        return;
+                    };
+                    match memory.embed_pending(|_| {}) {
+                        Ok(_) => backoff = Duration::from_secs(1),
+                        Err(e) => {
+                            tracing::warn!("background embedding failed (will retry): {e}");
+                            backoff = (backoff * 2).min(Duration::from_secs(60));
+                        }
+                    }
+                    drop(memory);
+                    if !signal.wait(backoff) {
+                        return;
+                    }
+                }
+            });
+        match spawned {
+            Ok(handle) => *worker = Some(handle),
+            Err(e) => tracing::error!("cannot start the embedder thread: {e}"),
+        }
+    }
+
+    /// Stop the background embedder and wait for it.
+    pub fn stop_embedder(&self) {
+        self.signal.stop();
+        let handle = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(handle) = handle {
+            let _ = handle.join();
+        }
+    }
+
+    /// Embed every live entry lacking a vector from the configured model, in batches, from
+    /// where the last pass got to (so a wake-up after one new episode reads only new rows);
+    /// `progress(done)` is called after each batch. Returns how many were embedded.
+    pub fn embed_pending(&self, mut progress: impl FnMut(u64)) -> Result<u64, MemoryError> {
+        let Some(embedder) = self.embedder.clone() else {
+            return Ok(0);
+        };
+        let (provider, model) = (
+            embedder.provider().to_string(),
+            embedder.model().to_string(),
+        );
+        let batch = self.config.embeddings.batch_size.clamp(1, 2048);
+        let mut done = 0u64;
+        let mut after = self.embedded_through.load(Ordering::Acquire);
+        loop {
+            if self.signal.stopped() {
+                break;
+            }
+            let pending = self.store.unembedded(&provider, &model, after, batch)?;
+            let Some(last) = pending.last() else { break };
+            after = last.seq;
+            let hashes: Vec<String> = pending.iter().map(|p| p.content_hash.clone()).collect();
+            let cached = self.store.cached_vectors(&provider, &model, &hashes)?;
+            let mut unique = std::collections::HashSet::new();
+            let missing: Vec<&Unembedded> = pending
+                .iter()
+                .filter(|p| !cached.contains_key(&p.content_hash))
+                .filter(|p| unique.insert(p.content_hash.as_str()))
+                .collect();
+            let texts: Vec<String> = missing.iter().map(|p| p.content.clone()).collect();
+            let fresh = embedder
+                .embed(&texts)
+                .map_err(|e| MemoryError::Unavailable(e.to_string()))?;
+            let mut vectors: HashMap<String, Vec<f32>> = cached;
+            for (item, vector) in missing.iter().zip(fresh) {
+                vectors.insert(item.content_hash.clone(), vector);
+            }
+            let rows: Vec<VectorRow> = pending
+                .iter()
+                .filter_map(|p| {
+                    vectors
+                        .get(&p.content_hash)
+                        .map(|v| (p.seq, p.content_hash.clone(), v.clone()))
+                })
+                .collect();
+            let capacity = self.config.embeddings.cache_entries;
+            self.store
+                .save_vectors(&provider, &model, rows, capacity)
+                .wait()?;
+            for item in &pending {
+                if let Some(vector) = vectors.get(&item.content_hash) {
+                    self.index().upsert(item.seq, &item.scope, vector);
+                }
+            }
+            self.embedded_through.fetch_max(after, Ordering::AcqRel);
+            done += pending.len() as u64;
+            progress(done);
+        }
+        Ok(done)
+    }
+
+    /// Drop every stored vector so that the next embedding pass recomputes them all.
+    pub fn clear_vectors(&self) -> Result<(), MemoryError> {
+        self.store.clear_vectors().wait()?;
+        self.embedded_through.store(0, Ordering::Release);
+        Ok(())
+    }
+
+    /// Live entries without a vector from the configured model.
+    pub fn embedding_backlog(&self) -> Result<u64, MemoryError> {
+        match self.model() {
+            None => Ok(0),
+            Some((provider, model)) => Ok(self.store.embedding_backlog(&provider, &model)?),
+        }
+    }
+
+    /// The vector index, loaded from the store on first use (commands that never recall
+    /// never pay for it).
+    pub(super) fn index(&self) -> &VectorIndex {
+        self.index_loaded.get_or_init(|| {
+            if let Err(e) = self.load_index() {
+                tracing::warn!(
+                    "cannot load stored vectors; they are rebuilt as entries are embedded: {e}"
+                );
+            }
+        });
+        &self.index
+    }
+
+    fn load_index(&self) -> Result<(), MemoryError> {
+        let Some((provider, model)) = self.model() else {
+            return Ok(());
+        };
+        let index = &self.index;
+        self.store
+            .visit_vectors(&provider, &model, &mut |seq, scope, vector| {
+                index.upsert(seq, &scope, &vector)
+            })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! Moving memory in and out losslessly: JSONL export/import (sessions, entries, audit) and
+//! the Markdown snapshot of core memories.
+
+use super::*;
+
+impl LocalMemory {
+    /// Every session, entry and audit row as JSONL records (entries and audit rows in the
+    /// order they were recorded), so an import restores memory.db losslessly.
+    pub fn export(&self, out: &mut dyn std::io::Write) -> Result<u64, MemoryError> {
+        let io = |e: std::io::Error| MemoryError::Storage(format!("cannot write the export: {e}"));
+        let records = self.store.export()?;
+        let mut lines = 0;
+        for record in records {
+            let line =
+                serde_json::to_string(&record).map_err(|e| MemoryError::Storage(e.to_string()))?;
+            writeln!(out, "{line}").map_err(io)?;
+            lines += 1;
+        }
+        Ok(lines)
+    }
+
+    /// Import JSONL records. Every line is checked first; one bad line rejects the whole
+    /// import (nothing is written) with its line number. Records whose id exists are skipped,
+    /// and so are audit rows already present, so importing the same file twice adds nothing.
+    pub fn import(&self, input: &str) -> Result<ImportReport, MemoryError> {
+        let mut records = Vec::new();
+        for (n, line) in input.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let record: ExportRecord = serde_json::from_str(line)
+                .map_err(|e| MemoryError::InvalidInput(format!("line {}: {e}", n + 1)))?;
+            match &record {
+                ExportRecord::Entry(entry) => validate_entry(entry),
+                ExportRecord::Audit(row) => validate_audit(row),
+                ExportRecord::Session(_) => Ok(()),
+            }
+            .map_err(|e| MemoryError::InvalidInput(format!("line {}: {e}", n + 1)))?;
+            records.push(record);
+        }
+        let report = self.store.import(records).wait()?;
+        if report.entries > 0 {
+            self.signal.notify();
+        }
+        Ok(report)
+    }
+
+    /// Write the live core memories to a Markdown snapshot (see [`snapshot`]): readable
+    /// prose, with each entry's full record in an HTML comment so hydration restores it.
+    pub fn export_snapshot(&self, path: &Path) -> Result<u64, MemoryError> {
+        let entries = self.list(&ListFilter {
+            kinds: vec![MemoryKind::Core],
+            limit: 1_000_000,
+            ..ListFilter::default()
+        })?;
+        let text = snapshot::render(&entries)?;
+        let temporary = path.with_extension("md.tmp");
+        std::fs::write(&temporary, text)
+            .and_then(|()| std::fs::rename(&temporary, path))
+            .map_err(|e| MemoryError::Storage(format!("{}: {e}", path.display())))?;
+        Ok(entries.len() as u64)
+    }
+
+    /// Restore core memories from a snapshot, as a person may have edited it: a missing
+    /// entry is restored with the section's prose as its content (an `edit` audit row notes
+    /// a changed text); a present entry whose prose was changed is superseded by the edited
+    /// text; a section without a record becomes a new core memory. Unchanged entries that
+    /// are present are skipped. Returns how many memories were restored, edited or added.
+    pub fn hydrate(&self, path: &Path) -> Result<u64, MemoryError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| MemoryError::InvalidInput(format!("{}: {e}", path.display())))?;
+        let mut records = Vec::new();
+        let mut additions = Vec::new();
+        for section in snapshot::parse(&text, path)? {
+            let at = |e: MemoryError| {
+                MemoryError::InvalidInput(format!("{} line {}: {e}", path.display(), section.line))
+            };
+            match section.record {
+                Some(entry) => {
+                    validate(&NewMemory::new(MemoryKind::Core, entry.content.clone()))
+                        .map_err(at)?;
+                    records.push((entry, section.edited));
+                }
+                None => {
+                    let mut memory = NewMemory::new(MemoryKind::Core, section.content());
+                    memory.scope.user_id = section.user();
+                    validate(&memory).map_err(at)?;
+                    additions.push(memory);
+                }
+            }
+        }
+        records.sort_by(|a, b| (a.0.recorded_at, &a.0.id).cmp(&(b.0.recorded_at, &b.0.id)));
+        for (entry, _) in &mut records {
+            (entry.issue_refs, entry.pr_refs) = stream::extract_refs(&entry.content);
+        }
+        let (restored, edited) = self.store.restore(records).wait()?;
+        let edits = edited.into_iter().map(successor_of_edit);
+        let mut changed = restored;
+        for memory in edits.chain(additions) {
+            if let StoreOutcome::Stored { .. } = self.store_blocking(memory)? {
+                changed += 1;
+            }
+        }
+        self.signal.notify();
+        Ok(changed)
+    }
+}
+
+/// The memory that supersedes `entry` with the text a person edited in the snapshot.
+fn successor_of_edit(entry: MemoryEntry) -> NewMemory {
+    NewMemory {
+        kind: entry.kind,
+        content: entry.content,
+        category: entry.category,
+        scope: entry.scope,
+        importance: Some(entry.importance),
+        tags: entry.tags,
+        sources: entry.sources,
+        subject: entry.subject,
+        predicate: entry.predicate,
+        supersedes: Some(entry.id),
+        valid_from: None,
+    }
+}
+
+fn validate_audit(row: &AuditRow) -> Result<(), MemoryError> {
+    for (field, value) in [
+        ("entry_id", &row.entry_id),
+        ("action", &row.action),
+        ("actor", &row.actor),
+    ] {
+        if value.trim().is_empty() {
+            return Err(MemoryError::InvalidInput(format!(
+                "{field}: expected non-empty text"
+            )));
+        }
+    }
+    Ok(())
+}

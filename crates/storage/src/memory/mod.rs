@@ -1,0 +1,448 @@
+//! `memory.db` behind [`MemoryStore`] (entries, their full-text index, vectors, the audit
+//! trail, retention bookkeeping) and [`SessionStore`] (conversation sessions and their
+//! state machine's rows). [`SqliteMemory`] implements both over one database with one
+//! writer thread and a small pool of read connections, which WAL lets run beside it.
+//!
+//! The store applies the rules that must hold atomically with a write (an exact duplicate
+//! stores nothing; a fact supersedes the live facts with its subject and predicate;
+//! retention never forgets facts, core memories or unconsolidated episodes); everything
+//! else — validation, ids, near-duplicates, ranking, embedding — is the memory crate's.
+
+mod entries;
+mod search;
+mod sessions;
+mod transfer;
+mod vectors;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use cairn_vocab::memory::{
+    AuditRow, ExportRecord, ListFilter, MemoryEntry, MemoryStats, RecallQuery, Scope,
+};
+use cairn_vocab::session::Session;
+use rusqlite::Connection;
+use serde::Serialize;
+
+use crate::writer::{GroupWriter, Receipt, WriteError};
+use crate::{Migrations, StoreError, open, open_with_writer};
+
+pub use sessions::{Activity, EndedSession};
+
+/// Migrations of `memory.db`.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "memory",
+    scripts: &[
+        include_str!("../../../../migrations/memory/0001_init.sql"),
+        include_str!("../../../../migrations/memory/0002_session_conversations.sql"),
+        include_str!("../../../../migrations/memory/0003_scoped_fts.sql"),
+        include_str!("../../../../migrations/memory/0004_one_session_table.sql"),
+    ],
+};
+
+/// SHA-256 of a memory's content (hex): the embedding cache key, the exact-duplicate key,
+/// and how a snapshot tells an edited text.
+pub fn content_hash(content: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(content.as_bytes()))
+}
+
+/// What inserting an entry did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Insertion {
+    /// Stored; the ids of the live entries it superseded.
+    Stored {
+        /// Superseded ids.
+        superseded: Vec<String>,
+    },
+    /// A live entry with the same content, kind, scope, subject and predicate exists.
+    Duplicate {
+        /// Its id.
+        existing: String,
+    },
+    /// The explicit `supersedes` target cannot be superseded; the text says why.
+    Refused(String),
+}
+
+/// One entry waiting for a vector of the configured model.
+#[derive(Debug, Clone)]
+pub struct Unembedded {
+    /// Its row number.
+    pub seq: i64,
+    /// Its text.
+    pub content: String,
+    /// [`content_hash`] of the text.
+    pub content_hash: String,
+    /// Its scope (the vector index filters by it).
+    pub scope: Scope,
+}
+
+/// One vector to keep: the entry's row number, its content hash (the cache key) and the
+/// vector.
+pub type VectorRow = (i64, String, Vec<f32>);
+
+/// A retention pass: forget entries of each category recorded before its retention.
+#[derive(Debug, Clone)]
+pub struct RetentionRun {
+    /// Now, in ms.
+    pub now: i64,
+    /// Skip the pass when the last one ran less than this long ago (ms) …
+    pub interval_ms: i64,
+    /// … unless forced.
+    pub force: bool,
+    /// Days kept per category.
+    pub retention_days: BTreeMap<String, u32>,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ImportReport {
+    /// Entries added.
+    pub entries: u64,
+    /// Sessions added.
+    pub sessions: u64,
+    /// Audit rows added.
+    pub audit: u64,
+    /// Records already present (same id), left as they were.
+    pub skipped: u64,
+}
+
+/// Where memories live. Reads answer from committed state; writes return a [`Receipt`]
+/// that resolves once they are on disk.
+pub trait MemoryStore: Send + Sync {
+    /// Insert a new entry with the rules that must hold atomically: an exact duplicate of a
+    /// live non-episode stores nothing; an explicit `supersedes` target must be live; a fact
+    /// with the subject and predicate of live facts supersedes them (an audit row each,
+    /// by `actor`).
+    fn insert(
+        &self,
+        entry: MemoryEntry,
+        supersedes: Option<String>,
+        actor: &str,
+    ) -> Receipt<Insertion>;
+    /// Soft-delete a live entry (audited); whether there was one.
+    fn forget(&self, id: &str, actor: &str) -> Receipt<bool>;
+    /// Remove entries for good — `ids`, or every forgotten entry when empty — with an audit
+    /// row each; the row numbers removed.
+    fn purge(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>>;
+    /// One entry by id, live or not.
+    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, WriteError>;
+    /// Entries matching `filter`, newest first.
+    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, WriteError>;
+    /// Live entries in a scope.
+    fn count(&self, scope: &Scope) -> Result<u64, WriteError>;
+    /// An entry's audit trail, oldest first.
+    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, WriteError>;
+    /// Counts for `cairn memory stats`; `embedded` and `embedding_backlog` for `model`
+    /// (provider, model) when vectors are on.
+    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, WriteError>;
+
+    /// Row numbers and BM25 (lower is better) of the entries matching the full-text
+    /// expression `fts` and `query`'s filters, best first.
+    fn lexical_candidates(
+        &self,
+        fts: &str,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<HashMap<i64, f64>, WriteError>;
+    /// The entries among `seqs` that pass `query`'s filters, with their row numbers.
+    fn entries_matching(
+        &self,
+        seqs: &[i64],
+        query: &RecallQuery,
+    ) -> Result<Vec<(i64, MemoryEntry)>, WriteError>;
+    /// Live facts of the same kind, subject, agent and user as `entry` with another
+    /// predicate (newest 50): row number, id and content, for near-duplicate checks.
+    fn same_subject_facts(
+        &self,
+        entry: &MemoryEntry,
+    ) -> Result<Vec<(i64, String, String)>, WriteError>;
+
+    /// Visit every live entry's stored vector of `provider`/`model`.
+    fn visit_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
+    ) -> Result<(), WriteError>;
+    /// Live entries after row `after` without a vector of `provider`/`model`, in order.
+    fn unembedded(
+        &self,
+        provider: &str,
+        model: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Unembedded>, WriteError>;
+    /// How many live entries lack a vector of `provider`/`model`.
+    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, WriteError>;
+    /// Cached vectors of `provider`/`model` by content hash.
+    fn cached_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        hashes: &[String],
+    ) -> Result<HashMap<String, Vec<f32>>, WriteError>;
+    /// Keep vectors for entries and in the cache, which keeps at most `cache_capacity`
+    /// (least recently used go first).
+    fn save_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        rows: Vec<VectorRow>,
+        cache_capacity: usize,
+    ) -> Receipt<()>;
+    /// Drop every vector and the cache.
+    fn clear_vectors(&self) -> Receipt<()>;
+
+    /// Forget entries past their category's retention (never facts or core memories;
+    /// episodes only once their session is consolidated), unless the last pass was too
+    /// recent; `None` when skipped, else what was forgotten per category.
+    fn retention(&self, run: RetentionRun) -> Receipt<Option<BTreeMap<String, u64>>>;
+    /// Every session, entry and audit row, in the order they were recorded.
+    fn export(&self) -> Result<Vec<ExportRecord>, WriteError>;
+    /// Add checked records; those already present (same id, or an equal audit row) are
+    /// skipped.
+    fn import(&self, records: Vec<ExportRecord>) -> Receipt<ImportReport>;
+    /// Insert the snapshot entries missing from the store (`true` beside an entry means
+    /// its text was edited in the snapshot: an `edit` audit row notes it); how many were
+    /// inserted, and the present live entries whose text differs from the snapshot's.
+    fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)>;
+}
+
+/// Conversation sessions: one row per stretch of a conversation, numbered `#2`, `#3`, …
+/// when it resumes after its session ended, with its transcript and state
+/// (`active` → `ended` / `pending` → `consolidated`). The lifecycle drives the state
+/// machine; memory reads it.
+pub trait SessionStore: Send + Sync {
+    /// The session a conversation's new activity at `now` belongs to, recording it: the
+    /// conversation's current session while it is active and was active less than
+    /// `idle_ms` ago, else a new one.
+    fn session_for(
+        &self,
+        conversation: &str,
+        user: Option<&str>,
+        agent: Option<&str>,
+        now: i64,
+        idle_ms: i64,
+    ) -> Receipt<String>;
+    /// Add journal event `seq` to a session's transcript (keeping the last `keep`
+    /// entries), creating the session when unknown. Events already seen are skipped; the
+    /// first event of a session moves its user's other active or ended sessions to
+    /// `pending`.
+    fn record_activity(
+        &self,
+        session: &str,
+        user: Option<&str>,
+        seq: i64,
+        at: i64,
+        entry: serde_json::Value,
+        keep: usize,
+    ) -> Receipt<Activity>;
+    /// End every active session last active at or before `idle_before` (state `ended`,
+    /// reason `idle`, at `now`).
+    fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>>;
+    /// How many sessions are active.
+    fn active_sessions(&self) -> Result<u64, WriteError>;
+    /// Sessions waiting for consolidation (`ended` or `pending`), oldest end first.
+    fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, WriteError>;
+    /// One session.
+    fn session(&self, id: &str) -> Result<Option<Session>, WriteError>;
+    /// Move a session to `consolidated`; whether it exists.
+    fn mark_consolidated(&self, id: &str, at: i64) -> Receipt<bool>;
+}
+
+/// `memory.db`: a writer thread for writes, pooled connections for reads.
+pub struct SqliteMemory {
+    path: PathBuf,
+    created: bool,
+    writer: GroupWriter,
+    readers: Mutex<Vec<Connection>>,
+}
+
+impl SqliteMemory {
+    /// Open (creating and migrating) `<data>/memory.db` and start its writer thread. Sessions
+    /// an older Cairn kept in `host.db` are moved in first.
+    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+        let path = data_dir.join("memory.db");
+        let created = !path.exists();
+        let conn = open(&path, &MIGRATIONS)?;
+        sessions::adopt_host_sessions(&conn, &data_dir.join("host.db")).map_err(|source| {
+            StoreError::Migrate {
+                path: path.clone(),
+                version: MIGRATIONS.scripts.len(),
+                source,
+            }
+        })?;
+        drop(conn);
+        let (writer, reader) = open_with_writer(&path, &MIGRATIONS, "memory-writer")?;
+        Ok(Self {
+            path,
+            created,
+            writer,
+            readers: Mutex::new(vec![reader]),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether this open created the database (a cold start: nothing was remembered).
+    pub fn is_new(&self) -> bool {
+        self.created
+    }
+
+    fn read<T>(
+        &self,
+        read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, WriteError> {
+        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        let conn = match pooled {
+            Some(conn) => conn,
+            None => open(&self.path, &MIGRATIONS).map_err(|e| WriteError::Sqlite(e.to_string()))?,
+        };
+        let result = read(&conn);
+        self.readers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(conn);
+        result.map_err(|e| WriteError::Sqlite(e.to_string()))
+    }
+
+    fn submit<T: Send + 'static>(
+        &self,
+        write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Receipt<T> {
+        self.writer.submit(write)
+    }
+}
+
+impl MemoryStore for SqliteMemory {
+    fn insert(
+        &self,
+        entry: MemoryEntry,
+        supersedes: Option<String>,
+        actor: &str,
+    ) -> Receipt<Insertion> {
+        self.insert_entry(entry, supersedes, actor)
+    }
+
+    fn forget(&self, id: &str, actor: &str) -> Receipt<bool> {
+        self.forget_entry(id, actor)
+    }
+
+    fn purge(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>> {
+        self.purge_entries(ids, actor)
+    }
+
+    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, WriteError> {
+        self.get_entry(id)
+    }
+
+    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, WriteError> {
+        self.list_entries(filter)
+    }
+
+    fn count(&self, scope: &Scope) -> Result<u64, WriteError> {
+        self.count_entries(scope)
+    }
+
+    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, WriteError> {
+        self.entry_audit_trail(id)
+    }
+
+    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, WriteError> {
+        self.entry_stats(model)
+    }
+
+    fn lexical_candidates(
+        &self,
+        fts: &str,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<HashMap<i64, f64>, WriteError> {
+        self.lexical(fts, query, limit)
+    }
+
+    fn entries_matching(
+        &self,
+        seqs: &[i64],
+        query: &RecallQuery,
+    ) -> Result<Vec<(i64, MemoryEntry)>, WriteError> {
+        self.matching(seqs, query)
+    }
+
+    fn same_subject_facts(
+        &self,
+        entry: &MemoryEntry,
+    ) -> Result<Vec<(i64, String, String)>, WriteError> {
+        self.same_subject(entry)
+    }
+
+    fn visit_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
+    ) -> Result<(), WriteError> {
+        self.visit(provider, model, visit)
+    }
+
+    fn unembedded(
+        &self,
+        provider: &str,
+        model: &str,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<Unembedded>, WriteError> {
+        self.pending_vectors(provider, model, after, limit)
+    }
+
+    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, WriteError> {
+        self.backlog(provider, model)
+    }
+
+    fn cached_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        hashes: &[String],
+    ) -> Result<HashMap<String, Vec<f32>>, WriteError> {
+        self.cached(provider, model, hashes)
+    }
+
+    fn save_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        rows: Vec<VectorRow>,
+        cache_capacity: usize,
+    ) -> Receipt<()> {
+        self.save(provider, model, rows, cache_capacity)
+    }
+
+    fn clear_vectors(&self) -> Receipt<()> {
+        self.clear()
+    }
+
+    fn retention(&self, run: RetentionRun) -> Receipt<Option<BTreeMap<String, u64>>> {
+        self.run_retention(run)
+    }
+
+    fn export(&self) -> Result<Vec<ExportRecord>, WriteError> {
+        self.export_all()
+    }
+
+    fn import(&self, records: Vec<ExportRecord>) -> Receipt<ImportReport> {
+        self.import_records(records)
+    }
+
+    fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)> {
+        self.restore_records(records)
+    }
+}

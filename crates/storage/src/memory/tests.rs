@@ -1,0 +1,128 @@
+//! The session state machine's rows and the move of sessions out of an older host.db.
+
+use super::*;
+use cairn_vocab::session::SessionState;
+use serde_json::json;
+
+fn open() -> (tempfile::TempDir, SqliteMemory) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let memory = SqliteMemory::open(dir.path()).expect("open");
+    (dir, memory)
+}
+
+fn state(memory: &SqliteMemory, id: &str) -> SessionState {
+    memory.session(id).expect("read").expect("known").state
+}
+
+#[test]
+fn a_conversation_resumed_after_idling_gets_a_numbered_session() {
+    let (_dir, memory) = open();
+    let new = |now| {
+        memory
+            .session_for("cli:c1", Some("alice"), Some("main"), now, 1_000)
+            .wait()
+            .expect("session")
+    };
+    assert_eq!(new(10), "cli:c1");
+    assert_eq!(new(900), "cli:c1", "still active and not idle");
+    assert_eq!(new(5_000), "cli:c1#2", "idle for over a second");
+    let ended = memory.end_idle(5_000, 5_001).wait().expect("end idle");
+    assert_eq!(ended.len(), 2, "both sessions were last active by 5000");
+    assert_eq!(new(6_000), "cli:c1#3", "the current session ended");
+}
+
+#[test]
+fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones() {
+    let (_dir, memory) = open();
+    let record = |session: &str, seq| {
+        memory
+            .record_activity(
+                session,
+                Some("alice"),
+                seq,
+                seq * 10,
+                json!({"seq": seq}),
+                2,
+            )
+            .wait()
+            .expect("record")
+    };
+    assert_eq!(record("a", 1), Activity::Started { completed: vec![] });
+    assert_eq!(record("a", 2), Activity::Continued);
+    assert_eq!(record("a", 2), Activity::Replay);
+    assert_eq!(record("a", 3), Activity::Continued);
+    let ended = memory.end_idle(1_000, 1_001).wait().expect("end idle");
+    assert_eq!(
+        ended[0].transcript,
+        json!([{"seq": 2}, {"seq": 3}]),
+        "the last two kept"
+    );
+    assert_eq!(state(&memory, "a"), SessionState::Ended);
+    assert_eq!(
+        record("b", 4),
+        Activity::Started {
+            completed: vec!["a".to_string()]
+        }
+    );
+    assert_eq!(state(&memory, "a"), SessionState::Pending);
+    let waiting = memory.awaiting_consolidation(10).expect("waiting");
+    assert_eq!(waiting.len(), 1);
+    assert_eq!(waiting[0].end_reason.as_deref(), Some("idle"));
+    assert!(memory.mark_consolidated("a", 2_000).wait().expect("mark"));
+    assert!(
+        !memory
+            .mark_consolidated("nope", 2_000)
+            .wait()
+            .expect("mark")
+    );
+    assert!(
+        memory
+            .awaiting_consolidation(10)
+            .expect("waiting")
+            .is_empty()
+    );
+    assert_eq!(memory.active_sessions().expect("count"), 1);
+    assert_eq!(record("a", 5), Activity::Continued);
+    assert_eq!(
+        state(&memory, "a"),
+        SessionState::Consolidated,
+        "late activity never reopens a consolidated session"
+    );
+}
+
+#[test]
+fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let host = rusqlite::Connection::open(dir.path().join("host.db")).expect("host.db");
+    host.execute_batch(
+        "CREATE TABLE lifecycle_sessions (id TEXT PRIMARY KEY, user_id TEXT, state TEXT NOT NULL,
+             started_at INTEGER NOT NULL, last_activity INTEGER NOT NULL, ended_at INTEGER,
+             end_reason TEXT, last_seq INTEGER NOT NULL, transcript TEXT NOT NULL DEFAULT '[]');
+         INSERT INTO lifecycle_sessions VALUES
+             ('cli:a', 'alice', 'ended', 1, 5, 9, 'idle', 3, '[{\"text\":\"hi\"}]'),
+             ('cli:b', 'bob', 'active', 2, 6, NULL, NULL, 4, '[]');",
+    )
+    .expect("legacy rows");
+    drop(host);
+    let memory = SqliteMemory::open(dir.path()).expect("open adopts");
+    let a = memory.session("cli:a").expect("read").expect("moved");
+    assert_eq!(
+        (a.state, a.end_reason.as_deref()),
+        (SessionState::Ended, Some("idle"))
+    );
+    assert_eq!(state(&memory, "cli:b"), SessionState::Active);
+    let ended = memory.end_idle(100, 101).wait().expect("end idle");
+    assert_eq!(ended.len(), 1);
+    assert_eq!(ended[0].id, "cli:b");
+    drop(memory);
+    let host = rusqlite::Connection::open(dir.path().join("host.db")).expect("host.db");
+    let left: i64 = host
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name = 'lifecycle_sessions'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("query");
+    assert_eq!(left, 0, "the old table is gone");
+    SqliteMemory::open(dir.path()).expect("a second open has nothing to move");
+}
