@@ -13,8 +13,7 @@ impl Inbox for Buffer {
     fn push(&self, message: NewMessage) -> Result<i64, Error> {
         Buffer::push(self, message).map_err(|error| match error {
             BufferError::InvalidInput(text) => Error::new(ErrorKind::InvalidInput, text),
-            BufferError::Unavailable => Error::new(ErrorKind::Unavailable, error.to_string()),
-            BufferError::Storage(text) => Error::new(ErrorKind::Internal, text),
+            BufferError::Storage(_) => Error::new(error.kind(), error.to_string()),
         })
     }
 }
@@ -23,8 +22,7 @@ impl EventLog for Journal {
     fn append(&self, event: NewEvent) -> Result<i64, Error> {
         self.append_blocking(event).map_err(|error| match error {
             JournalError::InvalidInput(text) => Error::new(ErrorKind::InvalidInput, text),
-            JournalError::Unavailable => Error::new(ErrorKind::Unavailable, error.to_string()),
-            JournalError::Storage(text) => Error::new(ErrorKind::Internal, text),
+            JournalError::Storage(_) => Error::new(error.kind(), error.to_string()),
         })
     }
 }

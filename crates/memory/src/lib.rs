@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use cairn_vocab::ErrorKind;
 pub use cairn_vocab::memory::{
     AuditRow, ExportRecord, ListFilter, MemoryEntry, MemoryKind, MemoryStats, NewMemory, Scope,
     StoreOutcome,
@@ -73,7 +74,7 @@ pub fn record(memory: &NewMemory, id: String, now: i64) -> MemoryEntry {
     }
 }
 
-/// Why a memory operation failed.
+/// Why a memory operation failed: the one error type of this crate.
 #[derive(Debug, thiserror::Error)]
 pub enum MemoryError {
     /// The caller's input is malformed; the text names the field.
@@ -82,27 +83,27 @@ pub enum MemoryError {
     /// No such entry or session.
     #[error("{0}")]
     NotFound(String),
-    /// The backend cannot serve the call (stopping, a plugin backend that is down, ...).
+    /// The backend cannot serve the call (a plugin backend that is down, an embedding
+    /// provider that does not answer, ...).
     #[error("{0}")]
     Unavailable(String),
-    /// SQLite or the embedding provider failed.
+    /// The store failed.
+    #[error("memory store: {0}")]
+    Storage(#[from] cairn_storage::StorageError),
+    /// An export or a snapshot could not be written.
     #[error("{0}")]
-    Storage(String),
+    Write(String),
 }
 
-impl From<cairn_storage::StoreError> for MemoryError {
-    fn from(error: cairn_storage::StoreError) -> Self {
-        MemoryError::Storage(error.to_string())
-    }
-}
-
-impl From<cairn_storage::writer::WriteError> for MemoryError {
-    fn from(error: cairn_storage::writer::WriteError) -> Self {
-        match error {
-            cairn_storage::writer::WriteError::Stopped => {
-                MemoryError::Unavailable(error.to_string())
-            }
-            cairn_storage::writer::WriteError::Sqlite(text) => MemoryError::Storage(text),
+impl MemoryError {
+    /// What kind of failure this is, as callers across the plugin boundary see it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            MemoryError::InvalidInput(_) => ErrorKind::InvalidInput,
+            MemoryError::NotFound(_) => ErrorKind::NotFound,
+            MemoryError::Unavailable(_) => ErrorKind::Unavailable,
+            MemoryError::Storage(e) => e.kind(),
+            MemoryError::Write(_) => ErrorKind::Internal,
         }
     }
 }

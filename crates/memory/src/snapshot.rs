@@ -84,7 +84,7 @@ pub fn render(entries: &[MemoryEntry]) -> Result<String, MemoryError> {
         // The prose is the content: the record holds every other field, so there is one
         // place to edit the text.
         let mut record =
-            serde_json::to_value(entry).map_err(|e| MemoryError::Storage(e.to_string()))?;
+            serde_json::to_value(entry).map_err(|e| MemoryError::Write(e.to_string()))?;
         if let Some(fields) = record.as_object_mut() {
             fields.remove("content");
             fields.insert(

@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use super::config::KvConfig;
+use cairn_storage::StorageError;
 use cairn_storage::host::KvStore;
-use cairn_storage::writer::WriteError;
 
 /// Why a key/value operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -17,7 +17,7 @@ pub enum KvError {
     InvalidInput(String),
     /// The store failed.
     #[error("kv store: {0}")]
-    Storage(#[from] WriteError),
+    Storage(#[from] StorageError),
 }
 
 /// Plugin-private state shared by all plugins of a host: the limits of `kv:` in

@@ -58,8 +58,8 @@ async fn load(
             status.record(&PluginStatus {
                 id: manifest.id.clone(),
                 version: manifest.version.to_string(),
-                kind: manifest.kind.to_string(),
-                state: PluginState::Failed.as_str().into(),
+                kind: manifest.kind,
+                state: PluginState::Failed,
                 restarts: 0,
                 faults: 0,
                 last_error: Some(error.to_string()),

@@ -6,9 +6,8 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use cairn_storage::StoreError;
+use cairn_storage::StorageError;
 use cairn_storage::host::{SqliteHost, StatusStore};
-use cairn_storage::writer::WriteError;
 pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus, StatusReport};
 
 /// Where the supervisors of a host record their plugins' states, over a [`StatusStore`].
@@ -23,14 +22,14 @@ impl StatusLog {
     }
 
     /// Forget the plugins of an earlier run and record this process as the running host.
-    pub fn begin_run(&self, plugins_dir: &Path) -> Result<(), WriteError> {
+    pub fn begin_run(&self, plugins_dir: &Path) -> Result<(), StorageError> {
         self.store
             .begin_run(std::process::id(), &plugins_dir.display().to_string())
             .wait()
     }
 
     /// Record a clean stop.
-    pub fn end_run(&self) -> Result<(), WriteError> {
+    pub fn end_run(&self) -> Result<(), StorageError> {
         self.store.end_run().wait()
     }
 
@@ -43,7 +42,7 @@ impl StatusLog {
 }
 
 /// Read the recorded host run and plugin statuses; `None` when no host has run here.
-pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
+pub fn read(data_dir: &Path) -> Result<Option<StatusReport>, StorageError> {
     SqliteHost::read_status(data_dir)
 }
 
@@ -57,7 +56,7 @@ pub struct PluginReport {
     #[serde(flatten)]
     pub status: PluginStatus,
     /// The state the host last recorded.
-    pub last_state: String,
+    pub last_state: PluginState,
 }
 
 /// The plugins' states as they are now, given whether their host is running.
@@ -65,16 +64,9 @@ pub fn as_seen_now(plugins: Vec<PluginStatus>, host_running: bool) -> Vec<Plugin
     plugins
         .into_iter()
         .map(|mut status| {
-            let last_state = status.state.clone();
-            let live = [
-                PluginState::Starting,
-                PluginState::Running,
-                PluginState::Restarting,
-            ]
-            .iter()
-            .any(|s| s.as_str() == status.state);
-            if !host_running && live {
-                status.state = "down".into();
+            let last_state = status.state;
+            if !host_running && last_state.is_live() {
+                status.state = PluginState::Down;
             }
             PluginReport { status, last_state }
         })

@@ -530,8 +530,8 @@ impl Supervisor {
         self.status.record(&PluginStatus {
             id: manifest.id.clone(),
             version: manifest.version.to_string(),
-            kind: manifest.kind.to_string(),
-            state: state.as_str().to_string(),
+            kind: manifest.kind,
+            state,
             restarts: self.restarts,
             faults: self.faults,
             last_error: self.last_error.clone(),

@@ -12,8 +12,8 @@ use cairn_vocab::buffer::{
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::database::Database;
-use crate::writer::{Receipt, WriteError};
-use crate::{Migrations, StoreError, now_ms, open_read_only};
+use crate::writer::Receipt;
+use crate::{Migrations, StorageError, now_ms, open_read_only};
 
 /// Migrations of `buffer.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -51,7 +51,7 @@ pub trait BufferStore: Send + Sync {
     /// Store a message; its id (the first message's id when its dedup key is known).
     fn insert(&self, message: MessageRow) -> Receipt<i64>;
     /// The channel priorities the last host remembered.
-    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, WriteError>;
+    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError>;
     /// Remember channel priorities and give unrouted default-priority messages theirs;
     /// how many messages changed.
     fn set_channel_priorities(
@@ -60,9 +60,9 @@ pub trait BufferStore: Send + Sync {
         default_priority: u32,
     ) -> Receipt<usize>;
     /// Unrouted messages, most urgent first (priority, then arrival).
-    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, WriteError>;
+    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, StorageError>;
     /// Whether a channel has unrouted messages, or batches or tasks queued or running.
-    fn has_pending_work(&self, channel: &str) -> Result<bool, WriteError>;
+    fn has_pending_work(&self, channel: &str) -> Result<bool, StorageError>;
     /// Record a batch and mark its messages routed, all or nothing; its id.
     fn route(&self, batch: NewBatch) -> Receipt<i64>;
     /// Mark the most urgent queued main batch running; its id.
@@ -90,9 +90,9 @@ pub trait BufferStore: Send + Sync {
     /// Remove routed messages and finished work older than `before_ms`.
     fn prune(&self, before_ms: i64) -> Receipt<(usize, usize)>;
     /// A batch with its messages.
-    fn batch(&self, id: i64) -> Result<Option<Batch>, WriteError>;
+    fn batch(&self, id: i64) -> Result<Option<Batch>, StorageError>;
     /// Depth, per-channel breakdown, batch and task counts.
-    fn stats(&self) -> Result<BufferStats, WriteError>;
+    fn stats(&self) -> Result<BufferStats, StorageError>;
 }
 
 /// `buffer.db`: a writer thread for writes, a connection for reads.
@@ -102,7 +102,7 @@ pub struct SqliteBuffer {
 
 impl SqliteBuffer {
     /// Open (creating and migrating) `<data>/buffer.db` and start its writer thread.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
             db: Database::open(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?,
         })
@@ -114,7 +114,7 @@ impl BufferStore for SqliteBuffer {
         self.db.submit(move |conn| insert(conn, &message))
     }
 
-    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, WriteError> {
+    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError> {
         self.db.read(channel_priorities)
     }
 
@@ -127,7 +127,7 @@ impl BufferStore for SqliteBuffer {
             .submit(move |conn| set_channel_priorities(conn, &priorities, default_priority))
     }
 
-    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, WriteError> {
+    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(&format!(
                 "SELECT {MESSAGE_COLUMNS} FROM messages WHERE routed = 0 ORDER BY priority, id LIMIT ?1"
@@ -137,7 +137,7 @@ impl BufferStore for SqliteBuffer {
         })
     }
 
-    fn has_pending_work(&self, channel: &str) -> Result<bool, WriteError> {
+    fn has_pending_work(&self, channel: &str) -> Result<bool, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(
                 "SELECT EXISTS (SELECT 1 FROM messages WHERE routed = 0 AND channel = ?1)
@@ -192,24 +192,24 @@ impl BufferStore for SqliteBuffer {
         self.db.submit(move |conn| prune(conn, before_ms))
     }
 
-    fn batch(&self, id: i64) -> Result<Option<Batch>, WriteError> {
+    fn batch(&self, id: i64) -> Result<Option<Batch>, StorageError> {
         self.db.read(|conn| read_batch(conn, id))
     }
 
-    fn stats(&self) -> Result<BufferStats, WriteError> {
+    fn stats(&self) -> Result<BufferStats, StorageError> {
         self.db.read(stats)
     }
 }
 
 /// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
-pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StoreError> {
+pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StorageError> {
     let path = data_dir.join("buffer.db");
     let Some(conn) = open_read_only(&path)? else {
         return Ok(None);
     };
     stats(&conn)
         .map(Some)
-        .map_err(|source| StoreError::Open { path, source })
+        .map_err(|e| StorageError::open(&path, e))
 }
 
 const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
@@ -296,7 +296,7 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
             Ok(TaskRow {
                 id: row.get(0)?,
                 batch_id: row.get(1)?,
-                status: row.get(2)?,
+                status: crate::parsed(row, 2, TaskStatus::parse, "task status")?,
                 result: row.get(3)?,
                 error: row.get(4)?,
                 created_at: row.get(5)?,

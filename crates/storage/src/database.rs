@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use rusqlite::Connection;
 
-use crate::writer::{GroupWriter, Receipt, WriteError};
-use crate::{Migrations, StoreError, open_with_writer};
+use crate::writer::{GroupWriter, Receipt};
+use crate::{Migrations, StorageError, open_with_writer};
 
 /// An open, migrated database with its writer thread and a read connection.
 pub struct Database {
@@ -21,7 +21,7 @@ impl Database {
         path: &Path,
         migrations: &Migrations,
         writer_name: &str,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, StorageError> {
         let (writer, reader) = open_with_writer(path, migrations, writer_name)?;
         Ok(Self {
             writer,
@@ -41,8 +41,8 @@ impl Database {
     pub fn read<T>(
         &self,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, WriteError> {
+    ) -> Result<T, StorageError> {
         let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        read(&conn).map_err(|e| WriteError::Sqlite(e.to_string()))
+        read(&conn).map_err(|e| StorageError::Sqlite(e.to_string()))
     }
 }

@@ -6,13 +6,13 @@
 
 use std::path::Path;
 
-use cairn_vocab::plugin::{HostRun, PluginStatus, StatusReport};
+use cairn_vocab::plugin::{HostRun, PluginKind, PluginState, PluginStatus, StatusReport};
 use cairn_vocab::session::SleepState;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::database::Database;
-use crate::writer::{Receipt, WriteError};
-use crate::{Migrations, StoreError, now_ms};
+use crate::writer::Receipt;
+use crate::{Migrations, StorageError, now_ms};
 
 /// Migrations of `host.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -27,13 +27,13 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// limits on keys and values are the caller's policy.
 pub trait KvStore: Send + Sync {
     /// The value of `key` for `plugin`, if set.
-    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, WriteError>;
+    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StorageError>;
     /// Set `key` for `plugin`.
     fn set(&self, plugin: &str, key: &str, value: Vec<u8>) -> Receipt<()>;
     /// Remove `key` for `plugin`; whether it existed.
     fn delete(&self, plugin: &str, key: &str) -> Receipt<bool>;
     /// Keys of `plugin` starting with `prefix` (taken literally), sorted.
-    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, WriteError>;
+    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, StorageError>;
 }
 
 /// The host that runs on a data dir and its plugins' last known states, written by the
@@ -46,18 +46,18 @@ pub trait StatusStore: Send + Sync {
     /// Write one plugin's status.
     fn record(&self, status: &PluginStatus) -> Receipt<()>;
     /// The recorded host run and plugin statuses (by id).
-    fn report(&self) -> Result<StatusReport, WriteError>;
+    fn report(&self) -> Result<StatusReport, StorageError>;
 }
 
 /// What the lifecycle keeps across restarts besides sessions: whether the agent sleeps,
 /// and when each plugin schedule last fired.
 pub trait LifecycleStore: Send + Sync {
     /// The sleep state (all off on a new data dir).
-    fn sleep_state(&self) -> Result<SleepState, WriteError>;
+    fn sleep_state(&self) -> Result<SleepState, StorageError>;
     /// Replace the sleep state.
     fn set_sleep_state(&self, state: SleepState) -> Receipt<()>;
     /// When schedule `name` of `plugin` last fired, in ms.
-    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, WriteError>;
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, StorageError>;
     /// Record that schedule `name` of `plugin` fired at `at_ms`.
     fn record_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<()>;
 }
@@ -69,7 +69,7 @@ pub struct SqliteHost {
 
 impl SqliteHost {
     /// Open (creating and migrating) `<data>/host.db` and start its writer thread.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
             db: Database::open(&data_dir.join("host.db"), &MIGRATIONS, "host-writer")?,
         })
@@ -77,19 +77,19 @@ impl SqliteHost {
 
     /// Read the status of the host that last ran on `data_dir` without opening it for
     /// writing (a host may be running); `None` when no host has run there.
-    pub fn read_status(data_dir: &Path) -> Result<Option<StatusReport>, StoreError> {
+    pub fn read_status(data_dir: &Path) -> Result<Option<StatusReport>, StorageError> {
         let path = data_dir.join("host.db");
         let Some(conn) = crate::open_read_only(&path)? else {
             return Ok(None);
         };
         read_report(&conn)
             .map(Some)
-            .map_err(|source| StoreError::Open { path, source })
+            .map_err(|e| StorageError::open(&path, e))
     }
 }
 
 impl KvStore for SqliteHost {
-    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, WriteError> {
+    fn get(&self, plugin: &str, key: &str) -> Result<Option<Vec<u8>>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached("SELECT value FROM kv WHERE plugin_id = ?1 AND key = ?2")?
                 .query_row(params![plugin, key], |row| row.get(0))
@@ -120,7 +120,7 @@ impl KvStore for SqliteHost {
         })
     }
 
-    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, WriteError> {
+    fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(
                 "SELECT key FROM kv WHERE plugin_id = ?1 AND substr(key, 1, length(?2)) = ?2 ORDER BY key",
@@ -169,8 +169,8 @@ impl StatusStore for SqliteHost {
             .execute(params![
                 status.id,
                 status.version,
-                status.kind,
-                status.state,
+                status.kind.as_str(),
+                status.state.as_str(),
                 status.restarts,
                 status.faults,
                 status.last_error,
@@ -180,7 +180,7 @@ impl StatusStore for SqliteHost {
         })
     }
 
-    fn report(&self) -> Result<StatusReport, WriteError> {
+    fn report(&self) -> Result<StatusReport, StorageError> {
         self.db.read(read_report)
     }
 }
@@ -209,8 +209,8 @@ fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
             Ok(PluginStatus {
                 id: row.get(0)?,
                 version: row.get(1)?,
-                kind: row.get(2)?,
-                state: row.get(3)?,
+                kind: crate::parsed(row, 2, PluginKind::parse, "plugin kind")?,
+                state: crate::parsed(row, 3, PluginState::parse, "plugin state")?,
                 restarts: row.get(4)?,
                 faults: row.get(5)?,
                 last_error: row.get(6)?,
@@ -222,7 +222,7 @@ fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
 }
 
 impl LifecycleStore for SqliteHost {
-    fn sleep_state(&self) -> Result<SleepState, WriteError> {
+    fn sleep_state(&self) -> Result<SleepState, StorageError> {
         self.db.read(|conn| {
             let value = |key: &str| -> rusqlite::Result<Option<String>> {
                 conn.query_row(
@@ -255,7 +255,7 @@ impl LifecycleStore for SqliteHost {
         })
     }
 
-    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, WriteError> {
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, StorageError> {
         self.db.read(|conn| {
             conn.query_row(
                 "SELECT last_fired_at FROM schedule_state WHERE plugin_id = ?1 AND name = ?2",

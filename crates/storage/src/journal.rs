@@ -5,13 +5,13 @@
 
 use std::path::Path;
 
-use cairn_vocab::event::{DeadLetter, Event, NewEvent, SubscriberLag};
+use cairn_vocab::event::{DeadLetter, DeadLetterStatus, Event, NewEvent, SubscriberLag};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 
 use crate::database::Database;
-use crate::writer::{Receipt, WriteError};
-use crate::{Migrations, StoreError, now_ms, open};
+use crate::writer::Receipt;
+use crate::{Migrations, StorageError, now_ms, open};
 
 /// Migrations of `journal.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -28,9 +28,9 @@ pub trait JournalStore: Send + Sync {
     /// at the current end of the journal.
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64>;
     /// A subscriber's cursor as stored (an operator may have rewound it).
-    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, WriteError>;
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError>;
     /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
-    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, WriteError>;
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError>;
     /// Settle a retried dead letter: delete it when delivered, else record the new failure.
     fn settle_retry(
         &self,
@@ -47,7 +47,7 @@ pub trait JournalStore: Send + Sync {
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> Result<Vec<Event>, WriteError>;
+    ) -> Result<Vec<Event>, StorageError>;
     /// Move a subscriber's cursor past `seq` (never backwards).
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
     /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
@@ -67,7 +67,7 @@ pub struct SqliteJournal {
 
 impl SqliteJournal {
     /// Open (creating and migrating) `<data>/journal.db` and start its writer thread.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
             db: Database::open(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?,
         })
@@ -112,7 +112,7 @@ impl JournalStore for SqliteJournal {
         })
     }
 
-    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, WriteError> {
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
         self.db.read(|conn| {
             conn.query_row(
                 "SELECT cursor FROM subscribers WHERE id = ?1",
@@ -123,7 +123,7 @@ impl JournalStore for SqliteJournal {
         })
     }
 
-    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, WriteError> {
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(&format!(
                 "SELECT {EVENT_COLUMNS} FROM events WHERE seq IN
@@ -173,7 +173,7 @@ impl JournalStore for SqliteJournal {
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> Result<Vec<Event>, WriteError> {
+    ) -> Result<Vec<Event>, StorageError> {
         self.db
             .read(|conn| events_after(conn, after, patterns, limit))
     }
@@ -225,14 +225,14 @@ pub struct JournalAdmin {
 
 impl JournalAdmin {
     /// Open a data dir's journal for an operator's change (creating it if needed).
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
             conn: open(&data_dir.join("journal.db"), &MIGRATIONS)?,
         })
     }
 
     /// Open a data dir's journal read-only; `None` when there is none yet.
-    pub fn open_read_only(data_dir: &Path) -> Result<Option<Self>, StoreError> {
+    pub fn open_read_only(data_dir: &Path) -> Result<Option<Self>, StorageError> {
         Ok(crate::open_read_only(&data_dir.join("journal.db"))?.map(|conn| Self { conn }))
     }
 
@@ -278,7 +278,7 @@ impl JournalAdmin {
                     topic: r.get(3)?,
                     error: r.get(4)?,
                     attempts: r.get(5)?,
-                    status: r.get(6)?,
+                    status: crate::parsed(r, 6, DeadLetterStatus::parse, "dead-letter status")?,
                     created_at: r.get(7)?,
                 })
             })?

@@ -23,37 +23,39 @@ pub mod writer;
 
 use std::path::{Path, PathBuf};
 
+pub use cairn_vocab::ErrorKind;
 pub use cairn_vocab::time::now_ms;
 use rusqlite::Connection;
 
-/// Why a database could not be opened or migrated.
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
+/// Why a store could not be opened, read or written: the one error type of this crate.
+/// A failed write wrote nothing.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StorageError {
     /// SQLite refused to open the file or apply a pragma.
-    #[error("{path}: {source}")]
+    #[error("{path}: {message}")]
     Open {
         /// The database file.
         path: PathBuf,
         /// SQLite's error.
-        source: rusqlite::Error,
+        message: String,
     },
     /// A migration failed; the database stays at the previous version.
-    #[error("{path}: migration {version} failed: {source}")]
+    #[error("{path}: migration {version} failed: {message}")]
     Migrate {
         /// The database file.
         path: PathBuf,
         /// The migration that failed (1-based).
         version: usize,
         /// SQLite's error.
-        source: rusqlite::Error,
+        message: String,
     },
     /// The database's writer thread could not be started.
-    #[error("{path}: cannot start the writer thread: {source}")]
+    #[error("{path}: cannot start the writer thread: {message}")]
     Spawn {
         /// The database file.
         path: PathBuf,
         /// The OS error.
-        source: std::io::Error,
+        message: String,
     },
     /// The database was written by a newer Cairn with more migrations than this one knows.
     #[error("{path}: schema version {found} is newer than this cairn supports ({known})")]
@@ -65,6 +67,54 @@ pub enum StoreError {
         /// The newest version this build knows.
         known: usize,
     },
+    /// The store's writer has stopped (the store is shutting down).
+    #[error("the store is not accepting writes (shutting down)")]
+    Stopped,
+    /// SQLite refused a read, a write or the commit.
+    #[error("{0}")]
+    Sqlite(String),
+}
+
+impl StorageError {
+    /// What kind of failure this is, as callers across the plugin boundary see it: a
+    /// stopping store is `unavailable`, everything else is `internal`.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            StorageError::Stopped => ErrorKind::Unavailable,
+            _ => ErrorKind::Internal,
+        }
+    }
+
+    pub(crate) fn open(path: &Path, error: impl std::fmt::Display) -> Self {
+        StorageError::Open {
+            path: path.to_path_buf(),
+            message: error.to_string(),
+        }
+    }
+}
+
+impl From<rusqlite::Error> for StorageError {
+    fn from(error: rusqlite::Error) -> Self {
+        StorageError::Sqlite(error.to_string())
+    }
+}
+
+/// Column `index` of `row`, a name `parse` turns into a typed state or kind; a name this
+/// build does not know is a conversion error naming it (`what` says what it names).
+pub(crate) fn parsed<T>(
+    row: &rusqlite::Row<'_>,
+    index: usize,
+    parse: fn(&str) -> Option<T>,
+    what: &str,
+) -> rusqlite::Result<T> {
+    let name: String = row.get(index)?;
+    parse(&name).ok_or_else(|| {
+        rusqlite::Error::FromSqlConversionFailure(
+            index,
+            rusqlite::types::Type::Text,
+            format!("unknown {what} `{name}`").into(),
+        )
+    })
 }
 
 /// The ordered migrations of one database.
@@ -76,11 +126,8 @@ pub struct Migrations {
 }
 
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
-pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StoreError> {
-    let open_err = |source| StoreError::Open {
-        path: path.to_path_buf(),
-        source,
-    };
+pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
+    let open_err = |e| StorageError::open(path, e);
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
@@ -100,34 +147,27 @@ pub fn open_with_writer(
     path: &Path,
     migrations: &Migrations,
     writer_name: &str,
-) -> Result<(writer::GroupWriter, Connection), StoreError> {
+) -> Result<(writer::GroupWriter, Connection), StorageError> {
     let write_conn = open(path, migrations)?;
     let reader = open(path, migrations)?;
-    let writer = writer::GroupWriter::spawn(writer_name, write_conn).map_err(|source| {
-        StoreError::Spawn {
+    let writer =
+        writer::GroupWriter::spawn(writer_name, write_conn).map_err(|e| StorageError::Spawn {
             path: path.to_path_buf(),
-            source,
-        }
-    })?;
+            message: e.to_string(),
+        })?;
     Ok((writer, reader))
 }
 
 /// Open an existing database read-only, without migrating; `None` when the file is missing
 /// or not yet migrated (a host is creating it right now and has nothing to report).
-pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StoreError> {
+pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
     if !path.exists() {
         return Ok(None);
     }
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-        .map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|e| StorageError::open(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
-        .map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        .map_err(|e| StorageError::open(path, e))?;
     Ok(Some(conn).filter(is_initialised))
 }
 
@@ -137,18 +177,19 @@ fn is_initialised(conn: &Connection) -> bool {
         .is_ok_and(|version| version > 0)
 }
 
-fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Result<(), StoreError> {
+fn migrate(
+    conn: &mut Connection,
+    path: &Path,
+    migrations: &Migrations,
+) -> Result<(), StorageError> {
     let current: usize = conn
         .pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
-        .map_err(|source| StoreError::Open {
-            path: path.to_path_buf(),
-            source,
-        })?
+        .map_err(|e| StorageError::open(path, e))?
         .try_into()
         .unwrap_or(0);
     let known = migrations.scripts.len();
     if current > known {
-        return Err(StoreError::TooNew {
+        return Err(StorageError::TooNew {
             path: path.to_path_buf(),
             found: current,
             known,
@@ -156,10 +197,10 @@ fn migrate(conn: &mut Connection, path: &Path, migrations: &Migrations) -> Resul
     }
     for (index, script) in migrations.scripts.iter().enumerate().skip(current) {
         let version = index + 1;
-        let fail = |source| StoreError::Migrate {
+        let fail = |e: rusqlite::Error| StorageError::Migrate {
             path: path.to_path_buf(),
             version,
-            source,
+            message: e.to_string(),
         };
         let tx = conn.transaction().map_err(fail)?;
         tx.execute_batch(script).map_err(fail)?;
@@ -200,6 +241,6 @@ mod tests {
         conn.pragma_update(None, "user_version", 99).expect("bump");
         drop(conn);
         let err = open(&path, &host::MIGRATIONS).expect_err("too new");
-        assert!(matches!(err, StoreError::TooNew { found: 99, .. }));
+        assert!(matches!(err, StorageError::TooNew { found: 99, .. }));
     }
 }

@@ -14,24 +14,15 @@ use std::task::{Context, Poll};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use crate::StorageError;
+
 /// Most writes committed together.
 const MAX_GROUP: usize = 4096;
 
-/// Why a write failed; nothing of it was written.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum WriteError {
-    /// The writer thread has stopped (the store is shutting down).
-    #[error("the store is not accepting writes (shutting down)")]
-    Stopped,
-    /// SQLite refused the write or the commit.
-    #[error("{0}")]
-    Sqlite(String),
-}
-
 /// Runs a write inside the group's transaction (or learns it cannot run), and returns
 /// whether it succeeded and how to answer its caller once the commit's outcome is known.
-type Work = Box<dyn FnOnce(Result<&Connection, WriteError>) -> (bool, Answer) + Send>;
-type Answer = Box<dyn FnOnce(Option<&WriteError>) + Send>;
+type Work = Box<dyn FnOnce(Result<&Connection, StorageError>) -> (bool, Answer) + Send>;
+type Answer = Box<dyn FnOnce(Option<&StorageError>) + Send>;
 
 /// The handle to a database's writer thread; cheap to clone.
 #[derive(Clone)]
@@ -64,11 +55,11 @@ impl GroupWriter {
     fn enqueue<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-        reply: impl FnOnce(Result<T, WriteError>) + Send + 'static,
-    ) -> Result<(), WriteError> {
+        reply: impl FnOnce(Result<T, StorageError>) + Send + 'static,
+    ) -> Result<(), StorageError> {
         let work: Work = Box::new(move |conn| {
             let result =
-                conn.and_then(|conn| write(conn).map_err(|e| WriteError::Sqlite(e.to_string())));
+                conn.and_then(|conn| write(conn).map_err(|e| StorageError::Sqlite(e.to_string())));
             let succeeded = result.is_ok();
             let answer: Answer = Box::new(move |commit_error| {
                 reply(match commit_error {
@@ -78,7 +69,7 @@ impl GroupWriter {
             });
             (succeeded, answer)
         });
-        self.work.send(work).map_err(|_| WriteError::Stopped)
+        self.work.send(work).map_err(|_| StorageError::Stopped)
     }
 
     /// Queue `write`; the receipt resolves once the group holding it committed.
@@ -99,7 +90,7 @@ impl GroupWriter {
     pub async fn write<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, WriteError> {
+    ) -> Result<T, StorageError> {
         self.submit(write).await
     }
 
@@ -108,7 +99,7 @@ impl GroupWriter {
     pub fn write_blocking<T: Send + 'static>(
         &self,
         write: impl FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    ) -> Result<T, WriteError> {
+    ) -> Result<T, StorageError> {
         self.submit(write).wait()
     }
 }
@@ -117,27 +108,27 @@ impl GroupWriter {
 /// committed (or failed): `.await` it from async code, or [`Receipt::wait`] for it from a
 /// thread — an async runtime's thread included, since waiting never needs the runtime.
 #[must_use = "a write is acknowledged only once its receipt resolves"]
-pub struct Receipt<T>(Option<Result<oneshot::Receiver<Result<T, WriteError>>, WriteError>>);
+pub struct Receipt<T>(Option<Result<oneshot::Receiver<Result<T, StorageError>>, StorageError>>);
 
 impl<T> Receipt<T> {
     /// Block the calling thread until the write committed or failed.
-    pub fn wait(self) -> Result<T, WriteError> {
+    pub fn wait(self) -> Result<T, StorageError> {
         pollster::block_on(self)
     }
 }
 
 impl<T> Future for Receipt<T> {
-    type Output = Result<T, WriteError>;
+    type Output = Result<T, StorageError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let state = &mut self.get_mut().0;
         match state {
             Some(Ok(receiver)) => Pin::new(receiver)
                 .poll(cx)
-                .map(|answer| answer.unwrap_or(Err(WriteError::Stopped))),
+                .map(|answer| answer.unwrap_or(Err(StorageError::Stopped))),
             Some(Err(_)) | None => match state.take() {
                 Some(Err(refused)) => Poll::Ready(Err(refused)),
-                _ => Poll::Ready(Err(WriteError::Stopped)),
+                _ => Poll::Ready(Err(StorageError::Stopped)),
             },
         }
     }
@@ -147,7 +138,7 @@ fn commit_group(conn: &mut Connection, group: Vec<Work>) {
     let mut tx = match conn.transaction() {
         Ok(tx) => tx,
         Err(e) => {
-            let error = WriteError::Sqlite(format!("cannot begin a transaction: {e}"));
+            let error = StorageError::Sqlite(format!("cannot begin a transaction: {e}"));
             for work in group {
                 let (_, answer) = work(Err(error.clone()));
                 answer(None);
@@ -162,7 +153,7 @@ fn commit_group(conn: &mut Connection, group: Vec<Work>) {
     let commit_error = tx
         .commit()
         .err()
-        .map(|e| WriteError::Sqlite(format!("commit failed: {e}")));
+        .map(|e| StorageError::Sqlite(format!("commit failed: {e}")));
     for answer in answers {
         answer(commit_error.as_ref());
     }
@@ -173,7 +164,7 @@ fn run_isolated(tx: &mut rusqlite::Transaction<'_>, work: Work) -> Answer {
     let mut savepoint = match tx.savepoint() {
         Ok(savepoint) => savepoint,
         Err(e) => {
-            let (_, answer) = work(Err(WriteError::Sqlite(format!(
+            let (_, answer) = work(Err(StorageError::Sqlite(format!(
                 "cannot open a savepoint: {e}"
             ))));
             return answer;

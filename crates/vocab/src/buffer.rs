@@ -99,8 +99,13 @@ impl BatchStatus {
 }
 
 /// Progress of a spawned task.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TaskStatus {
+    /// Waiting for the agent.
+    Queued,
+    /// The sub-agent is working on it.
+    Running,
     /// Finished with a result.
     Done,
     /// Failed; the error is recorded.
@@ -111,9 +116,29 @@ impl TaskStatus {
     /// As stored.
     pub fn as_str(self) -> &'static str {
         match self {
+            TaskStatus::Queued => "queued",
+            TaskStatus::Running => "running",
             TaskStatus::Done => "done",
             TaskStatus::Failed => "failed",
         }
+    }
+
+    /// The status named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            TaskStatus::Queued,
+            TaskStatus::Running,
+            TaskStatus::Done,
+            TaskStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for TaskStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
     }
 }
 
@@ -189,8 +214,8 @@ pub struct TaskRow {
     pub id: i64,
     /// The batch it runs.
     pub batch_id: i64,
-    /// queued, running, done or failed.
-    pub status: String,
+    /// Where it is in its life.
+    pub status: TaskStatus,
     /// The sub-agent's result.
     pub result: Option<String>,
     /// Why it failed.

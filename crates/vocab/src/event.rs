@@ -1,6 +1,6 @@
 //! Events of the journal and the state of their subscribers.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// An event to append.
 #[derive(Debug, Clone, Default)]
@@ -70,8 +70,41 @@ pub struct DeadLetter {
     pub error: String,
     /// How many deliveries were tried.
     pub attempts: i64,
-    /// `dead`, or `retry` while one more delivery is pending.
-    pub status: String,
+    /// Given up on, or waiting for one more delivery.
+    pub status: DeadLetterStatus,
     /// When it was given up on.
     pub created_at: i64,
+}
+
+/// Whether a dead letter rests or waits for the retry an operator asked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeadLetterStatus {
+    /// Given up on.
+    Dead,
+    /// One more delivery is pending.
+    Retry,
+}
+
+impl DeadLetterStatus {
+    /// The status as stored and shown.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeadLetterStatus::Dead => "dead",
+            DeadLetterStatus::Retry => "retry",
+        }
+    }
+
+    /// The status named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [DeadLetterStatus::Dead, DeadLetterStatus::Retry]
+            .into_iter()
+            .find(|s| s.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for DeadLetterStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
 }

@@ -30,6 +30,19 @@ pub enum PluginKind {
 }
 
 impl PluginKind {
+    /// The kind named `name`, as written in manifests.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            PluginKind::Channel,
+            PluginKind::MemoryBackend,
+            PluginKind::Consolidator,
+            PluginKind::SleepHandler,
+            PluginKind::Handler,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == name)
+    }
+
     /// The kind as written in manifests.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -44,7 +57,7 @@ impl PluginKind {
 
 impl std::fmt::Display for PluginKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -64,6 +77,9 @@ pub enum PluginState {
     Failed,
     /// Stopped with the host.
     Stopped,
+    /// Seen from outside: its host ended without a clean stop while the plugin was
+    /// starting, running or restarting (never recorded by a running host).
+    Down,
 }
 
 impl PluginState {
@@ -76,7 +92,37 @@ impl PluginState {
             PluginState::Quarantined => "quarantined",
             PluginState::Failed => "failed",
             PluginState::Stopped => "stopped",
+            PluginState::Down => "down",
         }
+    }
+
+    /// The state named `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        [
+            PluginState::Starting,
+            PluginState::Running,
+            PluginState::Restarting,
+            PluginState::Quarantined,
+            PluginState::Failed,
+            PluginState::Stopped,
+            PluginState::Down,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+
+    /// Whether a live host would still be driving it (starting, running or restarting).
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            PluginState::Starting | PluginState::Running | PluginState::Restarting
+        )
+    }
+}
+
+impl std::fmt::Display for PluginState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
     }
 }
 
@@ -88,9 +134,9 @@ pub struct PluginStatus {
     /// Plugin version.
     pub version: String,
     /// Plugin kind.
-    pub kind: String,
-    /// `starting`, `running`, `restarting`, `quarantined`, `failed` or `stopped`.
-    pub state: String,
+    pub kind: PluginKind,
+    /// Where it is in its life.
+    pub state: PluginState,
     /// How many times the supervisor restarted it since the host started.
     pub restarts: u32,
     /// How many faults (traps, timeouts, memory-limit hits, failed inits) it had.

@@ -12,8 +12,7 @@ use std::sync::RwLock;
 
 use cairn_storage::buffer::{BufferStore, MessageRow, SqliteBuffer};
 pub use cairn_storage::buffer::{MIGRATIONS, read_stats};
-use cairn_storage::writer::WriteError;
-use cairn_storage::{StoreError, now_ms};
+use cairn_storage::{ErrorKind, StorageError, now_ms};
 pub use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, MAX_DEDUP_KEY_BYTES, NewBatch,
     NewMessage, Route, StatusCounts, TaskRow, TaskStatus,
@@ -49,31 +48,23 @@ impl Default for BufferConfig {
     }
 }
 
-/// Why a buffer operation failed.
+/// Why a buffer operation failed; a failed write wrote nothing.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum BufferError {
-    /// The message was malformed; nothing was written. The text names the field.
+    /// The input was malformed; nothing was written. The text names the field.
     #[error("{0}")]
     InvalidInput(String),
-    /// The buffer is shutting down.
-    #[error("the buffer is not accepting writes (shutting down)")]
-    Unavailable,
-    /// SQLite failed; nothing of the failed request was written.
-    #[error("buffer storage: {0}")]
-    Storage(String),
+    /// The store failed, or is stopping.
+    #[error("buffer: {0}")]
+    Storage(#[from] StorageError),
 }
 
-impl From<StoreError> for BufferError {
-    fn from(error: StoreError) -> Self {
-        BufferError::Storage(error.to_string())
-    }
-}
-
-impl From<WriteError> for BufferError {
-    fn from(error: WriteError) -> Self {
-        match error {
-            WriteError::Stopped => BufferError::Unavailable,
-            WriteError::Sqlite(text) => BufferError::Storage(text),
+impl BufferError {
+    /// What kind of failure this is, as callers across the plugin boundary see it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            BufferError::InvalidInput(_) => ErrorKind::InvalidInput,
+            BufferError::Storage(e) => e.kind(),
         }
     }
 }

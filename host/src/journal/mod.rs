@@ -13,8 +13,7 @@ use std::path::Path;
 
 pub use cairn_storage::journal::{JournalAdmin, MIGRATIONS};
 use cairn_storage::journal::{JournalStore, SqliteJournal};
-use cairn_storage::writer::WriteError;
-use cairn_storage::{StoreError, now_ms};
+use cairn_storage::{ErrorKind, StorageError, now_ms};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
@@ -50,32 +49,24 @@ impl Default for JournalConfig {
     }
 }
 
-/// Why a journal operation failed.
+/// Why a journal operation failed; a failed write wrote nothing.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum JournalError {
-    /// The event was malformed; nothing was written. The text names the field.
+    /// The input was malformed; nothing was written. The text names the field.
     #[error("{0}")]
     InvalidInput(String),
-    /// The journal is shutting down.
-    #[error("the journal is not accepting writes (shutting down)")]
-    Unavailable,
-    /// SQLite failed.
-    #[error("journal storage: {0}")]
-    Storage(String),
+    /// The store failed, or is stopping.
+    #[error("journal: {0}")]
+    Storage(#[from] StorageError),
 }
 
-impl From<WriteError> for JournalError {
-    fn from(error: WriteError) -> Self {
-        match error {
-            WriteError::Stopped => JournalError::Unavailable,
-            WriteError::Sqlite(text) => JournalError::Storage(text),
+impl JournalError {
+    /// What kind of failure this is, as callers across the plugin boundary see it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            JournalError::InvalidInput(_) => ErrorKind::InvalidInput,
+            JournalError::Storage(e) => e.kind(),
         }
-    }
-}
-
-impl From<StoreError> for JournalError {
-    fn from(error: StoreError) -> Self {
-        JournalError::Storage(error.to_string())
     }
 }
 

@@ -31,17 +31,17 @@ use tokio::sync::watch;
 use crate::journal::dispatch::Subscriber;
 use crate::journal::{Event, Journal};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
+use crate::store::StorageError;
 use crate::store::host::LifecycleStore;
 use crate::store::memory::{Activity, SessionStore};
 use crate::store::now_ms;
-use crate::store::writer::WriteError;
 use cairn_vocab::plugin::Schedule;
 use cairn_vocab::session::SleepState;
 
 /// Why the lifecycle could not read or record its state.
 #[derive(Debug, thiserror::Error)]
 #[error("lifecycle state: {0}")]
-pub struct LifecycleError(#[from] WriteError);
+pub struct LifecycleError(#[from] StorageError);
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -355,7 +355,7 @@ impl Lifecycle {
         self.journal.emit(&topic, payload, None, None).await;
     }
 
-    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<DateTime<Utc>>, WriteError> {
+    fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<DateTime<Utc>>, StorageError> {
         let millis = self.store.last_fired(plugin, name)?;
         Ok(millis.and_then(|ms| Utc.timestamp_millis_opt(ms).single()))
     }

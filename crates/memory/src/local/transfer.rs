@@ -7,12 +7,12 @@ impl LocalMemory {
     /// Every session, entry and audit row as JSONL records (entries and audit rows in the
     /// order they were recorded), so an import restores memory.db losslessly.
     pub fn export(&self, out: &mut dyn std::io::Write) -> Result<u64, MemoryError> {
-        let io = |e: std::io::Error| MemoryError::Storage(format!("cannot write the export: {e}"));
+        let io = |e: std::io::Error| MemoryError::Write(format!("cannot write the export: {e}"));
         let records = self.store.export()?;
         let mut lines = 0;
         for record in records {
             let line =
-                serde_json::to_string(&record).map_err(|e| MemoryError::Storage(e.to_string()))?;
+                serde_json::to_string(&record).map_err(|e| MemoryError::Write(e.to_string()))?;
             writeln!(out, "{line}").map_err(io)?;
             lines += 1;
         }
@@ -57,7 +57,7 @@ impl LocalMemory {
         let temporary = path.with_extension("md.tmp");
         std::fs::write(&temporary, text)
             .and_then(|()| std::fs::rename(&temporary, path))
-            .map_err(|e| MemoryError::Storage(format!("{}: {e}", path.display())))?;
+            .map_err(|e| MemoryError::Write(format!("{}: {e}", path.display())))?;
         Ok(entries.len() as u64)
     }
 

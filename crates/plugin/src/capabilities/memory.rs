@@ -154,12 +154,7 @@ pub(super) fn level_value(scope: &Scope, level: ScopeLevel) -> (&'static str, Op
 }
 
 pub(super) fn memory_error(error: MemoryError) -> WitError {
-    match error {
-        MemoryError::InvalidInput(text) => WitError::InvalidInput(text),
-        MemoryError::NotFound(text) => WitError::NotFound(text),
-        MemoryError::Unavailable(text) => WitError::Unavailable(text),
-        MemoryError::Storage(text) => WitError::Internal(text),
-    }
+    to_wit_error(cairn_vocab::Error::new(error.kind(), error.to_string()))
 }
 
 impl wit::memory::Host for PluginContext {

@@ -62,7 +62,7 @@ impl SqliteMemory {
         })
     }
 
-    pub(super) fn get_entry(&self, id: &str) -> Result<Option<MemoryEntry>, WriteError> {
+    pub(super) fn get_entry(&self, id: &str) -> Result<Option<MemoryEntry>, StorageError> {
         self.read(|conn| {
             conn.query_row(
                 &format!("SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id = ?1"),
@@ -73,7 +73,10 @@ impl SqliteMemory {
         })
     }
 
-    pub(super) fn list_entries(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, WriteError> {
+    pub(super) fn list_entries(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<MemoryEntry>, StorageError> {
         let mut sql = Filters::default();
         sql.scope(&filter.scope);
         sql.kinds(&filter.kinds);
@@ -98,7 +101,7 @@ impl SqliteMemory {
         })
     }
 
-    pub(super) fn count_entries(&self, scope: &Scope) -> Result<u64, WriteError> {
+    pub(super) fn count_entries(&self, scope: &Scope) -> Result<u64, StorageError> {
         let mut sql = Filters::default();
         sql.scope(scope);
         sql.clauses
@@ -112,7 +115,7 @@ impl SqliteMemory {
         .map(|n| n as u64)
     }
 
-    pub(super) fn entry_audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, WriteError> {
+    pub(super) fn entry_audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, StorageError> {
         self.read(|conn| {
             conn.prepare(&format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit WHERE entry_id = ?1 ORDER BY seq"
@@ -125,7 +128,7 @@ impl SqliteMemory {
     pub(super) fn same_subject(
         &self,
         entry: &MemoryEntry,
-    ) -> Result<Vec<(i64, String, String)>, WriteError> {
+    ) -> Result<Vec<(i64, String, String)>, StorageError> {
         self.read(|conn| {
             conn.prepare(
                 "SELECT seq, id, content FROM entries
@@ -150,7 +153,7 @@ impl SqliteMemory {
     pub(super) fn entry_stats(
         &self,
         model: Option<(&str, &str)>,
-    ) -> Result<MemoryStats, WriteError> {
+    ) -> Result<MemoryStats, StorageError> {
         let mut stats = self.read(read_stats)?;
         if let Some((provider, model)) = model {
             stats.embedded = self.read(|conn| {
@@ -412,14 +415,7 @@ fn json_list<T: serde::de::DeserializeOwned>(
 
 /// An entry as read with [`ENTRY_COLUMNS`].
 pub(super) fn row_to_entry(row: &Row<'_>) -> rusqlite::Result<MemoryEntry> {
-    let kind: String = row.get(2)?;
-    let kind = MemoryKind::parse(&kind).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            2,
-            rusqlite::types::Type::Text,
-            format!("unknown memory kind `{kind}`").into(),
-        )
-    })?;
+    let kind = crate::parsed(row, 2, MemoryKind::parse, "memory kind")?;
     Ok(MemoryEntry {
         id: row.get(1)?,
         kind,

@@ -28,8 +28,8 @@ use cairn_vocab::session::Session;
 use rusqlite::Connection;
 use serde::Serialize;
 
-use crate::writer::{GroupWriter, Receipt, WriteError};
-use crate::{Migrations, StoreError, open, open_with_writer};
+use crate::writer::{GroupWriter, Receipt};
+use crate::{Migrations, StorageError, open, open_with_writer};
 
 pub use sessions::{Activity, EndedSession};
 
@@ -130,16 +130,16 @@ pub trait MemoryStore: Send + Sync {
     /// row each; the row numbers removed.
     fn purge(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>>;
     /// One entry by id, live or not.
-    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, WriteError>;
+    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, StorageError>;
     /// Entries matching `filter`, newest first.
-    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, WriteError>;
+    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, StorageError>;
     /// Live entries in a scope.
-    fn count(&self, scope: &Scope) -> Result<u64, WriteError>;
+    fn count(&self, scope: &Scope) -> Result<u64, StorageError>;
     /// An entry's audit trail, oldest first.
-    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, WriteError>;
+    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, StorageError>;
     /// Counts for `cairn memory stats`; `embedded` and `embedding_backlog` for `model`
     /// (provider, model) when vectors are on.
-    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, WriteError>;
+    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, StorageError>;
 
     /// Row numbers and BM25 (lower is better) of the entries matching the full-text
     /// expression `fts` and `query`'s filters, best first.
@@ -148,19 +148,19 @@ pub trait MemoryStore: Send + Sync {
         fts: &str,
         query: &RecallQuery,
         limit: usize,
-    ) -> Result<HashMap<i64, f64>, WriteError>;
+    ) -> Result<HashMap<i64, f64>, StorageError>;
     /// The entries among `seqs` that pass `query`'s filters, with their row numbers.
     fn entries_matching(
         &self,
         seqs: &[i64],
         query: &RecallQuery,
-    ) -> Result<Vec<(i64, MemoryEntry)>, WriteError>;
+    ) -> Result<Vec<(i64, MemoryEntry)>, StorageError>;
     /// Live facts of the same kind, subject, agent and user as `entry` with another
     /// predicate (newest 50): row number, id and content, for near-duplicate checks.
     fn same_subject_facts(
         &self,
         entry: &MemoryEntry,
-    ) -> Result<Vec<(i64, String, String)>, WriteError>;
+    ) -> Result<Vec<(i64, String, String)>, StorageError>;
 
     /// Visit every live entry's stored vector of `provider`/`model`.
     fn visit_vectors(
@@ -168,7 +168,7 @@ pub trait MemoryStore: Send + Sync {
         provider: &str,
         model: &str,
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
-    ) -> Result<(), WriteError>;
+    ) -> Result<(), StorageError>;
     /// Live entries after row `after` without a vector of `provider`/`model`, in order.
     fn unembedded(
         &self,
@@ -176,16 +176,16 @@ pub trait MemoryStore: Send + Sync {
         model: &str,
         after: i64,
         limit: usize,
-    ) -> Result<Vec<Unembedded>, WriteError>;
+    ) -> Result<Vec<Unembedded>, StorageError>;
     /// How many live entries lack a vector of `provider`/`model`.
-    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, WriteError>;
+    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, StorageError>;
     /// Cached vectors of `provider`/`model` by content hash.
     fn cached_vectors(
         &self,
         provider: &str,
         model: &str,
         hashes: &[String],
-    ) -> Result<HashMap<String, Vec<f32>>, WriteError>;
+    ) -> Result<HashMap<String, Vec<f32>>, StorageError>;
     /// Keep vectors for entries and in the cache, which keeps at most `cache_capacity`
     /// (least recently used go first).
     fn save_vectors(
@@ -203,7 +203,7 @@ pub trait MemoryStore: Send + Sync {
     /// recent; `None` when skipped, else what was forgotten per category.
     fn retention(&self, run: RetentionRun) -> Receipt<Option<BTreeMap<String, u64>>>;
     /// Every session, entry and audit row, in the order they were recorded.
-    fn export(&self) -> Result<Vec<ExportRecord>, WriteError>;
+    fn export(&self) -> Result<Vec<ExportRecord>, StorageError>;
     /// Add checked records; those already present (same id, or an equal audit row) are
     /// skipped.
     fn import(&self, records: Vec<ExportRecord>) -> Receipt<ImportReport>;
@@ -246,11 +246,11 @@ pub trait SessionStore: Send + Sync {
     /// reason `idle`, at `now`).
     fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>>;
     /// How many sessions are active.
-    fn active_sessions(&self) -> Result<u64, WriteError>;
+    fn active_sessions(&self) -> Result<u64, StorageError>;
     /// Sessions waiting for consolidation (`ended` or `pending`), oldest end first.
-    fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, WriteError>;
+    fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, StorageError>;
     /// One session.
-    fn session(&self, id: &str) -> Result<Option<Session>, WriteError>;
+    fn session(&self, id: &str) -> Result<Option<Session>, StorageError>;
     /// Move a session to `consolidated`; whether it exists.
     fn mark_consolidated(&self, id: &str, at: i64) -> Receipt<bool>;
 }
@@ -266,15 +266,15 @@ pub struct SqliteMemory {
 impl SqliteMemory {
     /// Open (creating and migrating) `<data>/memory.db` and start its writer thread. Sessions
     /// an older Cairn kept in `host.db` are moved in first.
-    pub fn open(data_dir: &Path) -> Result<Self, StoreError> {
+    pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         let path = data_dir.join("memory.db");
         let created = !path.exists();
         let conn = open(&path, &MIGRATIONS)?;
-        sessions::adopt_host_sessions(&conn, &data_dir.join("host.db")).map_err(|source| {
-            StoreError::Migrate {
+        sessions::adopt_host_sessions(&conn, &data_dir.join("host.db")).map_err(|e| {
+            StorageError::Migrate {
                 path: path.clone(),
                 version: MIGRATIONS.scripts.len(),
-                source,
+                message: format!("moving sessions out of host.db: {e}"),
             }
         })?;
         drop(conn);
@@ -300,18 +300,20 @@ impl SqliteMemory {
     fn read<T>(
         &self,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
-    ) -> Result<T, WriteError> {
+    ) -> Result<T, StorageError> {
         let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
         let conn = match pooled {
             Some(conn) => conn,
-            None => open(&self.path, &MIGRATIONS).map_err(|e| WriteError::Sqlite(e.to_string()))?,
+            None => {
+                open(&self.path, &MIGRATIONS).map_err(|e| StorageError::Sqlite(e.to_string()))?
+            }
         };
         let result = read(&conn);
         self.readers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(conn);
-        result.map_err(|e| WriteError::Sqlite(e.to_string()))
+        result.map_err(|e| StorageError::Sqlite(e.to_string()))
     }
 
     fn submit<T: Send + 'static>(
@@ -340,23 +342,23 @@ impl MemoryStore for SqliteMemory {
         self.purge_entries(ids, actor)
     }
 
-    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, WriteError> {
+    fn get(&self, id: &str) -> Result<Option<MemoryEntry>, StorageError> {
         self.get_entry(id)
     }
 
-    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, WriteError> {
+    fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, StorageError> {
         self.list_entries(filter)
     }
 
-    fn count(&self, scope: &Scope) -> Result<u64, WriteError> {
+    fn count(&self, scope: &Scope) -> Result<u64, StorageError> {
         self.count_entries(scope)
     }
 
-    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, WriteError> {
+    fn audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, StorageError> {
         self.entry_audit_trail(id)
     }
 
-    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, WriteError> {
+    fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, StorageError> {
         self.entry_stats(model)
     }
 
@@ -365,7 +367,7 @@ impl MemoryStore for SqliteMemory {
         fts: &str,
         query: &RecallQuery,
         limit: usize,
-    ) -> Result<HashMap<i64, f64>, WriteError> {
+    ) -> Result<HashMap<i64, f64>, StorageError> {
         self.lexical(fts, query, limit)
     }
 
@@ -373,14 +375,14 @@ impl MemoryStore for SqliteMemory {
         &self,
         seqs: &[i64],
         query: &RecallQuery,
-    ) -> Result<Vec<(i64, MemoryEntry)>, WriteError> {
+    ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
         self.matching(seqs, query)
     }
 
     fn same_subject_facts(
         &self,
         entry: &MemoryEntry,
-    ) -> Result<Vec<(i64, String, String)>, WriteError> {
+    ) -> Result<Vec<(i64, String, String)>, StorageError> {
         self.same_subject(entry)
     }
 
@@ -389,7 +391,7 @@ impl MemoryStore for SqliteMemory {
         provider: &str,
         model: &str,
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), StorageError> {
         self.visit(provider, model, visit)
     }
 
@@ -399,11 +401,11 @@ impl MemoryStore for SqliteMemory {
         model: &str,
         after: i64,
         limit: usize,
-    ) -> Result<Vec<Unembedded>, WriteError> {
+    ) -> Result<Vec<Unembedded>, StorageError> {
         self.pending_vectors(provider, model, after, limit)
     }
 
-    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, WriteError> {
+    fn embedding_backlog(&self, provider: &str, model: &str) -> Result<u64, StorageError> {
         self.backlog(provider, model)
     }
 
@@ -412,7 +414,7 @@ impl MemoryStore for SqliteMemory {
         provider: &str,
         model: &str,
         hashes: &[String],
-    ) -> Result<HashMap<String, Vec<f32>>, WriteError> {
+    ) -> Result<HashMap<String, Vec<f32>>, StorageError> {
         self.cached(provider, model, hashes)
     }
 
@@ -434,7 +436,7 @@ impl MemoryStore for SqliteMemory {
         self.run_retention(run)
     }
 
-    fn export(&self) -> Result<Vec<ExportRecord>, WriteError> {
+    fn export(&self) -> Result<Vec<ExportRecord>, StorageError> {
         self.export_all()
     }
 

@@ -13,7 +13,7 @@ impl SqliteMemory {
         fts: &str,
         query: &RecallQuery,
         limit: usize,
-    ) -> Result<HashMap<i64, f64>, WriteError> {
+    ) -> Result<HashMap<i64, f64>, StorageError> {
         let filters = recall_filters(query);
         let sql = format!(
             "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
@@ -36,7 +36,7 @@ impl SqliteMemory {
         &self,
         seqs: &[i64],
         query: &RecallQuery,
-    ) -> Result<Vec<(i64, MemoryEntry)>, WriteError> {
+    ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
         let filters = recall_filters(query);
         let mut entries = Vec::with_capacity(seqs.len());
         for chunk in seqs.chunks(500) {

@@ -163,7 +163,7 @@ impl SessionStore for SqliteMemory {
         })
     }
 
-    fn active_sessions(&self) -> Result<u64, WriteError> {
+    fn active_sessions(&self) -> Result<u64, StorageError> {
         self.read(|conn| {
             conn.query_row(
                 "SELECT count(*) FROM sessions WHERE state = 'active'",
@@ -174,7 +174,7 @@ impl SessionStore for SqliteMemory {
         .map(|n| n as u64)
     }
 
-    fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, WriteError> {
+    fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, StorageError> {
         self.read(|conn| {
             conn.prepare(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions WHERE state IN ('ended', 'pending')
@@ -185,7 +185,7 @@ impl SessionStore for SqliteMemory {
         })
     }
 
-    fn session(&self, id: &str) -> Result<Option<Session>, WriteError> {
+    fn session(&self, id: &str) -> Result<Option<Session>, StorageError> {
         self.read(|conn| {
             conn.query_row(
                 &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
@@ -271,14 +271,7 @@ pub(super) fn insert_session(conn: &Connection, s: &Session) -> rusqlite::Result
 
 /// A session as read with [`SESSION_COLUMNS`].
 pub(super) fn row_to_session(row: &Row<'_>) -> rusqlite::Result<Session> {
-    let state: String = row.get(5)?;
-    let state = SessionState::parse(&state).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            5,
-            rusqlite::types::Type::Text,
-            format!("unknown session state `{state}`").into(),
-        )
-    })?;
+    let state = crate::parsed(row, 5, SessionState::parse, "session state")?;
     Ok(Session {
         id: row.get(0)?,
         user_id: row.get(1)?,

@@ -49,7 +49,7 @@ impl SqliteMemory {
         })
     }
 
-    pub(super) fn export_all(&self) -> Result<Vec<ExportRecord>, WriteError> {
+    pub(super) fn export_all(&self) -> Result<Vec<ExportRecord>, StorageError> {
         self.read(|conn| {
             let sessions: Vec<Session> = conn
                 .prepare(&format!(

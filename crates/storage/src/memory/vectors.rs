@@ -12,7 +12,7 @@ impl SqliteMemory {
         provider: &str,
         model: &str,
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
-    ) -> Result<(), WriteError> {
+    ) -> Result<(), StorageError> {
         self.read(|conn| {
             let mut statement = conn.prepare(
                 "SELECT e.seq, e.agent_id, e.user_id, e.session_id, m.vector
@@ -39,7 +39,7 @@ impl SqliteMemory {
         model: &str,
         after: i64,
         limit: usize,
-    ) -> Result<Vec<Unembedded>, WriteError> {
+    ) -> Result<Vec<Unembedded>, StorageError> {
         self.read(|conn| {
             conn.prepare_cached(
                 "SELECT e.seq, e.content, e.content_hash, e.agent_id, e.user_id, e.session_id
@@ -64,7 +64,7 @@ impl SqliteMemory {
         })
     }
 
-    pub(super) fn backlog(&self, provider: &str, model: &str) -> Result<u64, WriteError> {
+    pub(super) fn backlog(&self, provider: &str, model: &str) -> Result<u64, StorageError> {
         self.read(|conn| {
             conn.query_row(
                 "SELECT count(*) FROM entries e LEFT JOIN embeddings m ON m.entry_seq = e.seq
@@ -81,7 +81,7 @@ impl SqliteMemory {
         provider: &str,
         model: &str,
         hashes: &[String],
-    ) -> Result<HashMap<String, Vec<f32>>, WriteError> {
+    ) -> Result<HashMap<String, Vec<f32>>, StorageError> {
         self.read(|conn| {
             let mut statement = conn.prepare_cached(
                 "SELECT vector FROM embedding_cache WHERE content_hash = ?1 AND provider = ?2 AND model = ?3",
