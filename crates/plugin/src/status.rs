@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use cairn_storage::StorageError;
 use cairn_storage::host::{SqliteHost, StatusStore};
+use cairn_storage::writer::Receipt;
 pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus, StatusReport};
 
 /// Where the supervisors of a host record their plugins' states, over a [`StatusStore`].
@@ -19,6 +20,13 @@ impl StatusLog {
     /// Record into `store`.
     pub fn new(store: Arc<dyn StatusStore>) -> Self {
         Self { store }
+    }
+
+    /// A log that records nowhere, for plugins started outside a host (a CLI command
+    /// serving memory from a backend plugin must not overwrite the states the host on the
+    /// same data dir records).
+    pub fn detached() -> Self {
+        Self::new(Arc::new(Detached))
     }
 
     /// Forget the plugins of an earlier run and record this process as the running host.
@@ -38,6 +46,30 @@ impl StatusLog {
         if let Err(e) = self.store.record(status).wait() {
             tracing::warn!(plugin = %status.id, "cannot record plugin status: {e}");
         }
+    }
+}
+
+/// Records nothing; see [`StatusLog::detached`].
+struct Detached;
+
+impl StatusStore for Detached {
+    fn begin_run(&self, _pid: u32, _plugins_dir: &str) -> Receipt<()> {
+        Receipt::ready(Ok(()))
+    }
+
+    fn end_run(&self) -> Receipt<()> {
+        Receipt::ready(Ok(()))
+    }
+
+    fn record(&self, _status: &PluginStatus) -> Receipt<()> {
+        Receipt::ready(Ok(()))
+    }
+
+    fn report(&self) -> Result<StatusReport, StorageError> {
+        Ok(StatusReport {
+            host: None,
+            plugins: Vec::new(),
+        })
     }
 }
 

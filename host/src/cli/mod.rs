@@ -63,8 +63,13 @@ enum Command {
         #[command(subcommand)]
         command: JournalCommand,
     },
-    /// Inspect, search and maintain agent memory (`<data>/memory.db`).
+    /// Inspect, search and maintain agent memory (`<data>/memory.db`, or the backend plugin
+    /// `memory.backend` names).
     Memory {
+        /// Where the backend plugin `memory.backend` names is found (default: the plugin
+        /// directory the last host on the data dir ran).
+        #[arg(long, global = true)]
+        plugins: Option<PathBuf>,
         #[command(subcommand)]
         command: memory::MemoryCommand,
     },
@@ -133,9 +138,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins {
             command: PluginsCommand::List { dir, json },
         } => list(dir, *json),
-        Command::Memory { command } => {
+        Command::Memory { plugins, command } => {
             let config = load_config(&cli)?;
-            memory::run(&config, command)
+            memory::run(&config, plugins.as_deref(), command)
         }
         Command::Status { json } => {
             let config = load_config(&cli)?;

@@ -1204,6 +1204,48 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
         "memory.db holds no entries: the plugin is the memory",
     );
 
+    // `cairn memory` goes through the same interface: with the backend configured it starts
+    // the plugin (from the directory the host last ran) and reads the plugin's memories.
+    let config_arg = config.display().to_string();
+    let data_text = data_arg(data.path());
+    let with_backend = |args: &[&str]| {
+        let mut all = vec!["--config", config_arg.as_str()];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--json", "--data", data_text.as_str()]);
+        cli_json(&all)
+    };
+    let mentions = |value: &serde_json::Value, pointer: &str, text: &str| {
+        value.as_array().expect("a list").iter().any(|item| {
+            item.pointer(pointer)
+                .and_then(|v| v.as_str())
+                .is_some_and(|c| c.contains(text))
+        })
+    };
+    let found = with_backend(&["memory", "search", "boat moored pier"]);
+    assert!(mentions(&found, "/entry/content", "pier seven"), "{found}");
+    let listed = with_backend(&["memory", "list", "--user", "alice"]);
+    assert!(mentions(&listed, "/content", "green tea"), "{listed}");
+    let stats = with_backend(&["memory", "stats"]);
+    assert_eq!(stats["backend"], "markdown", "{stats}");
+    assert!(
+        stats["sessions"]["consolidated"].as_u64() >= Some(1),
+        "{stats}"
+    );
+    let export = cairn(&[
+        "--config",
+        &config_arg,
+        "memory",
+        "export",
+        "--data",
+        &data_text,
+    ]);
+    assert_eq!(
+        export.status.code(),
+        Some(2),
+        "memory.db-only commands refuse"
+    );
+    assert!(String::from_utf8_lossy(&export.stderr).contains("memory.backend"));
+
     let bad = data.path().join("bad.yaml");
     std::fs::write(&bad, "memory:\n  backend: cli\n").expect("write config");
     let output = std::process::Command::new(cairn_tests::cairn_bin())

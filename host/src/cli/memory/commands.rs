@@ -4,7 +4,7 @@ use super::*;
 
 /// `cairn memory list`.
 pub(super) fn list(
-    memory: &LocalMemory,
+    memory: &MemoryService,
     filter: &ScopeArgs,
     all: &bool,
     limit: &usize,
@@ -33,12 +33,16 @@ pub(super) fn list(
 }
 
 /// `cairn memory get`.
-pub(super) fn get(memory: &LocalMemory, id: &str, json: &bool) -> Result<()> {
+pub(super) fn get(memory: &CommandMemory, id: &str, json: &bool) -> Result<()> {
     let entry = memory
+        .service
         .get(id)
         .map_err(memory_failure)?
         .ok_or_else(|| BadInput(format!("no memory `{id}`")))?;
-    let trail = memory.audit_trail(id).map_err(memory_failure)?;
+    let trail = match memory.service.backend_plugin() {
+        None => memory.local.audit_trail(id).map_err(memory_failure)?,
+        Some(_) => Vec::new(),
+    };
     if *json {
         print_json(&json!({"entry": entry, "audit": trail}))?;
     } else {
@@ -57,7 +61,7 @@ pub(super) fn get(memory: &LocalMemory, id: &str, json: &bool) -> Result<()> {
 }
 
 /// `cairn memory search`.
-pub(super) fn search(memory: &LocalMemory, args: &SearchArgs) -> Result<()> {
+pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
     let SearchArgs {
         query,
         filter,
@@ -97,8 +101,11 @@ pub(super) fn search(memory: &LocalMemory, args: &SearchArgs) -> Result<()> {
 }
 
 /// `cairn memory stats`.
-pub(super) fn stats(memory: &LocalMemory, json: &bool) -> Result<()> {
-    let stats = memory.stats().map_err(memory_failure)?;
+pub(super) fn stats(memory: &CommandMemory, json: &bool) -> Result<()> {
+    if let Some(backend) = memory.service.backend_plugin() {
+        return backend_stats(memory, backend, json);
+    }
+    let stats = memory.local.stats().map_err(memory_failure)?;
     if *json {
         print_json(&stats)?;
     } else {
@@ -127,9 +134,22 @@ pub(super) fn stats(memory: &LocalMemory, json: &bool) -> Result<()> {
     Ok(())
 }
 
+/// `cairn memory stats` with a backend plugin: its health line and the sessions by state.
+fn backend_stats(memory: &CommandMemory, backend: &str, json: &bool) -> Result<()> {
+    let health = memory.service.health().map_err(memory_failure)?;
+    let sessions = memory.local.stats().map_err(memory_failure)?.sessions;
+    if *json {
+        print_json(&json!({"backend": backend, "health": health, "sessions": sessions}))?;
+    } else {
+        println!("backend:                  {backend} ({health})");
+        println!("sessions:                 {sessions:?}");
+    }
+    Ok(())
+}
+
 /// `cairn memory forget`.
-pub(super) fn forget(memory: &LocalMemory, id: &str, json: &bool) -> Result<()> {
-    let forgotten = memory.forget_blocking(id, "cli").map_err(memory_failure)?;
+pub(super) fn forget(memory: &MemoryService, id: &str, json: &bool) -> Result<()> {
+    let forgotten = memory.forget(id, "cli").map_err(memory_failure)?;
     if !forgotten && memory.get(id).map_err(memory_failure)?.is_none() {
         return Err(BadInput(format!("no memory `{id}`")).into());
     }

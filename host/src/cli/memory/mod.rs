@@ -1,13 +1,15 @@
-//! `cairn memory …`: inspect, search and maintain `<data>/memory.db` (whether or not a host
-//! is running: SQLite's WAL lets both work at once).
+//! `cairn memory …`: inspect, search and maintain agent memory (whether or not a host is
+//! running: SQLite's WAL lets both work at once). `list`, `get`, `search`, `forget` and
+//! `stats` go through the memory interface the host uses, so they see a backend plugin's
+//! memories when `memory.backend` names one; the maintenance commands work on memory.db.
 
+mod backend;
 mod commands;
 mod format;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
@@ -17,8 +19,10 @@ use super::BadInput;
 use crate::config::HostConfig;
 use crate::memory::ListFilter;
 use crate::memory::{
-    LocalMemory, MemoryEntry, MemoryError, MemoryKind, RecallHit, RecallQuery, SNAPSHOT_FILE, Scope,
+    LocalMemory, MemoryEntry, MemoryError, MemoryKind, MemoryService, RecallHit, RecallQuery,
+    SNAPSHOT_FILE, Scope,
 };
+use backend::CommandMemory;
 
 use commands::*;
 use format::*;
@@ -186,17 +190,6 @@ fn memory_failure(error: MemoryError) -> anyhow::Error {
     }
 }
 
-fn open(config: &HostConfig) -> Result<Arc<LocalMemory>> {
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    LocalMemory::open(&config.data_dir, config.memory.clone()).with_context(|| {
-        format!(
-            "cannot open {}",
-            config.data_dir.join("memory.db").display()
-        )
-    })
-}
-
 /// The arguments of `cairn memory search`.
 #[derive(clap::Args, Debug)]
 pub struct SearchArgs {
@@ -230,35 +223,57 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
-/// Run a `cairn memory` command.
-pub fn run(config: &HostConfig, command: &MemoryCommand) -> Result<ExitCode> {
-    let memory = open(config)?;
-    let outcome = match command {
+/// Run a `cairn memory` command; `plugins` is where a backend plugin is found.
+pub fn run(
+    config: &HostConfig,
+    plugins: Option<&Path>,
+    command: &MemoryCommand,
+) -> Result<ExitCode> {
+    let memory = CommandMemory::open(config, plugins)?;
+    let outcome = dispatch(config, &memory, command);
+    memory.close();
+    outcome.map(|()| ExitCode::SUCCESS)
+}
+
+fn dispatch(config: &HostConfig, memory: &CommandMemory, command: &MemoryCommand) -> Result<()> {
+    let service = &memory.service;
+    let local = &memory.local;
+    match command {
         MemoryCommand::List {
             filter,
             all,
             limit,
             json,
-        } => list(&memory, filter, all, limit, json),
-        MemoryCommand::Get { id, json } => get(&memory, id, json),
-        MemoryCommand::Search(args) => search(&memory, args),
-        MemoryCommand::Stats { json } => stats(&memory, json),
-        MemoryCommand::Forget { id, json } => forget(&memory, id, json),
+        } => list(service, filter, all, limit, json),
+        MemoryCommand::Get { id, json } => get(memory, id, json),
+        MemoryCommand::Search(args) => search(service, args),
+        MemoryCommand::Stats { json } => stats(memory, json),
+        MemoryCommand::Forget { id, json } => forget(service, id, json),
         MemoryCommand::Purge {
             ids,
             forgotten,
             json,
-        } => purge(&memory, ids, forgotten, json),
-        MemoryCommand::Export { output, json, .. } => export(&memory, output.as_deref(), json),
-        MemoryCommand::Import { file, json } => import(&memory, file, json),
+        } => memory
+            .require_sqlite("purge")
+            .and_then(|()| purge(local, ids, forgotten, json)),
+        MemoryCommand::Export { output, json, .. } => memory
+            .require_sqlite("export")
+            .and_then(|()| export(local, output.as_deref(), json)),
+        MemoryCommand::Import { file, json } => memory
+            .require_sqlite("import")
+            .and_then(|()| import(local, file, json)),
         MemoryCommand::Snapshot {
             output,
             hydrate,
             json,
-        } => snapshot(&memory, config, output.as_deref(), hydrate.as_deref(), json),
-        MemoryCommand::Reindex { force, json } => reindex(&memory, config, force, json),
-        MemoryCommand::Hygiene { json } => hygiene(&memory, json),
-    };
-    memory.stop_embedder();
-    outcome.map(|()| ExitCode::SUCCESS)
+        } => memory
+            .require_sqlite("snapshot")
+            .and_then(|()| snapshot(local, config, output.as_deref(), hydrate.as_deref(), json)),
+        MemoryCommand::Reindex { force, json } => memory
+            .require_sqlite("reindex")
+            .and_then(|()| reindex(local, config, force, json)),
+        MemoryCommand::Hygiene { json } => memory
+            .require_sqlite("hygiene")
+            .and_then(|()| hygiene(local, json)),
+    }
 }

@@ -1,0 +1,144 @@
+//! The memory a `cairn memory` command talks to, as `cairn.yaml` configures it: memory.db,
+//! or — with `memory.backend` naming a plugin — that `memory-backend` plugin, started in
+//! its sandbox for the command's duration. Either way the command goes through the same
+//! [`MemoryService`] the host uses.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+
+use super::super::BadInput;
+use super::super::plugins::manifest_errors;
+use crate::config::HostConfig;
+use crate::memory::{LocalMemory, MemoryService};
+use crate::plugin::PluginHost;
+use crate::plugin::capabilities::HostServices;
+use crate::plugin::kv::PluginKv;
+use crate::plugin::resolve;
+use crate::plugin::status::StatusLog;
+use crate::store::host::SqliteHost;
+use crate::store::memory::SqliteMemory;
+use cairn_vocab::plugin::PluginKind;
+
+/// Memory opened for one command.
+pub(super) struct CommandMemory {
+    /// The built-in backend over memory.db (maintenance commands work on it).
+    pub local: Arc<LocalMemory>,
+    /// What the host's memory interface serves: memory.db or the backend plugin.
+    pub service: Arc<MemoryService>,
+    backend: Option<(tokio::runtime::Runtime, PluginHost)>,
+}
+
+impl CommandMemory {
+    /// Open memory.db and, when `memory.backend` names a plugin, start it from `plugins`
+    /// (or from the plugin directory the last host on this data dir ran).
+    pub fn open(config: &HostConfig, plugins: Option<&Path>) -> Result<Self> {
+        std::fs::create_dir_all(&config.data_dir)
+            .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+        let memory_db = Arc::new(SqliteMemory::open(&config.data_dir).with_context(|| {
+            format!(
+                "cannot open {}",
+                config.data_dir.join("memory.db").display()
+            )
+        })?);
+        let cold = memory_db.is_new();
+        let local = LocalMemory::over(
+            &config.data_dir,
+            config.memory.clone(),
+            memory_db.clone(),
+            cold,
+        )?;
+        let service = Arc::new(MemoryService::new(local.clone(), memory_db));
+        let backend = match service.backend_plugin() {
+            Some(id) => Some(start_backend(config, plugins, id, &service)?),
+            None => None,
+        };
+        Ok(Self {
+            local,
+            service,
+            backend,
+        })
+    }
+
+    /// Refuse a command that only memory.db can serve while a plugin keeps the memories.
+    pub fn require_sqlite(&self, command: &str) -> Result<()> {
+        match self.service.backend_plugin() {
+            None => Ok(()),
+            Some(id) => Err(BadInput(format!(
+                "memory.backend is the plugin `{id}`: `cairn memory {command}` works on memory.db \
+                 (backend `sqlite`) only"
+            ))
+            .into()),
+        }
+    }
+
+    /// Stop the embedder and the backend plugin.
+    pub fn close(self) {
+        self.local.stop_embedder();
+        if let Some((runtime, host)) = self.backend {
+            runtime.block_on(host.stop());
+        }
+    }
+}
+
+/// Start the backend plugin `id` alone, attached to `service`.
+fn start_backend(
+    config: &HostConfig,
+    plugins: Option<&Path>,
+    id: &str,
+    service: &Arc<MemoryService>,
+) -> Result<(tokio::runtime::Runtime, PluginHost)> {
+    let dir = plugins_dir(config, plugins, id)?;
+    let set = resolve::load(&dir).map_err(|errors| manifest_errors(&dir, &errors))?;
+    let manifest = set
+        .start_order()
+        .iter()
+        .find(|m| m.id == id && m.kind == PluginKind::MemoryBackend)
+        .ok_or_else(|| {
+            BadInput(format!(
+                "memory.backend: no memory-backend plugin `{id}` in {}",
+                dir.display()
+            ))
+        })?;
+    let alone = resolve::resolve(vec![manifest.clone()])
+        .map_err(|errors| manifest_errors(&dir, &errors))?;
+    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
+    let services = Arc::new(HostServices {
+        kv: Arc::new(PluginKv::new(host_db, config.kv.clone())),
+        inbox: None,
+        events: None,
+        interrupt: None,
+        stop: None,
+        memory: Some(service.clone()),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let host = runtime.block_on(PluginHost::start(
+        &alone,
+        &config.plugin_host(),
+        services,
+        Arc::new(StatusLog::detached()),
+    ))?;
+    Ok((runtime, host))
+}
+
+/// Where the backend plugin is: `--plugins`, else the directory the last host ran.
+fn plugins_dir(config: &HostConfig, plugins: Option<&Path>, id: &str) -> Result<PathBuf> {
+    if let Some(dir) = plugins {
+        return Ok(dir.to_path_buf());
+    }
+    let last_run = SqliteHost::read_status(&config.data_dir)?.and_then(|report| report.host);
+    match last_run {
+        Some(run) => Ok(PathBuf::from(run.plugins_dir)),
+        None => Err(BadInput(format!(
+            "memory.backend is the plugin `{id}`: pass --plugins DIR (no host has run on {} to \
+             say where its plugins are)",
+            config.data_dir.display()
+        ))
+        .into()),
+    }
+}
