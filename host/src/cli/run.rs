@@ -40,6 +40,7 @@ struct Stores {
 
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
 pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
+    let mut signals = StopSignals::listen();
     let set = resolve::load(plugins_dir).map_err(|errors| manifest_errors(plugins_dir, &errors))?;
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
@@ -67,7 +68,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         plugins = set.start_order().len(),
         "cairn is running; press Ctrl-C to stop"
     );
-    wait_for_shutdown(&stop_request, &stores.buffer).await;
+    wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
     drain(workers).await;
@@ -310,17 +311,15 @@ async fn run_memory_hygiene(memory: Arc<LocalMemory>, stop: watch::Receiver<bool
 /// How long a stop waits for the router, the agent and the webhook server to finish.
 const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask for a stop; then
-/// first until that channel's buffered messages are answered (a signal cuts that short).
-async fn wait_for_shutdown(stop_request: &StopRequest, buffer: &Buffer) {
-    let signal = wait_for_signal();
-    tokio::pin!(signal);
+/// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask to stop (then let
+/// what it sent be answered first).
+async fn wait_for_shutdown(signals: &mut StopSignals, stop_request: &StopRequest, buffer: &Buffer) {
     tokio::select! {
-        _ = &mut signal => {}
+        _ = signals.received() => {}
         (channel, reason) = stop_request.requested() => {
             tracing::info!(%channel, %reason, "stop requested; answering what the channel sent first");
             tokio::select! {
-                _ = &mut signal => {}
+                _ = signals.received() => {}
                 _ = channel_settled(buffer, &channel) => {}
             }
         }
@@ -342,18 +341,42 @@ async fn channel_settled(buffer: &Buffer, channel: &str) {
     }
 }
 
-async fn wait_for_signal() {
-    let mut terminate =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(signal) => signal,
+/// Ctrl-C and SIGTERM, listened for from the start of a run: one that arrives while the
+/// stores open or the plugins start is kept, and stops the host as soon as it is up,
+/// cleanly, instead of killing it half-way.
+struct StopSignals {
+    terminate: Option<tokio::signal::unix::Signal>,
+    interrupt: Option<tokio::signal::unix::Signal>,
+}
+
+impl StopSignals {
+    fn listen() -> Self {
+        let listen = |kind, name| match tokio::signal::unix::signal(kind) {
+            Ok(signal) => Some(signal),
             Err(e) => {
-                tracing::warn!("cannot listen for SIGTERM: {e}");
-                let _ = tokio::signal::ctrl_c().await;
-                return;
+                tracing::warn!("cannot listen for {name}: {e}");
+                None
             }
         };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate.recv() => {}
+        Self {
+            terminate: listen(tokio::signal::unix::SignalKind::terminate(), "SIGTERM"),
+            interrupt: listen(tokio::signal::unix::SignalKind::interrupt(), "SIGINT"),
+        }
+    }
+
+    /// Return when either signal arrives (never, if neither could be listened for).
+    async fn received(&mut self) {
+        async fn next(signal: &mut Option<tokio::signal::unix::Signal>) {
+            match signal {
+                Some(signal) => {
+                    signal.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            _ = next(&mut self.terminate) => {}
+            _ = next(&mut self.interrupt) => {}
+        }
     }
 }

@@ -57,6 +57,36 @@ fn the_bundled_counter_counts_its_starts_across_runs() {
 }
 
 #[test]
+fn a_sigterm_while_plugins_start_stops_the_host_cleanly_once_it_is_up() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "slow-start",
+        "handler",
+        "hostile",
+        "limits: {timeout_ms: 4000}\nconfig: {mode: loop-init}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    // The plugin's init spins until its deadline: while host.db says it is starting, the
+    // host is still starting too when the signal arrives.
+    wait_for_state(&mut host, data.path(), "slow-start", "starting", LONG);
+    assert!(
+        !host.log().contains("cairn is running"),
+        "the signal must arrive during startup"
+    );
+    let (status, log) = host.stop();
+    assert!(
+        status.success(),
+        "a clean stop, not death by signal: {status}\n{log}"
+    );
+    assert!(
+        log.contains("cairn is running"),
+        "startup finished first: {log}"
+    );
+    assert!(log.contains("stopped"), "{log}");
+}
+
+#[test]
 fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     let dir = PluginDir::new();
     steady(&dir);
