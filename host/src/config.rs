@@ -167,6 +167,9 @@ impl HostConfig {
         if let Err(message) = self.memory.validate() {
             return problem(&message);
         }
+        if let Err(message) = self.agent.llm.validate() {
+            return problem(&message);
+        }
         Ok(())
     }
 

@@ -17,6 +17,7 @@ pub mod ports;
 pub mod router;
 pub mod webhook;
 
+pub use cairn_llm as llm;
 pub use cairn_memory as memory;
 pub use cairn_plugin as plugin;
 pub use cairn_storage as store;

@@ -2,6 +2,7 @@
 //! components, and the real `cairn` binary run as a child process whose log is captured.
 
 pub mod memory_dataset;
+pub mod stub_http;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

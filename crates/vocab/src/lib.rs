@@ -11,6 +11,7 @@ pub mod buffer;
 pub mod channel;
 pub mod error;
 pub mod event;
+pub mod llm;
 pub mod memory;
 pub mod plugin;
 pub mod session;

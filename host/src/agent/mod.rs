@@ -3,8 +3,6 @@
 //! worker runs spawned batches as sub-agent turns and records their results (the main agent
 //! is not told).
 
-pub mod llm;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,11 +13,11 @@ use tokio::sync::{Notify, watch};
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
 use crate::journal::Journal;
 use crate::lifecycle::Lifecycle;
+use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
 use crate::memory::{MemoryKind, MemoryService, NewMemory, RecallHit, RecallQuery, Scope};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::channel::OutboundMessage;
-use llm::{ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
 
 /// How a turn ended: the batch's status, the reply (even when its delivery failed) and
 /// the error, if any.
@@ -157,21 +155,20 @@ impl Agent {
     async fn complete(&self, system: &str, user: String) -> Result<llm::Completion, llm::LlmError> {
         let request = CompletionRequest {
             messages: vec![
-                ChatMessage {
-                    role: "system".into(),
-                    content: system.into(),
-                },
-                ChatMessage {
-                    role: "user".into(),
-                    content: user,
-                },
+                ChatMessage::new("system", system),
+                ChatMessage::new("user", user),
             ],
             ..CompletionRequest::default()
         };
         let llm = self.llm.clone();
         tokio::task::spawn_blocking(move || llm.complete(&request))
             .await
-            .unwrap_or_else(|e| Err(llm::LlmError::Provider(format!("provider panicked: {e}"))))
+            .unwrap_or_else(|e| {
+                Err(llm::LlmError::Unavailable {
+                    provider: self.llm.name().to_string(),
+                    message: format!("the provider panicked: {e}"),
+                })
+            })
     }
 
     /// Answer one main batch and deliver the reply; records the outcome on the batch and

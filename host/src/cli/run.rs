@@ -10,11 +10,12 @@ use anyhow::{Context, Result};
 use tokio::sync::{Notify, watch};
 
 use super::{BadInput, lock, plugins::manifest_errors};
-use crate::agent::{Agent, llm};
+use crate::agent::Agent;
 use crate::buffer::Buffer;
 use crate::config::HostConfig;
 use crate::journal::{Journal, dispatch};
 use crate::lifecycle::{Lifecycle, StopRequest};
+use crate::llm;
 use crate::memory::{LocalMemory, MemoryService};
 use crate::plugin::capabilities::HostServices;
 use crate::plugin::kv::PluginKv;
@@ -36,6 +37,7 @@ struct Stores {
     local_memory: Arc<LocalMemory>,
     memory: Arc<MemoryService>,
     lifecycle: Arc<Lifecycle>,
+    llm: Arc<dyn llm::LlmProvider>,
 }
 
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
@@ -126,6 +128,7 @@ fn open_stores(
         local_memory,
         memory,
         lifecycle,
+        llm: Arc::from(llm::provider(&config.agent.llm)),
     })
 }
 
@@ -159,6 +162,7 @@ async fn start_plugins(
         interrupt: Some(stores.lifecycle.interrupt()),
         stop: Some(stop_request),
         memory: Some(stores.memory.clone()),
+        llm: Some(stores.llm.clone()),
     });
     let host =
         PluginHost::start(set, &config.plugin_host(), services, stores.status.clone()).await?;
@@ -200,13 +204,12 @@ async fn spawn_workers(
     }
     let routed = Arc::new(Notify::new());
     let router = Router::new(stores.buffer.clone(), config.router.clone(), routed.clone())?;
-    let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
     let agent = Arc::new(
         Agent::new(
             stores.buffer.clone(),
             Some(stores.journal.clone()),
             Some(stores.memory.clone()),
-            llm,
+            stores.llm.clone(),
             channel_handles(host, set, false),
             config.agent.clone(),
         )

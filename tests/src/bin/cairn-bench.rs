@@ -199,6 +199,7 @@ fn plugin_rows(
         interrupt: None,
         stop: None,
         memory: None,
+        llm: None,
     });
 
     let instantiations = 2_000;
@@ -651,6 +652,7 @@ async fn bench_subscribers(
         interrupt: None,
         stop: None,
         memory: None,
+        llm: None,
     });
     let status = Arc::new(cairn::plugin::status::StatusLog::new(host_db));
     let host =

@@ -4,6 +4,7 @@
 
 mod channels;
 mod journal;
+mod llm;
 mod memory;
 mod plugin_host;
 mod supervisor_api;

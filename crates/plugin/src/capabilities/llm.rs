@@ -1,15 +1,24 @@
-//! The host side of `llm`, granted by `capabilities.llm`.
+//! The host side of `llm`, granted by `capabilities.llm`: the host's configured provider,
+//! its failures as typed WIT errors (`unavailable` while it is down or rate-limiting,
+//! `invalid-input` for a request without a user message).
 
 use super::*;
+use crate::bindings::v0_1::convert::{from_wit_completion_request, to_wit_completion};
 
 impl wit::llm::Host for PluginContext {
     fn complete(
         &mut self,
-        _request: wit::types::CompletionRequest,
+        request: wit::types::CompletionRequest,
     ) -> Result<wit::types::Completion, WitError> {
         if !self.grants.llm {
             return Err(denied("llm: the manifest does not grant capabilities.llm"));
         }
-        Err(unavailable("LLM provider"))
+        let Some(provider) = self.services.llm.clone() else {
+            return Err(unavailable("LLM provider"));
+        };
+        let completion = provider
+            .complete(&from_wit_completion_request(request))
+            .map_err(|e| to_wit_error(cairn_vocab::Error::new(e.kind(), e.to_string())))?;
+        Ok(to_wit_completion(completion))
     }
 }

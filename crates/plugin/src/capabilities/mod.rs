@@ -40,6 +40,7 @@ use super::manifest::{
     parse_network_target,
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
+use cairn_llm::LlmProvider;
 use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
@@ -61,6 +62,8 @@ pub struct HostServices {
     pub stop: Option<Arc<StopRequest>>,
     /// Agent memory, when the host runs it.
     pub memory: Option<Arc<MemoryService>>,
+    /// The language model `llm.complete` asks, when the host has one.
+    pub llm: Option<Arc<dyn LlmProvider>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.

@@ -111,6 +111,7 @@ fn start_backend(
         interrupt: None,
         stop: None,
         memory: Some(service.clone()),
+        llm: None,
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

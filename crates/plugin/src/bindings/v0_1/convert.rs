@@ -4,6 +4,7 @@
 
 use cairn_vocab::channel::{HttpRequest, HttpResponse, OutboundMessage};
 use cairn_vocab::event::Event;
+use cairn_vocab::llm::{ChatMessage, Completion, CompletionRequest};
 use cairn_vocab::memory::{
     MemoryEntry, MemoryKind, NewMemory, RecallHit, RecallQuery, Scope, ScoreParts,
 };
@@ -240,5 +241,30 @@ pub fn to_wit_session(session: Session) -> wit_memory::Session {
         started_at: session.started_at,
         ended_at: session.ended_at,
         state: state.to_string(),
+    }
+}
+
+/// A plugin's completion request (v0.1 has no JSON mode: plain text is asked).
+pub fn from_wit_completion_request(request: wit::CompletionRequest) -> CompletionRequest {
+    CompletionRequest {
+        messages: request
+            .messages
+            .into_iter()
+            .map(|m| ChatMessage {
+                role: m.role,
+                content: m.content,
+            })
+            .collect(),
+        max_tokens: request.max_tokens,
+        temperature: request.temperature,
+        json: false,
+    }
+}
+
+/// A completion as v0.1 returns it (usage is the host's to count).
+pub fn to_wit_completion(completion: Completion) -> wit::Completion {
+    wit::Completion {
+        content: completion.content,
+        model: completion.model,
     }
 }

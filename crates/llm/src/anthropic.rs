@@ -1,0 +1,132 @@
+//! The `anthropic` provider: `POST {base_url}/v1/messages`. System messages become the
+//! `system` field; the others alternate as `user` and `assistant` messages.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::Endpoint;
+use super::{Completion, CompletionRequest, LlmConfig, LlmError, LlmProvider, Usage, check};
+
+/// The base URL when none is configured.
+pub const DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// The model when none is configured.
+pub const DEFAULT_MODEL: &str = "claude-3-5-haiku-latest";
+/// The API version sent in `anthropic-version`.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// A Messages API endpoint.
+pub struct AnthropicProvider {
+    endpoint: Endpoint,
+    model: String,
+    api_key: Option<String>,
+    max_tokens: u32,
+}
+
+impl AnthropicProvider {
+    /// A client for the endpoint in `config`; the API key is read from its variable now.
+    pub fn new(config: &LlmConfig) -> Self {
+        Self::with_key(config, config.api_key())
+    }
+
+    /// A client for the endpoint in `config` sending `api_key`.
+    pub fn with_key(config: &LlmConfig, api_key: Option<String>) -> Self {
+        let base = if config.base_url.is_empty() {
+            DEFAULT_BASE_URL
+        } else {
+            config.base_url.trim_end_matches('/')
+        };
+        Self {
+            endpoint: Endpoint::new("anthropic", format!("{base}/v1/messages"), config),
+            model: if config.model.is_empty() {
+                DEFAULT_MODEL.to_string()
+            } else {
+                config.model.clone()
+            },
+            api_key,
+            max_tokens: config.max_tokens,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    content: Vec<Block>,
+    model: Option<String>,
+    usage: Option<Counted>,
+}
+
+#[derive(Deserialize)]
+struct Block {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Counted {
+    input_tokens: Option<u64>,
+    output_tokens: Option<u64>,
+}
+
+impl LlmProvider for AnthropicProvider {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
+        check(request)?;
+        let mut system: Vec<&str> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == "system")
+            .map(|m| m.content.as_str())
+            .collect();
+        if request.json {
+            system.push("Answer with one JSON object and nothing else.");
+        }
+        let messages: Vec<_> = request
+            .messages
+            .iter()
+            .filter(|m| m.role != "system")
+            .map(|m| json!({"role": m.role, "content": m.content}))
+            .collect();
+        let mut body = json!({
+            "model": self.model,
+            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
+            "messages": messages,
+        });
+        if !system.is_empty() {
+            body["system"] = json!(system.join("\n\n"));
+        }
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
+        if let Some(key) = &self.api_key {
+            headers.push(("x-api-key", key.clone()));
+        }
+        let text = self.endpoint.post(&headers, &body.to_string())?;
+        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
+            self.endpoint
+                .invalid(format!("not a Messages answer ({e})"))
+        })?;
+        let content: String = answer
+            .content
+            .into_iter()
+            .filter(|block| block.kind == "text")
+            .filter_map(|block| block.text)
+            .collect();
+        if content.is_empty() {
+            return Err(self.endpoint.invalid("no text block"));
+        }
+        let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
+            input_tokens: u.input_tokens.unwrap_or(0),
+            output_tokens: u.output_tokens.unwrap_or(0),
+        });
+        Ok(Completion {
+            content,
+            model: answer.model.unwrap_or_else(|| self.model.clone()),
+            usage,
+        })
+    }
+}

@@ -1,0 +1,152 @@
+//! What the HTTP providers share: one agent with a per-attempt timeout, and a POST that is
+//! retried with capped exponential backoff when the answer is 429 or 5xx, the connection
+//! drops or the attempt times out — waiting what `retry-after` asks, within the cap.
+
+use std::time::Duration;
+
+use super::{LlmConfig, LlmError};
+
+/// An HTTP endpoint of a provider with its retry policy.
+pub struct Endpoint {
+    /// `<provider> (<url>)`, for errors and logs.
+    label: String,
+    url: String,
+    agent: ureq::Agent,
+    timeout_ms: u64,
+    max_retries: u32,
+    backoff_initial: Duration,
+    backoff_max: Duration,
+}
+
+/// What one attempt came to.
+enum Attempt {
+    /// A 2xx answer's body.
+    Answered(String),
+    /// Worth another try after the given wait (or the policy's backoff).
+    Retry(LlmError, Option<Duration>),
+    /// Final.
+    Failed(LlmError),
+}
+
+impl Endpoint {
+    /// `url` of provider `provider`, with the timeout and retry settings of `config`.
+    pub fn new(provider: &str, url: String, config: &LlmConfig) -> Self {
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_millis(config.timeout_ms.max(1))))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Self {
+            label: format!("{provider} ({url})"),
+            url,
+            agent,
+            timeout_ms: config.timeout_ms,
+            max_retries: config.max_retries,
+            backoff_initial: Duration::from_millis(config.backoff_initial_ms),
+            backoff_max: Duration::from_millis(config.backoff_max_ms),
+        }
+    }
+
+    /// `<provider> (<url>)`.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// An error about the answer's content.
+    pub fn invalid(&self, message: impl Into<String>) -> LlmError {
+        LlmError::InvalidResponse {
+            provider: self.label.clone(),
+            message: message.into(),
+        }
+    }
+
+    /// POST `body` as JSON with `headers`; the body of the first 2xx answer.
+    pub fn post(&self, headers: &[(&str, String)], body: &str) -> Result<String, LlmError> {
+        let mut retries = 0;
+        loop {
+            let (error, asked_wait) = match self.attempt(headers, body) {
+                Attempt::Answered(text) => return Ok(text),
+                Attempt::Failed(error) => return Err(error),
+                Attempt::Retry(error, wait) => (error, wait),
+            };
+            if retries >= self.max_retries {
+                return Err(error);
+            }
+            let backoff = self
+                .backoff_initial
+                .saturating_mul(1 << retries.min(16))
+                .min(self.backoff_max);
+            let wait = asked_wait.map_or(backoff, |asked| asked.min(self.backoff_max));
+            retries += 1;
+            tracing::warn!(provider = %self.label, retry = retries, wait_ms = wait.as_millis() as u64, "{error}; retrying");
+            std::thread::sleep(wait);
+        }
+    }
+
+    fn attempt(&self, headers: &[(&str, String)], body: &str) -> Attempt {
+        let mut request = self
+            .agent
+            .post(&self.url)
+            .header("Content-Type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, value);
+        }
+        let mut response = match request.send(body) {
+            Ok(response) => response,
+            Err(error) => return Attempt::Retry(self.transport(error), None),
+        };
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|secs| secs.is_finite() && *secs >= 0.0)
+            .map(Duration::from_secs_f64);
+        let text = match response.body_mut().read_to_string() {
+            Ok(text) => text,
+            Err(error) => return Attempt::Retry(self.transport(error), None),
+        };
+        match status {
+            200..=299 => Attempt::Answered(text),
+            429 => Attempt::Retry(
+                LlmError::RateLimited {
+                    provider: self.label.clone(),
+                    retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+                },
+                retry_after,
+            ),
+            500..=599 => Attempt::Retry(
+                LlmError::Unavailable {
+                    provider: self.label.clone(),
+                    message: format!("HTTP {status}: {}", excerpt(&text)),
+                },
+                retry_after,
+            ),
+            _ => Attempt::Failed(LlmError::Refused {
+                provider: self.label.clone(),
+                status,
+                message: excerpt(&text),
+            }),
+        }
+    }
+
+    /// A failure to send or to read the answer: a timeout, or the provider unreachable.
+    fn transport(&self, error: ureq::Error) -> LlmError {
+        match error {
+            ureq::Error::Timeout(_) => LlmError::Timeout {
+                provider: self.label.clone(),
+                timeout_ms: self.timeout_ms,
+            },
+            other => LlmError::Unavailable {
+                provider: self.label.clone(),
+                message: other.to_string(),
+            },
+        }
+    }
+}
+
+/// The start of an answer, for an error message.
+fn excerpt(text: &str) -> String {
+    text.chars().take(300).collect()
+}

@@ -1,0 +1,213 @@
+//! Language-model providers behind one trait, [`LlmProvider`], chosen by [`LlmConfig`]
+//! (`agent.llm` in `cairn.yaml`):
+//!
+//! - [`offline`]: deterministic and network-free, so `cairn run` and every test work
+//!   anywhere; it answers from what the prompt gives it.
+//! - [`openai`]: any OpenAI-compatible `/chat/completions` endpoint (OpenAI, Ollama, vLLM,
+//!   llama.cpp's server), with JSON mode when a request asks for it.
+//! - [`anthropic`]: the Messages API.
+//!
+//! The HTTP providers share [`http`]: one agent with a timeout, retries with capped
+//! exponential backoff on 429 and 5xx answers and dropped connections (honouring
+//! `retry-after`), and every failure a typed [`LlmError`] with an [`ErrorKind`].
+
+#![deny(missing_docs)]
+
+pub mod anthropic;
+pub mod http;
+pub mod offline;
+pub mod openai;
+
+use serde::{Deserialize, Serialize};
+
+pub use cairn_vocab::ErrorKind;
+pub use cairn_vocab::llm::{ChatMessage, Completion, CompletionRequest, Usage};
+
+/// Why a completion failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The request was malformed (no messages, say); nothing was sent.
+    #[error("invalid completion request: {0}")]
+    InvalidRequest(String),
+    /// The provider could not be reached, dropped the connection or kept failing (5xx).
+    #[error("{provider} is unavailable: {message}")]
+    Unavailable {
+        /// The provider and endpoint.
+        provider: String,
+        /// What happened on the last attempt.
+        message: String,
+    },
+    /// The provider kept answering 429 after every retry.
+    #[error("{provider} is rate-limiting (retry after {retry_after_ms:?} ms)")]
+    RateLimited {
+        /// The provider and endpoint.
+        provider: String,
+        /// The wait it asked for last, if it said.
+        retry_after_ms: Option<u64>,
+    },
+    /// No answer within the configured timeout, on every attempt.
+    #[error("{provider} did not answer within {timeout_ms} ms")]
+    Timeout {
+        /// The provider and endpoint.
+        provider: String,
+        /// The timeout of one attempt.
+        timeout_ms: u64,
+    },
+    /// The provider refused the request (a bad key, an unknown model, a bad request).
+    #[error("{provider} refused the request: HTTP {status}: {message}")]
+    Refused {
+        /// The provider and endpoint.
+        provider: String,
+        /// The HTTP status.
+        status: u16,
+        /// An excerpt of the answer.
+        message: String,
+    },
+    /// The answer was not what the API promises (malformed JSON, no text).
+    #[error("{provider} answered with something unexpected: {message}")]
+    InvalidResponse {
+        /// The provider and endpoint.
+        provider: String,
+        /// What was wrong.
+        message: String,
+    },
+}
+
+impl LlmError {
+    /// What kind of failure this is, as callers across the plugin boundary see it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            LlmError::InvalidRequest(_) => ErrorKind::InvalidInput,
+            LlmError::Unavailable { .. }
+            | LlmError::RateLimited { .. }
+            | LlmError::Timeout { .. } => ErrorKind::Unavailable,
+            LlmError::Refused {
+                status: 401 | 403, ..
+            } => ErrorKind::Denied,
+            LlmError::Refused { .. } | LlmError::InvalidResponse { .. } => ErrorKind::Internal,
+        }
+    }
+
+    /// Whether trying again later may succeed (the provider was down, slow or busy).
+    pub fn is_transient(&self) -> bool {
+        self.kind() == ErrorKind::Unavailable
+    }
+}
+
+/// A language-model provider. Calls block (HTTP); async callers run them on the blocking
+/// pool.
+pub trait LlmProvider: Send + Sync {
+    /// The provider's name as configured (`offline`, `openai`, `anthropic`).
+    fn name(&self) -> &str;
+    /// Complete a chat.
+    fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError>;
+}
+
+/// The known providers.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    /// Deterministic, no network.
+    #[default]
+    Offline,
+    /// An OpenAI-compatible chat-completions endpoint.
+    Openai,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+/// Which provider answers and how it is reached (`agent.llm` in `cairn.yaml`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmConfig {
+    /// `offline` (default), `openai` or `anthropic`.
+    pub provider: ProviderKind,
+    /// The API's base URL; empty means the provider's own (`https://api.openai.com/v1`,
+    /// `https://api.anthropic.com`). Ollama: `http://127.0.0.1:11434/v1`.
+    pub base_url: String,
+    /// The model to ask; empty means `gpt-4o-mini` or `claude-3-5-haiku-latest`.
+    pub model: String,
+    /// The environment variable holding the API key (read at start; empty sends none).
+    pub api_key_env: String,
+    /// Longest wait for one attempt's answer, in ms (default 60000).
+    pub timeout_ms: u64,
+    /// Attempts after the first on 429, 5xx, a dropped connection or a timeout (default 3).
+    pub max_retries: u32,
+    /// The first backoff, doubled per retry, in ms (default 500).
+    pub backoff_initial_ms: u64,
+    /// The longest backoff, `retry-after` included, in ms (default 20000).
+    pub backoff_max_ms: u64,
+    /// Tokens a completion may generate when the request does not say (default 1024).
+    pub max_tokens: u32,
+}
+
+impl Default for LlmConfig {
+    fn default() -> Self {
+        Self {
+            provider: ProviderKind::Offline,
+            base_url: String::new(),
+            model: String::new(),
+            api_key_env: String::new(),
+            timeout_ms: 60_000,
+            max_retries: 3,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 20_000,
+            max_tokens: 1024,
+        }
+    }
+}
+
+impl LlmConfig {
+    /// Check the settings; the error names the field and what was expected.
+    pub fn validate(&self) -> Result<(), String> {
+        let url = &self.base_url;
+        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!(
+                "agent.llm.base_url: `{}` is not an http:// or https:// URL",
+                self.base_url
+            ));
+        }
+        if self.timeout_ms == 0 {
+            return Err("agent.llm.timeout_ms: expected at least 1".into());
+        }
+        if self.max_retries > 10 {
+            return Err("agent.llm.max_retries: expected at most 10".into());
+        }
+        if self.backoff_initial_ms > self.backoff_max_ms {
+            return Err(
+                "agent.llm.backoff_initial_ms: expected at most agent.llm.backoff_max_ms".into(),
+            );
+        }
+        if self.max_tokens == 0 {
+            return Err("agent.llm.max_tokens: expected at least 1".into());
+        }
+        Ok(())
+    }
+
+    /// The API key from `api_key_env`, when set and not empty.
+    pub fn api_key(&self) -> Option<String> {
+        if self.api_key_env.is_empty() {
+            return None;
+        }
+        std::env::var(&self.api_key_env)
+            .ok()
+            .filter(|key| !key.is_empty())
+    }
+}
+
+/// Build the configured provider.
+pub fn provider(config: &LlmConfig) -> Box<dyn LlmProvider> {
+    match config.provider {
+        ProviderKind::Offline => Box::new(offline::OfflineProvider),
+        ProviderKind::Openai => Box::new(openai::OpenAiProvider::new(config)),
+        ProviderKind::Anthropic => Box::new(anthropic::AnthropicProvider::new(config)),
+    }
+}
+
+/// Refuse a request without a user message to answer (nothing is sent).
+fn check(request: &CompletionRequest) -> Result<(), LlmError> {
+    if request.messages.iter().all(|m| m.role != "user") {
+        return Err(LlmError::InvalidRequest("no user message to answer".into()));
+    }
+    Ok(())
+}

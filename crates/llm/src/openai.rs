@@ -1,0 +1,117 @@
+//! The `openai` provider: any OpenAI-compatible `POST {base_url}/chat/completions`
+//! (OpenAI, Ollama, vLLM, llama.cpp's server). A request asking for JSON is sent with
+//! `response_format: {type: json_object}`.
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::http::Endpoint;
+use super::{Completion, CompletionRequest, LlmConfig, LlmError, LlmProvider, Usage, check};
+
+/// The base URL when none is configured.
+pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The model when none is configured.
+pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
+
+/// A chat-completions endpoint.
+pub struct OpenAiProvider {
+    endpoint: Endpoint,
+    model: String,
+    api_key: Option<String>,
+    max_tokens: u32,
+}
+
+impl OpenAiProvider {
+    /// A client for the endpoint in `config`; the API key is read from its variable now.
+    pub fn new(config: &LlmConfig) -> Self {
+        Self::with_key(config, config.api_key())
+    }
+
+    /// A client for the endpoint in `config` sending `api_key`.
+    pub fn with_key(config: &LlmConfig, api_key: Option<String>) -> Self {
+        let base = if config.base_url.is_empty() {
+            DEFAULT_BASE_URL
+        } else {
+            config.base_url.trim_end_matches('/')
+        };
+        Self {
+            endpoint: Endpoint::new("openai", format!("{base}/chat/completions"), config),
+            model: if config.model.is_empty() {
+                DEFAULT_MODEL.to_string()
+            } else {
+                config.model.clone()
+            },
+            api_key,
+            max_tokens: config.max_tokens,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct Answer {
+    choices: Vec<Choice>,
+    model: Option<String>,
+    usage: Option<Counted>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    message: AnswerMessage,
+}
+
+#[derive(Deserialize)]
+struct AnswerMessage {
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Counted {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+}
+
+impl LlmProvider for OpenAiProvider {
+    fn name(&self) -> &str {
+        "openai"
+    }
+
+    fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
+        check(request)?;
+        let mut body = json!({
+            "model": self.model,
+            "messages": request.messages,
+            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
+        });
+        if let Some(temperature) = request.temperature {
+            body["temperature"] = json!(temperature);
+        }
+        if request.json {
+            body["response_format"] = json!({"type": "json_object"});
+        }
+        let headers: Vec<(&str, String)> = self
+            .api_key
+            .iter()
+            .map(|key| ("Authorization", format!("Bearer {key}")))
+            .collect();
+        let text = self.endpoint.post(&headers, &body.to_string())?;
+        let answer: Answer = serde_json::from_str(&text).map_err(|e| {
+            self.endpoint
+                .invalid(format!("not a chat completion ({e})"))
+        })?;
+        let content = answer
+            .choices
+            .into_iter()
+            .next()
+            .and_then(|choice| choice.message.content)
+            .ok_or_else(|| self.endpoint.invalid("no choice with a message"))?;
+        let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
+            input_tokens: u.prompt_tokens.unwrap_or(0),
+            output_tokens: u.completion_tokens.unwrap_or(0),
+        });
+        Ok(Completion {
+            content,
+            model: answer.model.unwrap_or_else(|| self.model.clone()),
+            usage,
+        })
+    }
+}

@@ -1,0 +1,288 @@
+//! The LLM providers against local servers that speak their APIs: answers, JSON mode,
+//! malformed answers, slow answers, 429 storms, 5xx and dropped connections; and a turn of
+//! the real binary answered by an OpenAI-compatible server.
+
+use std::time::Duration;
+
+use cairn::llm::anthropic::AnthropicProvider;
+use cairn::llm::openai::OpenAiProvider;
+use cairn::llm::{
+    ChatMessage, CompletionRequest, ErrorKind, LlmConfig, LlmError, LlmProvider, ProviderKind,
+};
+use cairn_tests::stub_http::{Reply, StubServer};
+use cairn_tests::{Host, PluginDir};
+use serde_json::json;
+
+fn config(server: &StubServer, provider: ProviderKind) -> LlmConfig {
+    LlmConfig {
+        provider,
+        base_url: match provider {
+            ProviderKind::Openai => format!("{}/v1", server.url()),
+            _ => server.url(),
+        },
+        model: "stub-model".into(),
+        timeout_ms: 2_000,
+        max_retries: 2,
+        backoff_initial_ms: 1,
+        backoff_max_ms: 50,
+        ..LlmConfig::default()
+    }
+}
+
+fn openai(server: &StubServer) -> OpenAiProvider {
+    OpenAiProvider::with_key(
+        &config(server, ProviderKind::Openai),
+        Some("sk-test".into()),
+    )
+}
+
+fn ask(text: &str) -> CompletionRequest {
+    CompletionRequest {
+        messages: vec![
+            ChatMessage::new("system", "Be brief."),
+            ChatMessage::new("user", text),
+        ],
+        ..CompletionRequest::default()
+    }
+}
+
+fn chat_answer(text: &str) -> Reply {
+    Reply::json(json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub-model-2025",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+    }))
+}
+
+#[test]
+fn openai_sends_the_chat_with_its_key_and_json_mode_and_reads_text_and_usage() {
+    let server = StubServer::start(vec![chat_answer("{\"ok\": true}")]);
+    let mut request = ask("hello");
+    request.json = true;
+    request.temperature = Some(0.2);
+    let answer = openai(&server).complete(&request).expect("an answer");
+    assert_eq!(answer.content, "{\"ok\": true}");
+    assert_eq!(answer.model, "stub-model-2025");
+    assert_eq!(
+        (answer.usage.input_tokens, answer.usage.output_tokens),
+        (12, 3)
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].line, "POST /v1/chat/completions");
+    assert_eq!(seen[0].header("authorization"), Some("Bearer sk-test"));
+    let body = seen[0].json();
+    assert_eq!(body["model"], "stub-model");
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "user", "content": "hello"})
+    );
+    assert_eq!(body["response_format"], json!({"type": "json_object"}));
+    assert_eq!(body["max_tokens"], 1024);
+}
+
+#[test]
+fn a_malformed_answer_is_a_typed_error_without_retries() {
+    for broken in ["{not json", "{\"choices\": []}", "[1, 2]"] {
+        let server = StubServer::start(vec![Reply::status(200, broken)]);
+        let error = openai(&server).complete(&ask("hi")).expect_err(broken);
+        assert!(
+            matches!(error, LlmError::InvalidResponse { .. }),
+            "{broken}: {error:?}"
+        );
+        assert_eq!(error.kind(), ErrorKind::Internal);
+        assert_eq!(server.seen().len(), 1, "{broken}: not retried");
+    }
+}
+
+#[test]
+fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
+    let server = StubServer::start(vec![
+        Reply::status(429, "{\"error\": \"slow down\"}").header("Retry-After", "0"),
+        Reply::status(503, "overloaded"),
+        chat_answer("finally"),
+    ]);
+    let answer = openai(&server).complete(&ask("hi")).expect("the third try");
+    assert_eq!(answer.content, "finally");
+    assert_eq!(server.seen().len(), 3);
+}
+
+#[test]
+fn a_429_storm_ends_as_rate_limited_after_the_retries() {
+    let server = StubServer::start(vec![Reply::status(429, "{}").header("Retry-After", "0.01")]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("storm");
+    assert_eq!(
+        error,
+        LlmError::RateLimited {
+            provider: format!("openai ({}/v1/chat/completions)", server.url()),
+            retry_after_ms: Some(10),
+        }
+    );
+    assert!(error.is_transient());
+    assert_eq!(server.seen().len(), 3, "the first try and two retries");
+}
+
+#[test]
+fn a_slow_answer_times_out_and_a_dropped_connection_is_retried() {
+    let server = StubServer::start(vec![Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(chat_answer("too late")),
+    )]);
+    let mut slow = config(&server, ProviderKind::Openai);
+    slow.timeout_ms = 200;
+    slow.max_retries = 1;
+    let error = OpenAiProvider::with_key(&slow, None)
+        .complete(&ask("hi"))
+        .expect_err("slow");
+    assert!(
+        matches!(
+            error,
+            LlmError::Timeout {
+                timeout_ms: 200,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Unavailable);
+
+    let server = StubServer::start(vec![Reply::Drop, chat_answer("after the drop")]);
+    let answer = openai(&server).complete(&ask("hi")).expect("retried");
+    assert_eq!(answer.content, "after the drop");
+    let server = StubServer::start(vec![Reply::Drop]);
+    let error = openai(&server)
+        .complete(&ask("hi"))
+        .expect_err("always dropped");
+    assert!(matches!(error, LlmError::Unavailable { .. }), "{error:?}");
+}
+
+#[test]
+fn a_refusal_is_final_and_a_bad_key_is_denied() {
+    let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("refused");
+    assert!(
+        matches!(error, LlmError::Refused { status: 401, .. }),
+        "{error:?}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Denied);
+    assert_eq!(server.seen().len(), 1);
+    let error = openai(&server)
+        .complete(&CompletionRequest::default())
+        .expect_err("nothing to answer");
+    assert_eq!(error.kind(), ErrorKind::InvalidInput);
+    assert_eq!(server.seen().len(), 1, "an invalid request is never sent");
+}
+
+#[test]
+fn anthropic_sends_system_apart_with_its_headers_and_joins_text_blocks() {
+    let server = StubServer::start(vec![Reply::json(json!({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-stub",
+        "content": [{"type": "text", "text": "Pier "}, {"type": "text", "text": "seven."}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 20, "output_tokens": 4}
+    }))]);
+    let provider = AnthropicProvider::with_key(
+        &config(&server, ProviderKind::Anthropic),
+        Some("ant-key".into()),
+    );
+    let answer = provider
+        .complete(&ask("where is the boat?"))
+        .expect("answer");
+    assert_eq!(answer.content, "Pier seven.");
+    assert_eq!(answer.model, "claude-stub");
+    assert_eq!(
+        (answer.usage.input_tokens, answer.usage.output_tokens),
+        (20, 4)
+    );
+    let seen = &server.seen()[0];
+    assert_eq!(seen.line, "POST /v1/messages");
+    assert_eq!(seen.header("x-api-key"), Some("ant-key"));
+    assert_eq!(seen.header("anthropic-version"), Some("2023-06-01"));
+    let body = seen.json();
+    assert_eq!(body["system"], "Be brief.");
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": "where is the boat?"}])
+    );
+
+    let server = StubServer::start(vec![Reply::json(json!({"content": []}))]);
+    let provider = AnthropicProvider::with_key(&config(&server, ProviderKind::Anthropic), None);
+    assert!(matches!(
+        provider.complete(&ask("hi")),
+        Err(LlmError::InvalidResponse { .. })
+    ));
+}
+
+#[test]
+fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
+    let server = StubServer::start(vec![chat_answer("The boat is moored at pier seven.")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let base_url = format!("{}/v1", server.url());
+    let mut host = Host::start(
+        plugins.path(),
+        data.path(),
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
+            ("CAIRN_AGENT_LLM_MODEL", "stub-model"),
+        ],
+    );
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host.type_line("where is the boat?");
+    host.wait_for(
+        "cairn> The boat is moored at pier seven.",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let body = server.seen()[0].json();
+    let prompt = body["messages"].to_string();
+    assert!(prompt.contains("where is the boat?"), "{prompt}");
+}
+
+#[test]
+fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
+    let server = StubServer::start(vec![chat_answer("Paris.")]);
+    let plugins = PluginDir::new();
+    for (id, grant) in [("asker", "capabilities: {llm: true}\n"), ("ungranted", "")] {
+        plugins.plugin(
+            id,
+            "handler",
+            "memory_probe",
+            &format!("{grant}config: {{ask: \"capital of France?\"}}\n"),
+        );
+    }
+    let data = tempfile::tempdir().expect("data");
+    let base_url = format!("{}/v1", server.url());
+    let mut host = Host::start(
+        plugins.path(),
+        data.path(),
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
+        ],
+    );
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.lines().any(
+            |l| l.contains("probe llm: ok \"Paris. from stub-model-2025\"") && l.contains("asker")
+        ),
+        "{log}"
+    );
+    assert!(
+        log.lines()
+            .any(|l| l.contains("probe llm: denied") && l.contains("ungranted")),
+        "{log}"
+    );
+    assert_eq!(
+        server.seen().len(),
+        1,
+        "only the granted plugin reached the model"
+    );
+}
