@@ -286,3 +286,84 @@ fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
         "only the granted plugin reached the model"
     );
 }
+
+#[test]
+fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
+    let data = tempfile::tempdir().expect("data");
+    let now = cairn::store::now_ms();
+    let core = json!({
+        "type": "entry", "id": "mem_core_wind", "kind": "core",
+        "content": "The user sails a boat called Wind", "category": "core",
+        "scope": {"agent_id": "main", "user_id": "user", "session_id": null},
+        "importance": 8, "tags": [], "issue_refs": [], "pr_refs": [], "sources": [],
+        "subject": null, "predicate": null, "valid_from": now, "valid_to": null,
+        "recorded_at": now, "superseded_by": null, "forgotten_at": null
+    });
+    let file = data.path().join("core.jsonl");
+    std::fs::write(&file, format!("{core}\n")).expect("write");
+    let data_arg = data.path().display().to_string();
+    let imported = cairn_tests::cairn(&[
+        "memory",
+        "import",
+        &file.display().to_string(),
+        "--data",
+        &data_arg,
+    ]);
+    assert!(imported.status.success());
+
+    let server = StubServer::start(vec![chat_answer("Noted."), chat_answer("Pier seven.")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let base_url = format!("{}/v1", server.url());
+    let mut host = Host::start(
+        plugins.path(),
+        data.path(),
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
+        ],
+    );
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host.type_line("I moored the boat at pier seven");
+    host.wait_for("cairn> Noted.", Duration::from_secs(30));
+    host.type_line("where is the boat?");
+    host.wait_for("cairn> Pier seven.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let seen = server.seen();
+    let system = |n: usize| {
+        seen[n].json()["messages"][0]["content"]
+            .as_str()
+            .expect("a system message")
+            .to_string()
+    };
+    let first = system(0);
+    assert!(
+        !first.contains("## Recent conversation"),
+        "a new session has no history: {first}"
+    );
+    assert!(
+        first.contains("## Core memories") && first.contains("> The user sails a boat called Wind"),
+        "{first}"
+    );
+    let second = system(1);
+    let history = second
+        .split("## Recent conversation")
+        .nth(1)
+        .expect("the second turn has the first in its prompt");
+    assert!(
+        history.contains("> user: I moored the boat at pier seven")
+            && history.contains("> you: Noted."),
+        "{second}"
+    );
+    assert!(
+        !history.contains("where is the boat?"),
+        "the current message is the user turn, not history: {second}"
+    );
+    assert!(
+        second.find("## Recent conversation") < second.find("## Core memories"),
+        "recent turns come first (higher priority): {second}"
+    );
+}
