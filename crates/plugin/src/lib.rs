@@ -7,6 +7,7 @@ pub mod bindings;
 pub mod capabilities;
 pub mod config;
 pub mod kv;
+pub mod llm_gate;
 pub mod logging;
 pub mod manifest;
 pub mod memory_backend;

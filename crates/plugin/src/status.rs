@@ -9,7 +9,7 @@ use serde::Serialize;
 use cairn_storage::StorageError;
 use cairn_storage::host::{SqliteHost, StatusStore};
 use cairn_storage::writer::Receipt;
-pub use cairn_vocab::plugin::{HostRun, PluginState, PluginStatus, StatusReport};
+pub use cairn_vocab::plugin::{HostRun, LlmUsage, PluginState, PluginStatus, StatusReport};
 
 /// Where the supervisors of a host record their plugins' states, over a [`StatusStore`].
 pub struct StatusLog {
@@ -65,10 +65,15 @@ impl StatusStore for Detached {
         Receipt::ready(Ok(()))
     }
 
+    fn record_llm_usage(&self, _usage: &LlmUsage) -> Receipt<()> {
+        Receipt::ready(Ok(()))
+    }
+
     fn report(&self) -> Result<StatusReport, StorageError> {
         Ok(StatusReport {
             host: None,
             plugins: Vec::new(),
+            llm_usage: Vec::new(),
         })
     }
 }
@@ -89,18 +94,32 @@ pub struct PluginReport {
     pub status: PluginStatus,
     /// The state the host last recorded.
     pub last_state: PluginState,
+    /// Its `llm.complete` use since the host started, if it called at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<LlmUsage>,
 }
 
-/// The plugins' states as they are now, given whether their host is running.
-pub fn as_seen_now(plugins: Vec<PluginStatus>, host_running: bool) -> Vec<PluginReport> {
-    plugins
+/// The plugins' states as they are now, given whether their host is running, each with its
+/// LLM use.
+pub fn as_seen_now(report: StatusReport, host_running: bool) -> Vec<PluginReport> {
+    let mut usage = report.llm_usage;
+    report
+        .plugins
         .into_iter()
         .map(|mut status| {
             let last_state = status.state;
             if !host_running && last_state.is_live() {
                 status.state = PluginState::Down;
             }
-            PluginReport { status, last_state }
+            let llm = usage
+                .iter()
+                .position(|u| u.plugin_id == status.id)
+                .map(|i| usage.swap_remove(i));
+            PluginReport {
+                status,
+                last_state,
+                llm,
+            }
         })
         .collect()
 }

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use cairn_vocab::plugin::{HostRun, PluginKind, PluginState, PluginStatus, StatusReport};
+use cairn_vocab::plugin::{HostRun, LlmUsage, PluginKind, PluginState, PluginStatus, StatusReport};
 use cairn_vocab::session::SleepState;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -20,6 +20,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../migrations/host/0001_init.sql"),
         include_str!("../../../migrations/host/0002_lifecycle.sql"),
+        include_str!("../../../migrations/host/0003_llm_usage.sql"),
     ],
 };
 
@@ -45,6 +46,8 @@ pub trait StatusStore: Send + Sync {
     fn end_run(&self) -> Receipt<()>;
     /// Write one plugin's status.
     fn record(&self, status: &PluginStatus) -> Receipt<()>;
+    /// Write one plugin's LLM use since the host started.
+    fn record_llm_usage(&self, usage: &LlmUsage) -> Receipt<()>;
     /// The recorded host run and plugin statuses (by id).
     fn report(&self) -> Result<StatusReport, StorageError>;
 }
@@ -136,6 +139,7 @@ impl StatusStore for SqliteHost {
         let plugins_dir = plugins_dir.to_string();
         self.db.submit(move |conn| {
             conn.execute("DELETE FROM plugin_status", [])?;
+            conn.execute("DELETE FROM plugin_llm_usage", [])?;
             conn.execute(
                 "INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
                  ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, plugins_dir = excluded.plugins_dir,
@@ -180,6 +184,26 @@ impl StatusStore for SqliteHost {
         })
     }
 
+    fn record_llm_usage(&self, usage: &LlmUsage) -> Receipt<()> {
+        let usage = usage.clone();
+        self.db.submit(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO plugin_llm_usage (plugin_id, calls, tokens, refused, updated_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (plugin_id) DO UPDATE SET calls = excluded.calls, tokens = excluded.tokens,
+                     refused = excluded.refused, updated_at = excluded.updated_at",
+            )?
+            .execute(params![
+                usage.plugin_id,
+                usage.calls as i64,
+                usage.tokens as i64,
+                usage.refused as i64,
+                usage.updated_at
+            ])?;
+            Ok(())
+        })
+    }
+
     fn report(&self) -> Result<StatusReport, StorageError> {
         self.db.read(read_report)
     }
@@ -218,7 +242,26 @@ fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(StatusReport { host: run, plugins })
+    let llm_usage = conn
+        .prepare(
+            "SELECT plugin_id, calls, tokens, refused, updated_at FROM plugin_llm_usage
+             ORDER BY plugin_id",
+        )?
+        .query_map([], |row| {
+            Ok(LlmUsage {
+                plugin_id: row.get(0)?,
+                calls: row.get::<_, i64>(1)? as u64,
+                tokens: row.get::<_, i64>(2)? as u64,
+                refused: row.get::<_, i64>(3)? as u64,
+                updated_at: row.get(4)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(StatusReport {
+        host: run,
+        plugins,
+        llm_usage,
+    })
 }
 
 impl LifecycleStore for SqliteHost {

@@ -160,11 +160,30 @@ pub struct HostRun {
     pub stopped_at: Option<i64>,
 }
 
-/// What `cairn status` reads from a data dir: the host that last ran there and its plugins.
+/// What `cairn status` reads from a data dir: the host that last ran there, its plugins
+/// and their use of the LLM.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusReport {
     /// The host that last ran here, if any.
     pub host: Option<HostRun>,
     /// Its plugins, by id.
     pub plugins: Vec<PluginStatus>,
+    /// The plugins' `llm.complete` use since that host started, by id.
+    pub llm_usage: Vec<LlmUsage>,
+}
+
+/// A plugin's `llm.complete` use since its host started. Field names are the `--json` keys.
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
+pub struct LlmUsage {
+    /// Plugin id.
+    #[serde(skip)]
+    pub plugin_id: String,
+    /// Calls answered or failed by the provider.
+    pub calls: u64,
+    /// Prompt and answer tokens, as the provider counted them.
+    pub tokens: u64,
+    /// Calls refused for being over the plugin's budget.
+    pub refused: u64,
+    /// When this row last changed (ms since the epoch).
+    pub updated_at: i64,
 }

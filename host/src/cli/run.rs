@@ -19,6 +19,7 @@ use crate::llm;
 use crate::memory::{LocalMemory, MemoryService};
 use crate::plugin::capabilities::HostServices;
 use crate::plugin::kv::PluginKv;
+use crate::plugin::llm_gate::LlmGate;
 use crate::plugin::manifest::{Manifest, PluginKind};
 use crate::plugin::status::StatusLog;
 use crate::plugin::supervisor::PluginHandle;
@@ -38,6 +39,7 @@ struct Stores {
     memory: Arc<MemoryService>,
     lifecycle: Arc<Lifecycle>,
     llm: Arc<dyn llm::LlmProvider>,
+    llm_gate: Arc<LlmGate>,
 }
 
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
@@ -117,9 +119,11 @@ fn open_stores(
     let lifecycle = Arc::new(Lifecycle::new(
         config.lifecycle.clone(),
         memory_db,
-        host_db,
+        host_db.clone(),
         journal.clone(),
     ));
+    let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
+    let llm_gate = Arc::new(LlmGate::new(llm.clone(), host_db));
     Ok(Stores {
         buffer,
         journal,
@@ -128,7 +132,8 @@ fn open_stores(
         local_memory,
         memory,
         lifecycle,
-        llm: Arc::from(llm::provider(&config.agent.llm)),
+        llm,
+        llm_gate,
     })
 }
 
@@ -162,7 +167,7 @@ async fn start_plugins(
         interrupt: Some(stores.lifecycle.interrupt()),
         stop: Some(stop_request),
         memory: Some(stores.memory.clone()),
-        llm: Some(stores.llm.clone()),
+        llm: Some(stores.llm_gate.clone()),
     });
     let host =
         PluginHost::start(set, &config.plugin_host(), services, stores.status.clone()).await?;

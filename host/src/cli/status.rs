@@ -29,13 +29,15 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),
     };
-    let (run, plugins) = match status::read(data_dir)? {
-        Some(status::StatusReport { host, plugins }) => (host, plugins),
-        None => (None, Vec::new()),
-    };
+    let report = status::read(data_dir)?.unwrap_or(status::StatusReport {
+        host: None,
+        plugins: Vec::new(),
+        llm_usage: Vec::new(),
+    });
+    let run = report.host.clone();
     let running =
         run.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
-    let plugins = status::as_seen_now(plugins, running);
+    let plugins = status::as_seen_now(report, running);
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
@@ -101,6 +103,19 @@ fn print_plugins(plugins: &[status::PluginReport]) {
             p.faults,
             p.last_error.as_deref().unwrap_or("-")
         );
+    }
+    let calling: Vec<_> = plugins
+        .iter()
+        .filter_map(|r| r.llm.as_ref().map(|u| (&r.status.id, u)))
+        .collect();
+    if !calling.is_empty() {
+        println!("\nllm.complete since the host started:");
+        for (id, usage) in calling {
+            println!(
+                "  {id:<24} calls {:<6} tokens {:<9} refused (over budget) {}",
+                usage.calls, usage.tokens, usage.refused
+            );
+        }
     }
 }
 

@@ -247,12 +247,18 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
 fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
     let server = StubServer::start(vec![chat_answer("Paris.")]);
     let plugins = PluginDir::new();
-    for (id, grant) in [("asker", "capabilities: {llm: true}\n"), ("ungranted", "")] {
+    for (id, grant) in [
+        (
+            "asker",
+            "capabilities: {llm: true}\nlimits: {llm_calls_per_hour: 1}\n",
+        ),
+        ("ungranted", ""),
+    ] {
         plugins.plugin(
             id,
             "handler",
             "memory_probe",
-            &format!("{grant}config: {{ask: \"capital of France?\"}}\n"),
+            &format!("{grant}config: {{ask: \"capital of France?\", times: 2}}\n"),
         );
     }
     let data = tempfile::tempdir().expect("data");

@@ -1,6 +1,7 @@
-//! The host side of `llm`, granted by `capabilities.llm`: the host's configured provider,
-//! its failures as typed WIT errors (`unavailable` while it is down or rate-limiting,
-//! `invalid-input` for a request without a user message).
+//! The host side of `llm`, granted by `capabilities.llm`: the host's configured provider
+//! behind the plugin's hourly budget ([`crate::llm_gate`]), its failures as typed WIT errors
+//! (`unavailable` while it is down, rate-limiting or the budget is spent, `invalid-input`
+//! for a request without a user message).
 
 use super::*;
 use crate::bindings::v0_1::convert::{from_wit_completion_request, to_wit_completion};
@@ -13,12 +14,16 @@ impl wit::llm::Host for PluginContext {
         if !self.grants.llm {
             return Err(denied("llm: the manifest does not grant capabilities.llm"));
         }
-        let Some(provider) = self.services.llm.clone() else {
+        let Some(gate) = self.services.llm.clone() else {
             return Err(unavailable("LLM provider"));
         };
-        let completion = provider
-            .complete(&from_wit_completion_request(request))
-            .map_err(|e| to_wit_error(cairn_vocab::Error::new(e.kind(), e.to_string())))?;
+        let completion = gate
+            .complete(
+                &self.plugin,
+                self.grants.llm_budget,
+                &from_wit_completion_request(request),
+            )
+            .map_err(to_wit_error)?;
         Ok(to_wit_completion(completion))
     }
 }

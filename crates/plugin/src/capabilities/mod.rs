@@ -40,7 +40,7 @@ use super::manifest::{
     parse_network_target,
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
-use cairn_llm::LlmProvider;
+use crate::llm_gate::{LlmBudget, LlmGate};
 use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
@@ -62,8 +62,9 @@ pub struct HostServices {
     pub stop: Option<Arc<StopRequest>>,
     /// Agent memory, when the host runs it.
     pub memory: Option<Arc<MemoryService>>,
-    /// The language model `llm.complete` asks, when the host has one.
-    pub llm: Option<Arc<dyn LlmProvider>>,
+    /// The language model `llm.complete` asks, behind the plugins' budgets, when the host
+    /// has one.
+    pub llm: Option<Arc<LlmGate>>,
 }
 
 /// The import-level grants of a plugin, derived from its manifest.
@@ -77,6 +78,8 @@ pub struct Grants {
     pub memory: Option<(MemoryAccess, Vec<ScopePattern>)>,
     /// `capabilities.llm`.
     pub llm: bool,
+    /// `limits.llm_calls_per_hour` and `limits.llm_tokens_per_hour`.
+    pub llm_budget: LlmBudget,
     /// `capabilities.lifecycle`.
     pub lifecycle: bool,
     /// `capabilities.stdio`: the plugin holds the host's terminal (and may end the host).
@@ -100,6 +103,10 @@ impl Grants {
                 (grant.access, patterns)
             }),
             llm: manifest.capabilities.llm,
+            llm_budget: LlmBudget {
+                calls_per_hour: manifest.limits.llm_calls_per_hour,
+                tokens_per_hour: manifest.limits.llm_tokens_per_hour,
+            },
             lifecycle: manifest.capabilities.lifecycle,
             stdio: manifest.capabilities.stdio,
             emits: manifest.events.emits.iter().cloned().collect(),

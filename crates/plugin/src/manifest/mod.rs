@@ -294,6 +294,11 @@ pub struct Limits {
     pub memory_mb: u32,
     /// Longest a single call into the plugin may run, in ms (default 5000).
     pub timeout_ms: u64,
+    /// `llm.complete` calls the plugin may make in any hour (default 60).
+    pub llm_calls_per_hour: u32,
+    /// Tokens (prompt and answer) its `llm.complete` calls may use in any hour (default
+    /// 200000).
+    pub llm_tokens_per_hour: u64,
 }
 
 impl Default for Limits {
@@ -301,6 +306,8 @@ impl Default for Limits {
         Self {
             memory_mb: 128,
             timeout_ms: 5000,
+            llm_calls_per_hour: 60,
+            llm_tokens_per_hour: 200_000,
         }
     }
 }

@@ -136,7 +136,7 @@ fn validate_dependencies(raw: &RawManifest, problems: &mut Problems<'_>) -> Vec<
     depends_on
 }
 
-/// Memory and time limits within their ranges.
+/// Memory, time and LLM budget limits within their ranges.
 fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
     if limits.memory_mb == 0 || limits.memory_mb > 4096 {
         problems.add(
@@ -150,6 +150,24 @@ fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
             format!(
                 "{} is out of range; expected 1 to 600000",
                 limits.timeout_ms
+            ),
+        );
+    }
+    if limits.llm_calls_per_hour == 0 || limits.llm_calls_per_hour > 100_000 {
+        problems.add(
+            "limits.llm_calls_per_hour",
+            format!(
+                "{} is out of range; expected 1 to 100000",
+                limits.llm_calls_per_hour
+            ),
+        );
+    }
+    if limits.llm_tokens_per_hour == 0 || limits.llm_tokens_per_hour > 1_000_000_000 {
+        problems.add(
+            "limits.llm_tokens_per_hour",
+            format!(
+                "{} is out of range; expected 1 to 1000000000",
+                limits.llm_tokens_per_hour
             ),
         );
     }

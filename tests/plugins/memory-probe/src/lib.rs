@@ -2,8 +2,8 @@
 //! `consolidator`). Every outcome is logged as `probe <name>: <outcome>` so tests can read
 //! what the host allowed and denied.
 //!
-//! - `init(config)`: with `{"ask": TEXT}` it asks the host's LLM (`llm.complete`) and logs
-//!   the answer or the error as `probe llm: …`; with `{"user": U, "other": V}` it stores a fact for U, then tries to
+//! - `init(config)`: with `{"ask": TEXT, "times": N}` it asks the host's LLM (`llm.complete`)
+//!   N times (default once) and logs each answer or error as `probe llm: …`; with `{"user": U, "other": V}` it stores a fact for U, then tries to
 //!   store one for V, to recall without naming a user, to recall U's memories and to list
 //!   pending sessions.
 //! - `on-event`: for `memory.session_completed` / `session.ended` (consolidators) it takes
@@ -77,12 +77,14 @@ impl Guest for Probe {
         let config: serde_json::Value =
             serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
         if let Some(text) = config["ask"].as_str() {
-            let asked = llm::complete(&CompletionRequest {
-                messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
-                max_tokens: Some(50),
-                temperature: None,
-            });
-            say("llm", describe(asked.map(|c| format!("{} from {}", c.content, c.model))));
+            for _ in 0..config["times"].as_u64().unwrap_or(1) {
+                let asked = llm::complete(&CompletionRequest {
+                    messages: vec![ChatMessage { role: "user".into(), content: text.into() }],
+                    max_tokens: Some(50),
+                    temperature: None,
+                });
+                say("llm", describe(asked.map(|c| format!("{} from {}", c.content, c.model))));
+            }
         }
         let (Some(user), Some(other)) = (config["user"].as_str(), config["other"].as_str()) else {
             return Ok(());
