@@ -13,7 +13,7 @@ use tokio::sync::{Notify, watch};
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
 use crate::journal::Journal;
 use crate::lifecycle::Lifecycle;
-use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider};
+use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::{MemoryKind, MemoryService, NewMemory, Scope};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
@@ -29,6 +29,8 @@ struct TurnOutcome {
     status: BatchStatus,
     reply: Option<String>,
     error: Option<String>,
+    /// Tokens the completion used, when the model answered.
+    usage: Option<Usage>,
 }
 
 /// Agent settings (`agent:` in `cairn.yaml`).
@@ -254,8 +256,10 @@ impl Agent {
                 status: BatchStatus::Failed,
                 reply: None,
                 error: Some(e.to_string()),
+                usage: None,
             },
             Ok(completion) => {
+                let usage = Some(completion.usage);
                 let payload =
                     serde_json::json!({"text": completion.content, "model": completion.model})
                         .to_string();
@@ -264,11 +268,13 @@ impl Agent {
                         status: BatchStatus::Done,
                         reply: Some(payload),
                         error: None,
+                        usage,
                     },
                     Err(e) => TurnOutcome {
                         status: BatchStatus::Failed,
                         reply: Some(payload),
                         error: Some(e),
+                        usage,
                     },
                 }
             }
@@ -290,6 +296,7 @@ impl Agent {
             status,
             reply,
             error,
+            usage,
         } = outcome;
         if let Some(error) = &error {
             tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
@@ -324,6 +331,7 @@ impl Agent {
                 "status": status.as_str(),
                 "error": error,
                 "recalled": recalled,
+                "usage": usage,
                 "duration_ms": started.elapsed().as_millis() as u64,
             });
             journal.emit("turn.completed", payload, session, user).await;
@@ -413,14 +421,33 @@ impl Agent {
         Err(last_error)
     }
 
-    /// Run one spawned task as a sub-agent turn and record its result.
+    /// Run one spawned task as a sub-agent turn — in its conversation's session, with the
+    /// same context providers as the main agent, its messages and result saved as episodes —
+    /// and record its result.
     pub async fn task_turn(&self, task: i64, batch: Batch) {
+        let user = batch.messages.last().map(|m| m.sender.clone());
+        let session_id = self.session_for(&batch, user.as_deref()).await;
+        let context = self.context_for(&batch, &session_id, user.clone()).await;
+        for message in &batch.messages {
+            let text = message_text(message, self.config.max_message_chars);
+            self.remember(&session_id, &message.sender, "user", text)
+                .await;
+        }
         let prompt = batch_prompt(&batch, self.config.max_message_chars);
-        let system = "You are a Cairn sub-agent. Handle this task and report the result.";
-        let (status, result, error) = match self.complete(system, prompt).await {
+        let mut system =
+            String::from("You are a Cairn sub-agent. Handle this task and report the result.");
+        for section in &context.sections {
+            system.push_str("\n\n");
+            system.push_str(section);
+        }
+        let (status, result, error) = match self.complete(&system, prompt).await {
             Ok(completion) => (TaskStatus::Done, Some(completion.content), None),
             Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
         };
+        if let (Some(result), Some(user)) = (&result, &user) {
+            self.remember(&session_id, user, "assistant", result.clone())
+                .await;
+        }
         tracing::info!(
             task,
             batch = batch.id,

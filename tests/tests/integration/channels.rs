@@ -321,6 +321,38 @@ fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
             .contains("summarise the logs"),
         "{task}"
     );
+    // The sub-agent's turn is remembered like the main agent's: its message and result.
+    let episodes = cairn(&[
+        "memory",
+        "list",
+        "--kind",
+        "episode",
+        "--json",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let episodes: Vec<serde_json::Value> =
+        serde_json::from_slice(&episodes.stdout).expect("episodes");
+    let task_episodes: Vec<&serde_json::Value> = episodes
+        .iter()
+        .filter(|e| {
+            e["content"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("summarise the logs")
+        })
+        .collect();
+    assert_eq!(
+        task_episodes.len(),
+        2,
+        "the message and the result: {episodes:?}"
+    );
+    assert!(
+        task_episodes.iter().all(|e| e["scope"]["session_id"]
+            .as_str()
+            .is_some_and(|s| s.contains("task-"))),
+        "{task_episodes:?}"
+    );
 }
 
 #[test]

@@ -241,6 +241,27 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
     let body = server.seen()[0].json();
     let prompt = body["messages"].to_string();
     assert!(prompt.contains("where is the boat?"), "{prompt}");
+    let journal = cairn_tests::cairn(&[
+        "journal",
+        "tail",
+        "--topic",
+        "turn.completed",
+        "--json",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let text = String::from_utf8_lossy(&journal.stdout);
+    let usage: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|event| serde_json::from_str(event["payload"].as_str()?).ok())
+        .map(|payload: serde_json::Value| payload["usage"].clone())
+        .collect();
+    assert_eq!(
+        usage,
+        [json!({"input_tokens": 12, "output_tokens": 3})],
+        "turn.completed records the tokens the provider counted: {text}"
+    );
 }
 
 #[test]
