@@ -73,6 +73,10 @@ impl LlmProvider for AnthropicProvider {
         "anthropic"
     }
 
+    fn model(&self) -> &str {
+        &self.model
+    }
+
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         check(request)?;
         let mut system: Vec<&str> = request

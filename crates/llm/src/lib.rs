@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 
 pub mod anthropic;
+pub mod cache;
 pub mod http;
 pub mod offline;
 pub mod openai;
@@ -99,6 +100,8 @@ impl LlmError {
 pub trait LlmProvider: Send + Sync {
     /// The provider's name as configured (`offline`, `openai`, `anthropic`).
     fn name(&self) -> &str;
+    /// The model it asks, as configured.
+    fn model(&self) -> &str;
     /// Complete a chat.
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError>;
 }
@@ -139,6 +142,8 @@ pub struct LlmConfig {
     pub backoff_max_ms: u64,
     /// Tokens a completion may generate when the request does not say (default 1024).
     pub max_tokens: u32,
+    /// The optional response cache.
+    pub cache: cache::CacheConfig,
 }
 
 impl Default for LlmConfig {
@@ -153,6 +158,7 @@ impl Default for LlmConfig {
             backoff_initial_ms: 500,
             backoff_max_ms: 20_000,
             max_tokens: 1024,
+            cache: cache::CacheConfig::default(),
         }
     }
 }
@@ -180,6 +186,9 @@ impl LlmConfig {
         }
         if self.max_tokens == 0 {
             return Err("agent.llm.max_tokens: expected at least 1".into());
+        }
+        if self.cache.ttl_secs == 0 || self.cache.max_entries == 0 {
+            return Err("agent.llm.cache.ttl_secs / max_entries: expected at least 1".into());
         }
         Ok(())
     }

@@ -18,6 +18,10 @@ impl LlmProvider for OfflineProvider {
         "offline"
     }
 
+    fn model(&self) -> &str {
+        MODEL
+    }
+
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         check(request)?;
         let last = request

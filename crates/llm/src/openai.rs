@@ -75,6 +75,10 @@ impl LlmProvider for OpenAiProvider {
         "openai"
     }
 
+    fn model(&self) -> &str {
+        &self.model
+    }
+
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         check(request)?;
         let mut body = json!({

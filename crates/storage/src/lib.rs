@@ -5,6 +5,7 @@
 //! - [`buffer`]: [`buffer::BufferStore`] and `buffer.db`.
 //! - [`journal`]: [`journal::JournalStore`], [`journal::JournalAdmin`] and `journal.db`.
 //! - [`memory`]: [`memory::MemoryStore`], [`memory::SessionStore`] and `memory.db`.
+//! - [`cache`]: [`cache::ResponseCacheStore`] and `cache.db` (the LLM response cache).
 //! - [`host`]: [`host::KvStore`], [`host::StatusStore`], [`host::LifecycleStore`] and
 //!   `host.db`.
 //!
@@ -15,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod buffer;
+pub mod cache;
 pub mod database;
 pub mod host;
 pub mod journal;

@@ -25,6 +25,7 @@ use crate::plugin::status::StatusLog;
 use crate::plugin::supervisor::PluginHandle;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
+use crate::store::cache::SqliteCache;
 use crate::store::host::SqliteHost;
 use crate::store::memory::SqliteMemory;
 use crate::webhook;
@@ -122,7 +123,7 @@ fn open_stores(
         host_db.clone(),
         journal.clone(),
     ));
-    let llm: Arc<dyn llm::LlmProvider> = Arc::from(llm::provider(&config.agent.llm));
+    let llm = llm_provider(config)?;
     let llm_gate = Arc::new(LlmGate::new(llm.clone(), host_db));
     Ok(Stores {
         buffer,
@@ -135,6 +136,20 @@ fn open_stores(
         llm,
         llm_gate,
     })
+}
+
+/// The configured LLM provider, behind the response cache (`<data>/cache.db`) when
+/// `agent.llm.cache.enabled`.
+fn llm_provider(config: &HostConfig) -> Result<Arc<dyn llm::LlmProvider>> {
+    let provider = llm::provider(&config.agent.llm);
+    let cache = &config.agent.llm.cache;
+    if !cache.enabled {
+        return Ok(Arc::from(provider));
+    }
+    let store = Arc::new(SqliteCache::open(&config.data_dir)?);
+    Ok(Arc::new(llm::cache::CachingProvider::new(
+        provider, store, cache,
+    )))
 }
 
 /// Open the buffer and adopt the channels' manifest priorities.

@@ -11,6 +11,7 @@ use super::lock;
 use crate::buffer;
 use crate::journal::{JournalAdmin, SubscriberLag};
 use crate::plugin::status;
+use crate::store::cache::SqliteCache;
 
 fn age(since_ms: i64) -> String {
     let seconds = (crate::store::now_ms() - since_ms).max(0) / 1000;
@@ -38,6 +39,7 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
     let running =
         run.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
     let plugins = status::as_seen_now(report, running);
+    let llm_cache = SqliteCache::read_stats(data_dir)?;
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
@@ -46,7 +48,8 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats, "subscribers": subscribers})
+                &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats,
+                        "subscribers": subscribers, "llm_cache": llm_cache})
             )?
         );
         return Ok(ExitCode::SUCCESS);
@@ -59,6 +62,18 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         print_buffer(stats);
     }
     print_subscribers(&subscribers);
+    if let Some(cache) = llm_cache {
+        let lookups = cache.hits + cache.misses;
+        let rate = if lookups == 0 {
+            0.0
+        } else {
+            100.0 * cache.hits as f64 / lookups as f64
+        };
+        println!(
+            "\nllm response cache: {} completions, {} hits / {} lookups ({rate:.0}%)",
+            cache.entries, cache.hits, lookups
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -4,11 +4,16 @@
 
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use cairn::llm::anthropic::AnthropicProvider;
+use cairn::llm::cache::{CacheConfig, CachingProvider};
 use cairn::llm::openai::OpenAiProvider;
 use cairn::llm::{
     ChatMessage, CompletionRequest, ErrorKind, LlmConfig, LlmError, LlmProvider, ProviderKind,
+    Usage,
 };
+use cairn::store::cache::SqliteCache;
 use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{Host, PluginDir};
 use serde_json::json;
@@ -228,6 +233,7 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
             ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
             ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
             ("CAIRN_AGENT_LLM_MODEL", "stub-model"),
+            ("CAIRN_AGENT_LLM_CACHE_ENABLED", "true"),
         ],
     );
     host.wait_for("cairn is running", Duration::from_secs(60));
@@ -262,6 +268,47 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
         [json!({"input_tokens": 12, "output_tokens": 3})],
         "turn.completed records the tokens the provider counted: {text}"
     );
+    let status = cairn_tests::status_json(data.path());
+    assert_eq!(
+        status["llm_cache"],
+        json!({"entries": 1, "hits": 0, "misses": 1}),
+        "{status}"
+    );
+}
+
+#[test]
+fn the_response_cache_answers_a_repeated_request_without_the_provider() {
+    let server = StubServer::start(vec![chat_answer("From the model.")]);
+    let dir = tempfile::tempdir().expect("cache dir");
+    let cache = CacheConfig {
+        enabled: true,
+        ttl_secs: 60,
+        max_entries: 10,
+    };
+    let provider = CachingProvider::new(
+        Box::new(openai(&server)),
+        Arc::new(SqliteCache::open(dir.path()).expect("cache.db")),
+        &cache,
+    );
+    let first = provider.complete(&ask("hello")).expect("asked");
+    let again = provider.complete(&ask("hello")).expect("cached");
+    assert_eq!(again.content, first.content);
+    assert_eq!(
+        again.usage,
+        Usage::default(),
+        "a cached answer spends no tokens"
+    );
+    assert_eq!(server.seen().len(), 1);
+    provider.complete(&ask("something else")).expect("asked");
+    let mut hotter = ask("hello");
+    hotter.temperature = Some(0.9);
+    provider.complete(&hotter).expect("another request");
+    assert_eq!(server.seen().len(), 3, "the key covers the whole request");
+    drop(provider);
+    let stats = SqliteCache::read_stats(dir.path())
+        .expect("read")
+        .expect("a cache");
+    assert_eq!((stats.entries, stats.hits, stats.misses), (3, 1, 3));
 }
 
 #[test]
