@@ -136,6 +136,35 @@ pub struct MemoryConfig {
     pub snapshot_on_hygiene: bool,
     /// Rebuild core memories from MEMORY_SNAPSHOT.md when memory.db is missing.
     pub auto_hydrate: bool,
+    /// How far plugins may change memory (default `supervised`).
+    pub autonomy: Autonomy,
+    /// Memory writes one plugin may make in any minute (default 120).
+    pub plugin_writes_per_minute: u32,
+}
+
+/// How far plugins may change memory (`memory.autonomy`).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Autonomy {
+    /// No plugin writes at all: store, save-facts, mark-consolidated and forget are denied.
+    ReadOnly,
+    /// Additive writes only (store, save-facts, mark-consolidated; a superseded fact stays
+    /// queryable); forget is denied.
+    #[default]
+    Supervised,
+    /// Every write the manifest grants, forget included.
+    Full,
+}
+
+impl Autonomy {
+    /// The name as configured.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Autonomy::ReadOnly => "read-only",
+            Autonomy::Supervised => "supervised",
+            Autonomy::Full => "full",
+        }
+    }
 }
 
 impl Default for MemoryConfig {
@@ -153,6 +182,8 @@ impl Default for MemoryConfig {
             hygiene_interval_hours: 12,
             snapshot_on_hygiene: true,
             auto_hydrate: true,
+            autonomy: Autonomy::Supervised,
+            plugin_writes_per_minute: 120,
         }
     }
 }
@@ -221,6 +252,9 @@ impl MemoryConfig {
             return Err(
                 "memory.recall.min_relevance / duplicate_similarity: expected 0 to 1".into(),
             );
+        }
+        if self.plugin_writes_per_minute == 0 {
+            return Err("memory.plugin_writes_per_minute: expected at least 1".into());
         }
         if self.hygiene_interval_hours == 0 {
             return Err("memory.hygiene_interval_hours: expected at least 1".into());

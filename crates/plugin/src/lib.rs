@@ -16,6 +16,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod status;
 pub mod supervisor;
+pub mod write_gate;
 
 use std::sync::Arc;
 

@@ -23,6 +23,7 @@ use crate::plugin::llm_gate::LlmGate;
 use crate::plugin::manifest::{Manifest, PluginKind};
 use crate::plugin::status::StatusLog;
 use crate::plugin::supervisor::PluginHandle;
+use crate::plugin::write_gate::WriteGate;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
 use crate::store::cache::SqliteCache;
@@ -183,6 +184,10 @@ async fn start_plugins(
         stop: Some(stop_request),
         memory: Some(stores.memory.clone()),
         llm: Some(stores.llm_gate.clone()),
+        memory_writes: Arc::new(WriteGate::new(
+            config.memory.autonomy,
+            config.memory.plugin_writes_per_minute,
+        )),
     });
     let host =
         PluginHost::start(set, &config.plugin_host(), services, stores.status.clone()).await?;

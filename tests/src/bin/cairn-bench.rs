@@ -200,6 +200,7 @@ fn plugin_rows(
         stop: None,
         memory: None,
         llm: None,
+        memory_writes: Default::default(),
     });
 
     let instantiations = 2_000;
@@ -653,6 +654,7 @@ async fn bench_subscribers(
         stop: None,
         memory: None,
         llm: None,
+        memory_writes: Default::default(),
     });
     let status = Arc::new(cairn::plugin::status::StatusLog::new(host_db));
     let host =

@@ -1347,3 +1347,59 @@ fn hygiene_forgets_by_retention_at_most_every_interval_and_never_facts() {
     let stats = cli_json(&["memory", "stats", "--json", "--data", &data_arg(dir.path())]);
     assert!(stats["hygiene_last_run"].is_i64(), "{stats}");
 }
+
+#[test]
+fn plugins_memory_writes_pass_the_autonomy_and_a_rate_per_plugin() {
+    let plugins = PluginDir::new();
+    probe(
+        &plugins,
+        "writer",
+        "handler",
+        "[\"user:alice\"]",
+        "config:\n  user: alice\n  other: alice\n  forget: true\n",
+    );
+    let run = |autonomy: &str, per_minute: &str| {
+        let data = tempfile::tempdir().expect("data dir");
+        let mut host = Host::start(
+            plugins.path(),
+            data.path(),
+            &[
+                ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+                ("CAIRN_MEMORY_AUTONOMY", autonomy),
+                ("CAIRN_MEMORY_PLUGIN_WRITES_PER_MINUTE", per_minute),
+            ],
+        );
+        host.wait_for("probe pending:", Duration::from_secs(60));
+        let (status, log) = host.stop();
+        assert!(status.success(), "{log}");
+        let line = |name: &str| {
+            log.lines()
+                .find(|l| l.contains(&format!("probe {name}:")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        (line("store-own"), line("forget"), line("store-other"))
+    };
+
+    let (own, forget, other) = run("supervised", "1");
+    assert!(own.contains("probe store-own: ok"), "{own}");
+    assert!(
+        forget.contains("denied") && forget.contains("memory.autonomy: supervised"),
+        "supervised plugins add, never take: {forget}"
+    );
+    assert!(
+        other.contains("unavailable") && other.contains("memory.plugin_writes_per_minute"),
+        "one write a minute: {other}"
+    );
+
+    let (own, forget, _) = run("read-only", "1");
+    assert!(
+        own.contains("denied") && own.contains("memory.autonomy: read-only"),
+        "{own}"
+    );
+    assert!(forget.is_empty(), "nothing stored, nothing to forget");
+
+    let (own, forget, _) = run("full", "5");
+    assert!(own.contains("probe store-own: ok"), "{own}");
+    assert!(forget.contains("probe forget: ok true"), "{forget}");
+}

@@ -56,6 +56,7 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
         stop: None,
         memory: None,
         llm: None,
+        memory_writes: Default::default(),
     });
     let status = Arc::new(StatusLog::new(host_db));
     let host = PluginHost::start(&set, &config.plugin_host(), services, status)

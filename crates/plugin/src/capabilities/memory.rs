@@ -33,6 +33,14 @@ impl PluginContext {
             .ok_or_else(|| unavailable("agent memory"))
     }
 
+    /// Pass `writes` writes of `kind` through the host's write gate.
+    fn admit_writes(&self, kind: WriteKind, writes: usize) -> Result<(), WitError> {
+        self.services
+            .memory_writes
+            .admit(&self.plugin, kind, writes)
+            .map_err(to_wit_error)
+    }
+
     pub(super) fn require_consolidation(&self) -> Result<&MemoryService, WitError> {
         if self.grants.kind != PluginKind::Consolidator {
             return Err(denied(
@@ -165,6 +173,7 @@ impl wit::memory::Host for PluginContext {
         if let Some(target) = &entry.supersedes {
             self.entry_in_scope(memory, target, true)?;
         }
+        self.admit_writes(WriteKind::Add, 1)?;
         let outcome = memory.save(entry).map_err(memory_error)?;
         Ok(outcome.id().to_string())
     }
@@ -228,6 +237,7 @@ impl wit::memory::Host for PluginContext {
             Err(WitError::NotFound(_)) => return Ok(false),
             Err(denial) => return Err(denial),
         }
+        self.admit_writes(WriteKind::Remove, 1)?;
         memory
             .forget(&id, &format!("plugin:{}", self.plugin))
             .map_err(memory_error)
@@ -273,12 +283,14 @@ impl wit::memory::Host for PluginContext {
         for (i, fact) in facts.iter().enumerate() {
             self.check_scope(&fact.scope, &format!("facts[{i}]'s scope"))?;
         }
+        self.admit_writes(WriteKind::Add, facts.len())?;
         memory.save_facts(&session_id, facts).map_err(memory_error)
     }
 
     fn mark_consolidated(&mut self, session_id: String) -> Result<(), WitError> {
         let memory = self.require_consolidation()?;
         self.session_in_scope(memory, &session_id)?;
+        self.admit_writes(WriteKind::Add, 1)?;
         memory.mark_consolidated(&session_id).map_err(memory_error)
     }
 

@@ -41,6 +41,7 @@ use super::manifest::{
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
 use crate::llm_gate::{LlmBudget, LlmGate};
+use crate::write_gate::{WriteGate, WriteKind};
 use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
@@ -62,6 +63,8 @@ pub struct HostServices {
     pub stop: Option<Arc<StopRequest>>,
     /// Agent memory, when the host runs it.
     pub memory: Option<Arc<MemoryService>>,
+    /// The autonomy and rate plugins' memory writes pass.
+    pub memory_writes: Arc<WriteGate>,
     /// The language model `llm.complete` asks, behind the plugins' budgets, when the host
     /// has one.
     pub llm: Option<Arc<LlmGate>>,

@@ -112,6 +112,7 @@ fn start_backend(
         stop: None,
         memory: Some(service.clone()),
         llm: None,
+        memory_writes: Default::default(),
     });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

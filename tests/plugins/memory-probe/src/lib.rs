@@ -5,7 +5,7 @@
 //! - `init(config)`: with `{"ask": TEXT, "times": N}` it asks the host's LLM (`llm.complete`)
 //!   N times (default once) and logs each answer or error as `probe llm: …`; with `{"user": U, "other": V}` it stores a fact for U, then tries to
 //!   store one for V, to recall without naming a user, to recall U's memories and to list
-//!   pending sessions.
+//!   pending sessions; with `"forget": true` it forgets its own fact right after storing it.
 //! - `on-event`: for `memory.session_completed` / `session.ended` (consolidators) it takes
 //!   every pending session, reads its episodes, saves one fact summarising them (with the
 //!   episodes as provenance), marks the session consolidated and checks that it is.
@@ -89,7 +89,11 @@ impl Guest for Probe {
         let (Some(user), Some(other)) = (config["user"].as_str(), config["other"].as_str()) else {
             return Ok(());
         };
-        say("store-own", describe(memory::store(&fact(user, &format!("{user} drinks green tea")))));
+        let own = memory::store(&fact(user, &format!("{user} drinks green tea")));
+        say("store-own", describe(own.clone()));
+        if let (Ok(id), Some(true)) = (&own, config["forget"].as_bool()) {
+            say("forget", describe(memory::forget(id)));
+        }
         say("store-other", describe(memory::store(&fact(other, &format!("{other} drinks coffee")))));
         let unscoped = MemoryScope { agent_id: None, user_id: None, session_id: None };
         say("recall-unscoped", describe(recall(unscoped, "tea")));
