@@ -1,5 +1,7 @@
--- One session table for the whole host: the lifecycle's transcript and idle bookkeeping
--- (until now in host.db's `lifecycle_sessions`) join the consolidation state here.
+-- One session table for the whole host: the lifecycle's idle bookkeeping (until now in
+-- host.db's `lifecycle_sessions`) joins the consolidation state here, and transcripts get a
+-- table of their own, one row per event, so recording activity appends a row instead of
+-- rewriting the whole transcript.
 -- States: active → ended (idle) or pending (its user started another session) →
 -- consolidated.
 CREATE TABLE sessions_v4 (
@@ -13,8 +15,7 @@ CREATE TABLE sessions_v4 (
     ended_at        INTEGER,
     end_reason      TEXT,
     consolidated_at INTEGER,
-    last_seq        INTEGER,
-    transcript      TEXT    NOT NULL DEFAULT '[]' CHECK (json_valid(transcript))
+    last_seq        INTEGER
 );
 INSERT INTO sessions_v4 (id, conversation, user_id, agent_id, state, started_at, last_activity,
                          ended_at, consolidated_at)
@@ -27,3 +28,11 @@ CREATE INDEX sessions_waiting ON sessions (ended_at) WHERE state IN ('ended', 'p
 CREATE INDEX sessions_active ON sessions (last_activity) WHERE state = 'active';
 CREATE INDEX sessions_conversation ON sessions (conversation, started_at);
 CREATE INDEX sessions_user ON sessions (user_id, state);
+
+-- The last entries of each session's transcript, by the journal seq of their event.
+CREATE TABLE session_transcript (
+    session_id TEXT    NOT NULL,
+    seq        INTEGER NOT NULL,
+    entry      TEXT    NOT NULL CHECK (json_valid(entry)),
+    PRIMARY KEY (session_id, seq)
+) WITHOUT ROWID;

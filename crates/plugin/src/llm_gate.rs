@@ -134,14 +134,13 @@ impl LlmGate {
         self.record(usage);
     }
 
-    /// Record a plugin's totals; advisory, so a failure is logged, never fatal.
+    /// Record a plugin's totals. Advisory, so the call does not wait for the commit: the
+    /// writer commits it with its next group.
     fn record(&self, mut usage: LlmUsage) {
         if usage.plugin_id.is_empty() {
             return;
         }
         usage.updated_at = cairn_vocab::time::now_ms();
-        if let Err(e) = self.status.record_llm_usage(&usage).wait() {
-            tracing::warn!(plugin = %usage.plugin_id, "cannot record LLM usage: {e}");
-        }
+        let _queued = self.status.record_llm_usage(&usage);
     }
 }

@@ -18,6 +18,9 @@ pub struct TurnInput {
     pub user: Option<String>,
     /// The batch's text (what recall looks for).
     pub text: String,
+    /// Episodes this turn already saved for the batch's own messages (the newest of the
+    /// session), which are the turn's question, not its history.
+    pub own_episodes: usize,
 }
 
 /// One section of a turn's system prompt, and the memories it quoted.
@@ -139,9 +142,10 @@ impl ContextProvider for RecentTurns {
                 ..Scope::default()
             },
             kinds: vec![MemoryKind::Episode],
-            limit: self.limit,
+            limit: self.limit + turn.own_episodes,
             ..ListFilter::default()
         })?;
+        episodes.drain(..turn.own_episodes.min(episodes.len()));
         if episodes.is_empty() {
             return Ok(None);
         }

@@ -31,6 +31,8 @@ struct TurnOutcome {
     error: Option<String>,
     /// Tokens the completion used, when the model answered.
     usage: Option<Usage>,
+    /// How long the LLM call took (what the turn spent outside the host).
+    llm_time: Duration,
 }
 
 /// Agent settings (`agent:` in `cairn.yaml`).
@@ -173,8 +175,10 @@ impl Agent {
         let started = std::time::Instant::now();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
-        let context = self.context_for(&batch, &session_id, user.clone()).await;
-        self.receive(&batch, &session_id).await;
+        let saved = self.receive(&batch, &session_id).await;
+        let context = self
+            .context_for(&batch, &session_id, user.clone(), saved)
+            .await;
         let outcome = self.answer(&batch, &context).await;
         self.record(
             &batch,
@@ -187,8 +191,9 @@ impl Agent {
         .await;
     }
 
-    /// Journal `message.received` for each message of a batch and save each as an episode.
-    async fn receive(&self, batch: &Batch, session_id: &str) {
+    /// Journal `message.received` for each message of a batch and save each as an episode;
+    /// how many episodes were saved.
+    async fn receive(&self, batch: &Batch, session_id: &str) -> usize {
         if let Some(journal) = &self.journal {
             for message in &batch.messages {
                 let payload = serde_json::json!({
@@ -209,20 +214,27 @@ impl Agent {
                     .await;
             }
         }
+        let mut saved = 0;
         for message in &batch.messages {
             let text = message_text(message, self.config.max_message_chars);
-            self.remember(session_id, &message.sender, "user", text)
-                .await;
+            if self
+                .remember(session_id, &message.sender, "user", text)
+                .await
+            {
+                saved += 1;
+            }
         }
+        saved
     }
 
-    /// The context of a turn, asked before the batch's own messages are saved (so the
-    /// recent turns are the earlier ones).
+    /// The context of a turn; `own_episodes` of the session's newest episodes are the
+    /// batch's own messages, left out of its history.
     async fn context_for(
         &self,
         batch: &Batch,
         session_id: &str,
         user: Option<String>,
+        own_episodes: usize,
     ) -> Assembled {
         let text: Vec<String> = batch
             .messages
@@ -233,6 +245,7 @@ impl Agent {
             session_id: session_id.to_string(),
             user,
             text: text.join("\n"),
+            own_episodes,
         };
         let chain = self.context.clone();
         tokio::task::spawn_blocking(move || chain.assemble(&turn))
@@ -251,12 +264,16 @@ impl Agent {
             system.push_str("\n\n");
             system.push_str(section);
         }
-        match self.complete(&system, prompt).await {
+        let asked = std::time::Instant::now();
+        let answered = self.complete(&system, prompt).await;
+        let llm_time = asked.elapsed();
+        match answered {
             Err(e) => TurnOutcome {
                 status: BatchStatus::Failed,
                 reply: None,
                 error: Some(e.to_string()),
                 usage: None,
+                llm_time,
             },
             Ok(completion) => {
                 let usage = Some(completion.usage);
@@ -269,12 +286,14 @@ impl Agent {
                         reply: Some(payload),
                         error: None,
                         usage,
+                        llm_time,
                     },
                     Err(e) => TurnOutcome {
                         status: BatchStatus::Failed,
                         reply: Some(payload),
                         error: Some(e),
                         usage,
+                        llm_time,
                     },
                 }
             }
@@ -297,6 +316,7 @@ impl Agent {
             reply,
             error,
             usage,
+            llm_time,
         } = outcome;
         if let Some(error) = &error {
             tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
@@ -333,6 +353,7 @@ impl Agent {
                 "recalled": recalled,
                 "usage": usage,
                 "duration_ms": started.elapsed().as_millis() as u64,
+                "host_us": started.elapsed().saturating_sub(llm_time).as_micros() as u64,
             });
             journal.emit("turn.completed", payload, session, user).await;
         }
@@ -348,13 +369,14 @@ impl Agent {
     /// Save one side of the conversation as an episode (the hot path: no LLM call, no
     /// embedding — the background embedder vectorises it later). Failures are logged: a
     /// turn is never lost because memory could not keep it.
-    async fn remember(&self, session_id: &str, user: &str, role: &str, text: String) {
+    /// Whether it was saved.
+    async fn remember(&self, session_id: &str, user: &str, role: &str, text: String) -> bool {
         let Some(memory) = self.memory.clone() else {
-            return;
+            return false;
         };
         let config = memory.local().config();
         if !config.save_episodes || text.trim().is_empty() {
-            return;
+            return false;
         }
         let agent = config.agent_id.clone();
         let mut episode = NewMemory::new(MemoryKind::Episode, text);
@@ -366,10 +388,11 @@ impl Agent {
         episode.tags = vec![role.to_string()];
         let saved = tokio::task::spawn_blocking(move || memory.save(episode)).await;
         match saved {
-            Ok(Ok(_)) => {}
+            Ok(Ok(_)) => return true,
             Ok(Err(e)) => tracing::warn!(session = session_id, "cannot save an episode: {e}"),
             Err(e) => tracing::warn!(session = session_id, "saving an episode panicked: {e}"),
         }
+        false
     }
 
     /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … by the
@@ -427,12 +450,19 @@ impl Agent {
     pub async fn task_turn(&self, task: i64, batch: Batch) {
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
-        let context = self.context_for(&batch, &session_id, user.clone()).await;
+        let mut saved = 0;
         for message in &batch.messages {
             let text = message_text(message, self.config.max_message_chars);
-            self.remember(&session_id, &message.sender, "user", text)
-                .await;
+            if self
+                .remember(&session_id, &message.sender, "user", text)
+                .await
+            {
+                saved += 1;
+            }
         }
+        let context = self
+            .context_for(&batch, &session_id, user.clone(), saved)
+            .await;
         let prompt = batch_prompt(&batch, self.config.max_message_chars);
         let mut system =
             String::from("You are a Cairn sub-agent. Handle this task and report the result.");

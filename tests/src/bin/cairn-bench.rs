@@ -17,8 +17,11 @@ use std::collections::BTreeMap;
 use cairn::buffer::{Buffer, BufferConfig, NewMessage};
 use cairn::config::{KvConfig, RuntimeConfig};
 use cairn::journal::{Journal, JournalConfig, NewEvent};
+use cairn::llm::offline::OfflineProvider;
+use cairn::llm::{ChatMessage, CompletionRequest, LlmProvider};
 use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::PluginKv;
+use cairn::plugin::llm_gate::LlmGate;
 use cairn::plugin::manifest;
 use cairn::plugin::runtime::{CacheOutcome, Runtime};
 use cairn::router::{Router, RouterConfig};
@@ -67,7 +70,7 @@ fn write_manifest(dir: &Path, id: &str, component: &Path) -> Result<Arc<manifest
     std::fs::write(
         &file,
         format!(
-            "id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\ncapabilities: {{kv: true, lifecycle: true}}\nlimits: {{memory_mb: 256, timeout_ms: 60000}}\n",
+            "id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\ncapabilities: {{kv: true, lifecycle: true, llm: true}}\nlimits: {{memory_mb: 256, timeout_ms: 60000, llm_calls_per_hour: 100000}}\n",
             component.display()
         ),
     )?;
@@ -189,17 +192,15 @@ fn plugin_rows(
     let runtime = runtime(&cache)?;
     let manifest = write_manifest(scratch, "bench", rust_component)?;
     let prepared = runtime.prepare(manifest, scratch)?;
+    let host_db = Arc::new(SqliteHost::open(scratch)?);
     let services = Arc::new(HostServices {
-        kv: Arc::new(PluginKv::new(
-            Arc::new(SqliteHost::open(scratch)?),
-            KvConfig::default(),
-        )),
+        kv: Arc::new(PluginKv::new(host_db.clone(), KvConfig::default())),
         inbox: None,
         events: None,
         interrupt: None,
         stop: None,
         memory: None,
-        llm: None,
+        llm: Some(Arc::new(LlmGate::new(Arc::new(OfflineProvider), host_db))),
         memory_writes: Default::default(),
     });
 
@@ -283,6 +284,39 @@ fn plugin_rows(
         value: per_import,
         unit: "ns",
         note: format!("{imports} calls inside one on-event"),
+    });
+
+    let asks = 5_000u64;
+    let empty = event("bench.llm", "0".into());
+    let many = event("bench.llm", asks.to_string());
+    let (mut base, mut full) = (Duration::MAX, Duration::MAX);
+    for _ in 0..3 {
+        let started = Instant::now();
+        instance.on_event(empty.clone()).context("llm 0")?;
+        base = base.min(started.elapsed());
+        let started = Instant::now();
+        instance.on_event(many.clone()).context("llm")?;
+        full = full.min(started.elapsed());
+    }
+    let per_plugin_call = (full.saturating_sub(base)).as_secs_f64() * 1e6 / asks as f64;
+    let request = CompletionRequest {
+        messages: vec![ChatMessage::new("user", "ping")],
+        max_tokens: Some(8),
+        ..CompletionRequest::default()
+    };
+    let started = Instant::now();
+    for _ in 0..asks {
+        black_box(OfflineProvider.complete(black_box(&request))?);
+    }
+    let direct = started.elapsed().as_secs_f64() * 1e6 / asks as f64;
+    rows.push(Row {
+        name: "plugin llm.complete (offline provider)".into(),
+        value: per_plugin_call,
+        unit: "µs",
+        note: format!(
+            "the same call made directly: {direct:.2} µs, so the plugin path adds {:.2} µs (budget, conversions, usage record)",
+            per_plugin_call - direct
+        ),
     });
 
     Ok(())
@@ -499,6 +533,25 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         std::thread::sleep(Duration::from_millis(50));
     };
     host.stop();
+    let journal = rusqlite::Connection::open(data.join("journal.db"))?;
+    let mut host_us: Vec<f64> = journal
+        .prepare(
+            "SELECT json_extract(payload, '$.host_us') FROM events WHERE topic = 'turn.completed'",
+        )?
+        .query_map([], |r| r.get::<_, f64>(0))?
+        .collect::<Result<_, _>>()?;
+    host_us.sort_by(|a, b| a.total_cmp(b));
+    anyhow::ensure!(!host_us.is_empty(), "no turn.completed events");
+    rows.push(Row {
+        name: "host overhead per turn, LLM excluded".into(),
+        value: percentile(&host_us, 0.5) / 1000.0,
+        unit: "ms",
+        note: format!(
+            "p50; p99 {:.2} ms; {} turns: events, context providers, 2 durable episode saves, delivery through the channel plugin",
+            percentile(&host_us, 0.99) / 1000.0,
+            host_us.len()
+        ),
+    });
     rows.push(Row {
         name: "webhook → reply delivered, end to end".into(),
         value: percentile(&latencies, 0.5),

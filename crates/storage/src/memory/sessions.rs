@@ -94,38 +94,34 @@ impl SessionStore for SqliteMemory {
     ) -> Receipt<Activity> {
         let (session, user) = (session.to_string(), user.map(str::to_string));
         self.submit(move |conn| {
-            let known: Option<(Option<i64>, String)> = conn
+            let known: Option<Option<i64>> = conn
                 .query_row(
-                    "SELECT last_seq, transcript FROM sessions WHERE id = ?1",
+                    "SELECT last_seq FROM sessions WHERE id = ?1",
                     params![session],
-                    |r| Ok((r.get(0)?, r.get(1)?)),
+                    |r| r.get(0),
                 )
                 .optional()?;
-            let (started, transcript) = match known {
-                Some((Some(last_seq), _)) if last_seq >= seq => return Ok(Activity::Replay),
-                Some((last_seq, transcript)) => (last_seq.is_none(), transcript),
+            let started = match known {
+                Some(Some(last_seq)) if last_seq >= seq => return Ok(Activity::Replay),
+                Some(last_seq) => last_seq.is_none(),
                 None => {
                     conn.execute(
                         "INSERT INTO sessions (id, conversation, user_id, started_at, last_activity, state)
                          VALUES (?1, ?1, ?2, ?3, ?3, 'active')",
                         params![session, user, at],
                     )?;
-                    (true, "[]".to_string())
+                    true
                 }
             };
-            let mut entries: Vec<serde_json::Value> =
-                serde_json::from_str(&transcript).unwrap_or_default();
-            entries.push(entry);
-            entries.drain(..entries.len().saturating_sub(keep));
-            conn.execute(
+            append_transcript(conn, &session, seq, &entry, keep)?;
+            conn.prepare_cached(
                 "UPDATE sessions SET last_activity = max(coalesce(last_activity, ?2), ?2), last_seq = ?3,
-                     transcript = ?4,
                      state = CASE WHEN state = 'consolidated' THEN state ELSE 'active' END,
                      ended_at = CASE WHEN state = 'consolidated' THEN ended_at END,
                      end_reason = CASE WHEN state = 'consolidated' THEN end_reason END
                  WHERE id = ?1",
-                params![session, at, seq, serde_json::Value::Array(entries).to_string()],
-            )?;
+            )?
+            .execute(params![session, at, seq])?;
             if !started {
                 return Ok(Activity::Continued);
             }
@@ -139,21 +135,23 @@ impl SessionStore for SqliteMemory {
 
     fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>> {
         self.submit(move |conn| {
-            let ended = conn
+            let mut ended = conn
                 .prepare(
-                    "SELECT id, user_id, started_at, transcript FROM sessions
+                    "SELECT id, user_id, started_at FROM sessions
                      WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1",
                 )?
                 .query_map(params![idle_before], |r| {
-                    let transcript: String = r.get(3)?;
                     Ok(EndedSession {
                         id: r.get(0)?,
                         user_id: r.get(1)?,
                         started_at: r.get(2)?,
-                        transcript: serde_json::from_str(&transcript).unwrap_or_default(),
+                        transcript: serde_json::Value::Array(Vec::new()),
                     })
                 })?
                 .collect::<Result<Vec<_>, _>>()?;
+            for session in &mut ended {
+                session.transcript = transcript(conn, &session.id)?;
+            }
             conn.execute(
                 "UPDATE sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
                  WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1",
@@ -207,6 +205,41 @@ impl SessionStore for SqliteMemory {
             Ok(changed > 0)
         })
     }
+}
+
+/// Add an event's entry to a session's transcript and keep only its last `keep` entries.
+fn append_transcript(
+    conn: &Connection,
+    session: &str,
+    seq: i64,
+    entry: &serde_json::Value,
+    keep: usize,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO session_transcript (session_id, seq, entry) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(params![session, seq, entry.to_string()])?;
+    conn.prepare_cached(
+        "DELETE FROM session_transcript WHERE session_id = ?1 AND seq <=
+             (SELECT seq FROM session_transcript WHERE session_id = ?1
+              ORDER BY seq DESC LIMIT 1 OFFSET ?2)",
+    )?
+    .execute(params![session, keep.max(1) as i64])?;
+    Ok(())
+}
+
+/// A session's transcript as a JSON array, oldest entry first.
+fn transcript(conn: &Connection, session: &str) -> rusqlite::Result<serde_json::Value> {
+    let entries = conn
+        .prepare_cached("SELECT entry FROM session_transcript WHERE session_id = ?1 ORDER BY seq")?
+        .query_map(params![session], |r| r.get::<_, String>(0))?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(serde_json::Value::Array(
+        entries
+            .iter()
+            .filter_map(|e| serde_json::from_str(e).ok())
+            .collect(),
+    ))
 }
 
 /// `<conversation>` for its first session, then `<conversation>#2`, `#3`, … (so "outside
@@ -314,17 +347,19 @@ fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch(
         "BEGIN IMMEDIATE;
          UPDATE sessions SET
-             transcript = l.transcript, last_seq = l.last_seq, end_reason = l.end_reason,
+             last_seq = l.last_seq, end_reason = l.end_reason,
              last_activity = max(coalesce(sessions.last_activity, 0), l.last_activity),
              ended_at = coalesce(sessions.ended_at, l.ended_at),
              state = CASE WHEN sessions.state = 'consolidated' THEN 'consolidated' ELSE l.state END
          FROM legacy.lifecycle_sessions l
          WHERE l.id = sessions.id AND sessions.last_seq IS NULL;
          INSERT OR IGNORE INTO sessions (id, conversation, user_id, state, started_at, last_activity,
-                                         ended_at, end_reason, last_seq, transcript)
-             SELECT id, id, user_id, state, started_at, last_activity, ended_at, end_reason,
-                    last_seq, transcript
+                                         ended_at, end_reason, last_seq)
+             SELECT id, id, user_id, state, started_at, last_activity, ended_at, end_reason, last_seq
              FROM legacy.lifecycle_sessions;
+         INSERT OR IGNORE INTO session_transcript (session_id, seq, entry)
+             SELECT l.id, j.key, j.value FROM legacy.lifecycle_sessions l, json_each(l.transcript) j
+             WHERE json_valid(l.transcript);
          DROP TABLE legacy.lifecycle_sessions;
          COMMIT;",
     )?;

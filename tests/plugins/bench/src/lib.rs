@@ -2,7 +2,8 @@
 //!
 //! `on-event` with topic `bench.checksum` computes the FNV-1a checksum of the payload (the
 //! same function the harness calls natively for the ratio); topic `bench.imports` calls the
-//! cheapest host import (`lifecycle.interrupted`) as many times as the payload says.
+//! cheapest host import (`lifecycle.interrupted`) as many times as the payload says, and
+//! `bench.llm` calls `llm.complete` with a one-line request as many times.
 
 wit_bindgen::generate!({
     path: "../../../wit/v0.1",
@@ -11,8 +12,8 @@ wit_bindgen::generate!({
 
 use std::hint::black_box;
 
-use cairn::plugin::lifecycle;
-use cairn::plugin::types::{Error, Event};
+use cairn::plugin::types::{ChatMessage, CompletionRequest, Error, Event};
+use cairn::plugin::{lifecycle, llm};
 use exports::cairn::plugin::handler_plugin::Guest;
 
 struct Bench;
@@ -42,6 +43,18 @@ impl Guest for Bench {
                 let count: u64 = event.payload.trim().parse().map_err(|_| Error::InvalidInput("payload: a count".into()))?;
                 for _ in 0..count {
                     black_box(lifecycle::interrupted());
+                }
+                Ok(())
+            }
+            "bench.llm" => {
+                let count: u64 = event.payload.trim().parse().map_err(|_| Error::InvalidInput("payload: a count".into()))?;
+                let request = CompletionRequest {
+                    messages: vec![ChatMessage { role: "user".into(), content: "ping".into() }],
+                    max_tokens: Some(8),
+                    temperature: None,
+                };
+                for _ in 0..count {
+                    black_box(llm::complete(&request)?);
                 }
                 Ok(())
             }
