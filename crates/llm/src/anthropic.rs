@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::Endpoint;
+use super::http::{Defaults, Target};
 use super::{Completion, CompletionRequest, LlmConfig, LlmError, LlmProvider, Usage, check};
 
 /// The base URL when none is configured.
@@ -16,11 +16,16 @@ pub const API_VERSION: &str = "2023-06-01";
 
 /// A Messages API endpoint.
 pub struct AnthropicProvider {
-    endpoint: Endpoint,
-    model: String,
-    api_key: Option<String>,
-    max_tokens: u32,
+    target: Target,
 }
+
+/// Where the API is unless configured.
+const DEFAULTS: Defaults = Defaults {
+    provider: "anthropic",
+    base_url: DEFAULT_BASE_URL,
+    path: "/v1/messages",
+    model: DEFAULT_MODEL,
+};
 
 impl AnthropicProvider {
     /// A client for the endpoint in `config`; the API key is read from its variable now.
@@ -30,20 +35,8 @@ impl AnthropicProvider {
 
     /// A client for the endpoint in `config` sending `api_key`.
     pub fn with_key(config: &LlmConfig, api_key: Option<String>) -> Self {
-        let base = if config.base_url.is_empty() {
-            DEFAULT_BASE_URL
-        } else {
-            config.base_url.trim_end_matches('/')
-        };
         Self {
-            endpoint: Endpoint::new("anthropic", format!("{base}/v1/messages"), config),
-            model: if config.model.is_empty() {
-                DEFAULT_MODEL.to_string()
-            } else {
-                config.model.clone()
-            },
-            api_key,
-            max_tokens: config.max_tokens,
+            target: Target::new(&DEFAULTS, config, api_key),
         }
     }
 }
@@ -74,7 +67,7 @@ impl LlmProvider for AnthropicProvider {
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.target.model
     }
 
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
@@ -95,8 +88,8 @@ impl LlmProvider for AnthropicProvider {
             .map(|m| json!({"role": m.role, "content": m.content}))
             .collect();
         let mut body = json!({
-            "model": self.model,
-            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
+            "model": self.target.model,
+            "max_tokens": request.max_tokens.unwrap_or(self.target.max_tokens),
             "messages": messages,
         });
         if !system.is_empty() {
@@ -106,12 +99,13 @@ impl LlmProvider for AnthropicProvider {
             body["temperature"] = json!(temperature);
         }
         let mut headers = vec![("anthropic-version", API_VERSION.to_string())];
-        if let Some(key) = &self.api_key {
+        if let Some(key) = &self.target.api_key {
             headers.push(("x-api-key", key.clone()));
         }
-        let text = self.endpoint.post(&headers, &body.to_string())?;
+        let text = self.target.endpoint.post(&headers, &body.to_string())?;
         let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            self.endpoint
+            self.target
+                .endpoint
                 .invalid(format!("not a Messages answer ({e})"))
         })?;
         let content: String = answer
@@ -121,7 +115,7 @@ impl LlmProvider for AnthropicProvider {
             .filter_map(|block| block.text)
             .collect();
         if content.is_empty() {
-            return Err(self.endpoint.invalid("no text block"));
+            return Err(self.target.endpoint.invalid("no text block"));
         }
         let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
             input_tokens: u.input_tokens.unwrap_or(0),
@@ -129,7 +123,7 @@ impl LlmProvider for AnthropicProvider {
         });
         Ok(Completion {
             content,
-            model: answer.model.unwrap_or_else(|| self.model.clone()),
+            model: answer.model.unwrap_or_else(|| self.target.model.clone()),
             usage,
         })
     }

@@ -150,3 +150,50 @@ impl Endpoint {
 fn excerpt(text: &str) -> String {
     text.chars().take(300).collect()
 }
+
+/// What an HTTP provider is configured with: its endpoint, model, key and token cap.
+pub struct Target {
+    /// The endpoint with its retry policy.
+    pub endpoint: Endpoint,
+    /// The model asked.
+    pub model: String,
+    /// The API key sent, if any.
+    pub api_key: Option<String>,
+    /// Tokens a completion may generate when the request does not say.
+    pub max_tokens: u32,
+}
+
+/// Where a provider's API is and what it asks when the configuration does not say.
+pub struct Defaults {
+    /// The provider's name.
+    pub provider: &'static str,
+    /// Its base URL.
+    pub base_url: &'static str,
+    /// The path of its completion endpoint below the base URL.
+    pub path: &'static str,
+    /// Its model.
+    pub model: &'static str,
+}
+
+impl Target {
+    /// The target `config` describes, the provider's `defaults` filling what it leaves
+    /// empty, sending `api_key`.
+    pub fn new(defaults: &Defaults, config: &LlmConfig, api_key: Option<String>) -> Self {
+        let base = if config.base_url.is_empty() {
+            defaults.base_url
+        } else {
+            config.base_url.trim_end_matches('/')
+        };
+        let url = format!("{base}{}", defaults.path);
+        Self {
+            endpoint: Endpoint::new(defaults.provider, url, config),
+            model: if config.model.is_empty() {
+                defaults.model.to_string()
+            } else {
+                config.model.clone()
+            },
+            api_key,
+            max_tokens: config.max_tokens,
+        }
+    }
+}

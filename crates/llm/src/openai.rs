@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::http::Endpoint;
+use super::http::{Defaults, Target};
 use super::{Completion, CompletionRequest, LlmConfig, LlmError, LlmProvider, Usage, check};
 
 /// The base URL when none is configured.
@@ -15,11 +15,16 @@ pub const DEFAULT_MODEL: &str = "gpt-4o-mini";
 
 /// A chat-completions endpoint.
 pub struct OpenAiProvider {
-    endpoint: Endpoint,
-    model: String,
-    api_key: Option<String>,
-    max_tokens: u32,
+    target: Target,
 }
+
+/// Where the API is unless configured.
+const DEFAULTS: Defaults = Defaults {
+    provider: "openai",
+    base_url: DEFAULT_BASE_URL,
+    path: "/chat/completions",
+    model: DEFAULT_MODEL,
+};
 
 impl OpenAiProvider {
     /// A client for the endpoint in `config`; the API key is read from its variable now.
@@ -29,20 +34,8 @@ impl OpenAiProvider {
 
     /// A client for the endpoint in `config` sending `api_key`.
     pub fn with_key(config: &LlmConfig, api_key: Option<String>) -> Self {
-        let base = if config.base_url.is_empty() {
-            DEFAULT_BASE_URL
-        } else {
-            config.base_url.trim_end_matches('/')
-        };
         Self {
-            endpoint: Endpoint::new("openai", format!("{base}/chat/completions"), config),
-            model: if config.model.is_empty() {
-                DEFAULT_MODEL.to_string()
-            } else {
-                config.model.clone()
-            },
-            api_key,
-            max_tokens: config.max_tokens,
+            target: Target::new(&DEFAULTS, config, api_key),
         }
     }
 }
@@ -76,15 +69,15 @@ impl LlmProvider for OpenAiProvider {
     }
 
     fn model(&self) -> &str {
-        &self.model
+        &self.target.model
     }
 
     fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
         check(request)?;
         let mut body = json!({
-            "model": self.model,
+            "model": self.target.model,
             "messages": request.messages,
-            "max_tokens": request.max_tokens.unwrap_or(self.max_tokens),
+            "max_tokens": request.max_tokens.unwrap_or(self.target.max_tokens),
         });
         if let Some(temperature) = request.temperature {
             body["temperature"] = json!(temperature);
@@ -93,13 +86,15 @@ impl LlmProvider for OpenAiProvider {
             body["response_format"] = json!({"type": "json_object"});
         }
         let headers: Vec<(&str, String)> = self
+            .target
             .api_key
             .iter()
             .map(|key| ("Authorization", format!("Bearer {key}")))
             .collect();
-        let text = self.endpoint.post(&headers, &body.to_string())?;
+        let text = self.target.endpoint.post(&headers, &body.to_string())?;
         let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            self.endpoint
+            self.target
+                .endpoint
                 .invalid(format!("not a chat completion ({e})"))
         })?;
         let content = answer
@@ -107,14 +102,14 @@ impl LlmProvider for OpenAiProvider {
             .into_iter()
             .next()
             .and_then(|choice| choice.message.content)
-            .ok_or_else(|| self.endpoint.invalid("no choice with a message"))?;
+            .ok_or_else(|| self.target.endpoint.invalid("no choice with a message"))?;
         let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
             input_tokens: u.prompt_tokens.unwrap_or(0),
             output_tokens: u.completion_tokens.unwrap_or(0),
         });
         Ok(Completion {
             content,
-            model: answer.model.unwrap_or_else(|| self.model.clone()),
+            model: answer.model.unwrap_or_else(|| self.target.model.clone()),
             usage,
         })
     }
