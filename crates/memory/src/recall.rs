@@ -168,30 +168,42 @@ pub fn score(
     }
 }
 
-/// Keep hits in order, dropping each one that nearly repeats a better one.
-pub fn collapse_duplicates(hits: Vec<RecallHit>, threshold: f64) -> Vec<RecallHit> {
-    let mut kept: Vec<RecallHit> = Vec::with_capacity(hits.len());
+/// Keep hits in order, dropping each one that nearly repeats a better one, until `limit`
+/// are kept. Each hit's words are read once, and only the kept hits are compared against,
+/// so the cost is bounded by `limit` × the candidates, not their square.
+pub fn collapse_duplicates(hits: Vec<RecallHit>, threshold: f64, limit: usize) -> Vec<RecallHit> {
+    let mut kept: Vec<(RecallHit, BTreeSet<String>)> = Vec::with_capacity(limit);
     for hit in hits {
-        let repeats = kept.iter().any(|k| {
-            k.entry.content == hit.entry.content
-                || jaccard(&k.entry.content, &hit.entry.content) >= threshold
+        if kept.len() >= limit {
+            break;
+        }
+        let words = word_set(&hit.entry.content);
+        let repeats = kept.iter().any(|(k, k_words)| {
+            k.entry.content == hit.entry.content || overlap(k_words, &words) >= threshold
         });
         if !repeats {
-            kept.push(hit);
+            kept.push((hit, words));
         }
     }
-    kept
+    kept.into_iter().map(|(hit, _)| hit).collect()
 }
 
 /// |A ∩ B| / |A ∪ B| over the words of two texts.
 pub fn jaccard(a: &str, b: &str) -> f64 {
-    let a: BTreeSet<String> = terms(a).into_iter().collect();
-    let b: BTreeSet<String> = terms(b).into_iter().collect();
-    let union = a.union(&b).count();
+    overlap(&word_set(a), &word_set(b))
+}
+
+fn word_set(text: &str) -> BTreeSet<String> {
+    terms(text).into_iter().collect()
+}
+
+/// |A ∩ B| / |A ∪ B| of two word sets (1 for two empty sets).
+fn overlap(a: &BTreeSet<String>, b: &BTreeSet<String>) -> f64 {
+    let union = a.union(b).count();
     if union == 0 {
         return 1.0;
     }
-    a.intersection(&b).count() as f64 / union as f64
+    a.intersection(b).count() as f64 / union as f64
 }
 
 #[cfg(test)]

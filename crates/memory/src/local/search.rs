@@ -122,9 +122,7 @@ impl LocalMemory {
                 .total_cmp(&a.score)
                 .then_with(|| b.entry.recorded_at.cmp(&a.entry.recorded_at))
         });
-        let mut hits = recall::collapse_duplicates(hits, config.duplicate_similarity);
-        hits.truncate(limit);
-        hits
+        recall::collapse_duplicates(hits, config.duplicate_similarity, limit)
     }
 }
 
