@@ -59,6 +59,26 @@ fn chat_answer(text: &str) -> Reply {
     }))
 }
 
+/// A host on `plugins` and `data` whose agent asks `server` (OpenAI-compatible), with `extra`
+/// settings, once it is running.
+fn host_answered_by(
+    server: &StubServer,
+    plugins: &PluginDir,
+    data: &std::path::Path,
+    extra: &[(&str, &str)],
+) -> Host {
+    let base_url = format!("{}/v1", server.url());
+    let mut env = vec![
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+        ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
+    ];
+    env.extend_from_slice(extra);
+    let mut host = Host::start(plugins.path(), data, &env);
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host
+}
+
 #[test]
 fn openai_sends_the_chat_with_its_key_and_json_mode_and_reads_text_and_usage() {
     let server = StubServer::start(vec![chat_answer("{\"ok\": true}")]);
@@ -224,19 +244,15 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let data = tempfile::tempdir().expect("data");
-    let base_url = format!("{}/v1", server.url());
-    let mut host = Host::start(
-        plugins.path(),
+    let mut host = host_answered_by(
+        &server,
+        &plugins,
         data.path(),
         &[
-            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
-            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
-            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
             ("CAIRN_AGENT_LLM_MODEL", "stub-model"),
             ("CAIRN_AGENT_LLM_CACHE_ENABLED", "true"),
         ],
     );
-    host.wait_for("cairn is running", Duration::from_secs(60));
     host.type_line("where is the boat?");
     host.wait_for(
         "cairn> The boat is moored at pier seven.",
@@ -330,17 +346,7 @@ fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
         );
     }
     let data = tempfile::tempdir().expect("data");
-    let base_url = format!("{}/v1", server.url());
-    let mut host = Host::start(
-        plugins.path(),
-        data.path(),
-        &[
-            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
-            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
-            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
-        ],
-    );
-    host.wait_for("cairn is running", Duration::from_secs(60));
+    let host = host_answered_by(&server, &plugins, data.path(), &[]);
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert!(
@@ -388,17 +394,7 @@ fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
     let server = StubServer::start(vec![chat_answer("Noted."), chat_answer("Pier seven.")]);
     let plugins = PluginDir::new();
     plugins.bundled("cli");
-    let base_url = format!("{}/v1", server.url());
-    let mut host = Host::start(
-        plugins.path(),
-        data.path(),
-        &[
-            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
-            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
-            ("CAIRN_AGENT_LLM_BASE_URL", &base_url),
-        ],
-    );
-    host.wait_for("cairn is running", Duration::from_secs(60));
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
     host.type_line("I moored the boat at pier seven");
     host.wait_for("cairn> Noted.", Duration::from_secs(30));
     host.type_line("where is the boat?");
