@@ -69,6 +69,17 @@ pub struct HostConfig {
     pub lifecycle: LifecycleConfig,
     /// Agent memory: backend, embeddings, ranking, maintenance.
     pub memory: MemoryConfig,
+    /// Which plugins of the plugin directory run.
+    pub plugins: PluginsConfig,
+}
+
+/// Which plugins run (`plugins:` in `cairn.yaml`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    /// Plugin ids left out of the plugin directory, e.g. `[sleeper]` to keep memory as it
+    /// is while the agent sleeps (`CAIRN_PLUGINS_DISABLED="[sleeper, fact-extractor]"`).
+    pub disabled: Vec<String>,
 }
 
 impl Default for HostConfig {
@@ -86,6 +97,7 @@ impl Default for HostConfig {
             journal: JournalConfig::default(),
             lifecycle: LifecycleConfig::default(),
             memory: MemoryConfig::default(),
+            plugins: PluginsConfig::default(),
         }
     }
 }

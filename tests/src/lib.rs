@@ -85,10 +85,21 @@ impl PluginDir {
 
     /// Add a bundled plugin as shipped: its manifest from `manifests/` and its component.
     pub fn bundled(&self, id: &str) -> &Self {
-        let manifest = workspace_root().join(format!("manifests/{id}.yaml"));
-        std::fs::copy(&manifest, self.dir.path().join(format!("{id}.yaml")))
-            .unwrap_or_else(|e| panic!("copy {}: {e}", manifest.display()));
-        self.component(id)
+        self.bundled_with(id, |manifest| manifest)
+    }
+
+    /// Add a bundled plugin with its manifest changed by `edit` (e.g. a config value).
+    pub fn bundled_with(&self, id: &str, edit: impl FnOnce(String) -> String) -> &Self {
+        let path = workspace_root().join(format!("manifests/{id}.yaml"));
+        let manifest = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let component = manifest
+            .lines()
+            .find_map(|line| line.strip_prefix("component:"))
+            .map(|c| c.trim().trim_end_matches(".wasm").to_string())
+            .unwrap_or_else(|| panic!("{}: no component line", path.display()));
+        self.manifest(id, &edit(manifest));
+        self.component(&component)
     }
 
     /// Write a manifest file `<id>.yaml` with this YAML body.
@@ -105,6 +116,29 @@ impl PluginDir {
             &format!("id: {id}\nversion: 1.0.0\nkind: {kind}\ncomponent: {component}.wasm\napi: ^0.1\n{extra}"),
         )
     }
+}
+
+/// Every event of a data dir's journal, oldest first, as `cairn journal tail --json` prints
+/// them (it reads beside a running host).
+pub fn journal_events(data: &Path) -> Vec<serde_json::Value> {
+    let tail = cairn(&[
+        "journal",
+        "tail",
+        "--json",
+        "--limit",
+        "1000000",
+        "--data",
+        &data.display().to_string(),
+    ]);
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    String::from_utf8_lossy(&tail.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
 }
 
 /// A running `cairn run` process with its log captured and its stdin open.

@@ -1,6 +1,8 @@
 //! A scripted HTTP/1.1 server on 127.0.0.1 for tests that need a provider's API: each
-//! connection gets the next scripted reply (the last one repeats), and every request is
-//! recorded. Replies can be slow or drop the connection, to test timeouts and retries.
+//! connection gets the next scripted reply (the last one repeats) — or, from
+//! [`StubServer::answering`], the reply a function chooses for the request, to play a model
+//! — and every request is recorded. Replies can be slow or drop the connection, to test
+//! timeouts and retries.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -96,16 +98,27 @@ impl StubServer {
     /// Serve `script` on a free port of 127.0.0.1.
     pub fn start(script: Vec<Reply>) -> Self {
         assert!(!script.is_empty(), "a script needs a reply");
+        Self::serve_with(move |n, _| script[n.min(script.len() - 1)].clone())
+    }
+
+    /// Serve on a free port of 127.0.0.1, answering each request with what `respond`
+    /// makes of it.
+    pub fn answering(respond: impl Fn(&Seen) -> Reply + Send + Sync + 'static) -> Self {
+        Self::serve_with(move |_, request| respond(request))
+    }
+
+    /// Serve, answering connection `n` with `choose(n, request)`.
+    fn serve_with(choose: impl Fn(usize, &Seen) -> Reply + Send + Sync + 'static) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1");
         let port = listener.local_addr().expect("address").port();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
+        let choose = Arc::new(choose);
         std::thread::spawn(move || {
             for (n, stream) in listener.incoming().enumerate() {
                 let Ok(stream) = stream else { continue };
-                let reply = script[n.min(script.len() - 1)].clone();
-                let log = log.clone();
-                std::thread::spawn(move || serve(stream, reply, &log));
+                let (log, choose) = (log.clone(), choose.clone());
+                std::thread::spawn(move || serve(stream, |request| choose(n, request), &log));
             }
         });
         Self { port, seen }
@@ -122,10 +135,11 @@ impl StubServer {
     }
 }
 
-fn serve(stream: TcpStream, reply: Reply, log: &Mutex<Vec<Seen>>) {
+fn serve(stream: TcpStream, choose: impl Fn(&Seen) -> Reply, log: &Mutex<Vec<Seen>>) {
     let Some(request) = read_request(&stream) else {
         return;
     };
+    let reply = choose(&request);
     log.lock().expect("requests").push(request);
     answer(stream, reply);
 }

@@ -188,6 +188,15 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
             .args(["test", "--workspace"])
             .args(extra)
             .current_dir(root),
+    )?;
+    // The bundled plugins' shared logic (prompts, parsing, fact selection) runs natively.
+    status(
+        cargo()
+            .args(["test", "-p", "cognition", "--manifest-path"])
+            .arg(root.join("plugins/Cargo.toml"))
+            .arg("--target-dir")
+            .arg(root.join("target/guests"))
+            .current_dir(root),
     )
 }
 

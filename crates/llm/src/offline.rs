@@ -2,6 +2,10 @@
 //! testable without a model. It answers from what the prompt gives it: it names what it
 //! received and, when the system prompt carries quoted memories (`## Relevant memory`,
 //! lines starting with `> `), it cites the one sharing the most words with the message.
+//! Asked for JSON, it performs the task the system message names ([`skills`]: summaries,
+//! facts, reflections, procedures) or wraps its answer as `{"reply": …}`.
+
+pub mod skills;
 
 use std::collections::BTreeSet;
 
@@ -31,14 +35,19 @@ impl LlmProvider for OfflineProvider {
             .find(|m| m.role == "user")
             .map(|m| m.content.as_str())
             .unwrap_or_default();
+        let system = request.messages.iter().filter(|m| m.role == "system");
         let mut content = format!("[offline] I received: {last}");
-        let quoted = request
-            .messages
-            .iter()
-            .filter(|m| m.role == "system")
-            .flat_map(|m| quoted_lines(&m.content));
-        if let Some(memory) = best_match(last, quoted) {
+        if let Some(memory) =
+            best_match(last, system.clone().flat_map(|m| quoted_lines(&m.content)))
+        {
             content.push_str(&format!(" (I remember: {memory})"));
+        }
+        if request.json {
+            let task = system.filter_map(|m| skills::task_named(&m.content)).next();
+            content = task
+                .and_then(|task| skills::perform(task, last))
+                .unwrap_or_else(|| serde_json::json!({ "reply": content }))
+                .to_string();
         }
         let input_tokens = request
             .messages
@@ -67,21 +76,26 @@ fn quoted_lines(text: &str) -> impl Iterator<Item = &str> {
 
 /// The candidate sharing the most words (of three letters or more) with what `message`
 /// says — its lines without their `sender: ` prefix, so a memory is not cited just for
-/// naming the speaker —, if any shares one; the first of equals.
+/// naming the speaker —, if any shares one; of equals the one with fewest words (a
+/// distilled fact over the conversation it came from), then the first.
 fn best_match<'a>(message: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let said: Vec<&str> = message
         .lines()
         .map(|line| line.split_once(": ").map_or(line, |(_, text)| text))
         .collect();
     let wanted = words(&said.join("\n"));
-    let mut best: Option<(usize, &str)> = None;
+    let mut best: Option<(usize, usize, &str)> = None;
     for candidate in candidates {
-        let shared = words(candidate).intersection(&wanted).count();
-        if shared > 0 && best.is_none_or(|(most, _)| shared > most) {
-            best = Some((shared, candidate));
+        let own = words(candidate);
+        let shared = own.intersection(&wanted).count();
+        let better = best.is_none_or(|(most, length, _)| {
+            shared > most || (shared == most && own.len() < length)
+        });
+        if shared > 0 && better {
+            best = Some((shared, own.len(), candidate));
         }
     }
-    best.map(|(_, candidate)| candidate)
+    best.map(|(_, _, candidate)| candidate)
 }
 
 /// The lower-cased words of three letters or more.
@@ -121,6 +135,26 @@ mod tests {
             OfflineProvider.complete(&CompletionRequest::default()),
             Err(LlmError::InvalidRequest(_))
         ));
+    }
+
+    #[test]
+    fn asked_for_json_it_performs_the_named_task_or_wraps_its_reply() {
+        let mut asked = request(
+            "Extract facts.\ntask: extract-facts",
+            "ada: my favourite colour is teal",
+        );
+        asked.json = true;
+        let answer = OfflineProvider.complete(&asked).expect("completes");
+        let facts: serde_json::Value = serde_json::from_str(&answer.content).expect("json");
+        assert_eq!(
+            facts["facts"][0]["content"],
+            "The user's favourite colour is teal."
+        );
+        let mut chat = request("be brief", "hello");
+        chat.json = true;
+        let answer = OfflineProvider.complete(&chat).expect("completes");
+        let reply: serde_json::Value = serde_json::from_str(&answer.content).expect("json");
+        assert_eq!(reply["reply"], "[offline] I received: hello");
     }
 
     #[test]

@@ -189,6 +189,21 @@ impl LocalMemory {
         Ok(self.store.forget(id, actor).wait()?)
     }
 
+    /// Re-score a live memory's importance (1 to 10); whether there was one.
+    pub fn set_importance_blocking(
+        &self,
+        id: &str,
+        importance: u8,
+        actor: &str,
+    ) -> Result<bool, MemoryError> {
+        if !(1..=10).contains(&importance) {
+            return Err(MemoryError::InvalidInput(format!(
+                "importance: {importance} is not in 1..=10"
+            )));
+        }
+        Ok(self.store.set_importance(id, importance, actor).wait()?)
+    }
+
     /// Remove entries for good: the given ids, or (with none given) every forgotten entry.
     /// Returns how many rows were removed.
     pub fn purge(&self, ids: &[String], actor: &str) -> Result<u64, MemoryError> {

@@ -31,6 +31,8 @@ pub trait MemoryBackend: Send + Sync {
     fn list(&self, filter: &ListFilter) -> Result<Vec<MemoryEntry>, MemoryError>;
     /// Forget a memory; `actor` is recorded where the backend keeps an audit trail.
     fn forget(&self, id: &str, actor: &str) -> Result<bool, MemoryError>;
+    /// Re-score a live memory's importance; whether there was one.
+    fn set_importance(&self, id: &str, importance: u8, actor: &str) -> Result<bool, MemoryError>;
     /// How many live memories a scope holds.
     fn count(&self, scope: &Scope) -> Result<u64, MemoryError>;
     /// A one-line health report.
@@ -56,6 +58,10 @@ impl MemoryBackend for LocalMemory {
 
     fn forget(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
         self.forget_blocking(id, actor)
+    }
+
+    fn set_importance(&self, id: &str, importance: u8, actor: &str) -> Result<bool, MemoryError> {
+        self.set_importance_blocking(id, importance, actor)
     }
 
     fn count(&self, scope: &Scope) -> Result<u64, MemoryError> {
@@ -144,6 +150,16 @@ impl MemoryService {
     /// Forget a memory (soft delete in SQLite, with an audit row naming `actor`).
     pub fn forget(&self, id: &str, actor: &str) -> Result<bool, MemoryError> {
         self.backend()?.forget(id, actor)
+    }
+
+    /// Re-score a live memory's importance (audited with `actor` in SQLite).
+    pub fn set_importance(
+        &self,
+        id: &str,
+        importance: u8,
+        actor: &str,
+    ) -> Result<bool, MemoryError> {
+        self.backend()?.set_importance(id, importance, actor)
     }
 
     /// How many live memories a scope holds.

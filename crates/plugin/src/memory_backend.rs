@@ -86,6 +86,17 @@ impl MemoryBackend for PluginMemoryBackend {
             .map_err(|e| self.failed(e))
     }
 
+    fn set_importance(
+        &self,
+        _id: &str,
+        _importance: u8,
+        _actor: &str,
+    ) -> Result<bool, MemoryError> {
+        Err(MemoryError::Unavailable(
+            "memory backend plugins cannot re-score importance: the memory-backend world has no set-importance".into(),
+        ))
+    }
+
     fn count(&self, scope: &Scope) -> Result<u64, MemoryError> {
         let scope = scope.clone();
         self.plugin

@@ -33,13 +33,35 @@ impl PluginSet {
 
 /// Load and resolve a plugin directory, reporting every problem at once.
 pub fn load(dir: &Path) -> Result<PluginSet, Vec<ManifestError>> {
-    let (manifests, mut errors) = manifest::load_dir(dir).map_err(|e| {
+    load_enabled(dir, &[])
+}
+
+/// Load and resolve a plugin directory leaving out the plugins `disabled` names (the
+/// host config's `plugins.disabled`): they are not started, and a plugin that depends on
+/// one is an error naming the setting.
+pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<ManifestError>> {
+    let (mut manifests, mut errors) = manifest::load_dir(dir).map_err(|e| {
         vec![ManifestError {
             file: dir.to_path_buf(),
             field: String::new(),
             message: format!("cannot read plugin directory: {e}"),
         }]
     })?;
+    manifests.retain(|m| !disabled.contains(&m.id));
+    for manifest in &manifests {
+        for (i, dep) in manifest.depends_on.iter().enumerate() {
+            if disabled.contains(&dep.id) {
+                errors.push(ManifestError {
+                    file: manifest.file.clone(),
+                    field: format!("depends_on[{i}].id"),
+                    message: format!(
+                        "`{}` depends on `{}`, which the host config disables (plugins.disabled); disable `{}` too or enable `{}`",
+                        manifest.id, dep.id, manifest.id, dep.id
+                    ),
+                });
+            }
+        }
+    }
     match resolve(manifests) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(errors),

@@ -16,7 +16,7 @@ const WINDOW: Duration = Duration::from_secs(60);
 /// Which kind of change a write makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WriteKind {
-    /// Adds to memory (store, save-facts, mark-consolidated).
+    /// Adds to or changes memory (store, save-facts, mark-consolidated, set-importance).
     Add,
     /// Takes from memory (forget).
     Remove,

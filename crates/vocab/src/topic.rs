@@ -9,7 +9,7 @@ pub const HOST_TOPICS: &[&str] = &[
     "session.ended",
     "memory.session_completed",
     "sleep.started",
-    "sleep.completed",
+    "sleep.interrupted",
     "plugin.failed",
     "plugin.quarantined",
 ];

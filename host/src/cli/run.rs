@@ -47,7 +47,11 @@ struct Stores {
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
 pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let mut signals = StopSignals::listen();
-    let set = resolve::load(plugins_dir).map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    let set = resolve::load_enabled(plugins_dir, &config.plugins.disabled)
+        .map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    for id in &config.plugins.disabled {
+        tracing::info!(plugin = %id, "disabled by plugins.disabled");
+    }
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let _lock = lock::DataDirLock::acquire(&config.data_dir)?;

@@ -8,7 +8,7 @@
 //!   (`memory.session_completed` for each).
 //! - **Sleep**: with no active session for `sleep_timeout_secs`, `sleep.started` is emitted
 //!   once until new activity; a `message.received` while asleep sets the interrupt flag that
-//!   plugins read through `lifecycle.interrupted()`, and ends the sleep (`sleep.completed`).
+//!   plugins read through `lifecycle.interrupted()`, and ends the sleep (`sleep.interrupted`).
 //! - **Scheduler**: manifest `schedule` entries (five-field cron, UTC) emit
 //!   `schedule.<plugin>.<name>`; a tick missed while the host was down fires once at start
 //!   unless `missed_schedules: skip`.
@@ -199,7 +199,7 @@ impl Lifecycle {
         if woke {
             self.journal
                 .emit(
-                    "sleep.completed",
+                    "sleep.interrupted",
                     json!({"reason": "interrupted", "by_session": session}),
                     None,
                     None,

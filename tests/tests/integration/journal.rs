@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use cairn_tests::{Host, PluginDir, cairn, status_json};
+use cairn_tests::{Host, PluginDir, cairn, journal_events, status_json};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -168,23 +168,6 @@ fn plugins_emit_only_the_topics_their_manifest_lists() {
     assert_eq!(events[0]["source"], "emitter");
 }
 
-fn journal_topics(data: &std::path::Path) -> Vec<serde_json::Value> {
-    let tail = cairn(&[
-        "journal",
-        "tail",
-        "--json",
-        "--limit",
-        "1000000",
-        "--data",
-        &data.display().to_string(),
-    ]);
-    assert!(tail.status.success());
-    String::from_utf8_lossy(&tail.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect()
-}
-
 #[test]
 fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
     let dir = PluginDir::new();
@@ -203,15 +186,15 @@ fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
     host.wait_for("cairn> [offline] I received: user: remember the milk", LONG);
     let data_path = data.path().to_path_buf();
     host.wait_until(LONG, "sleep.started", |_| {
-        journal_topics(&data_path)
+        journal_events(&data_path)
             .iter()
             .any(|e| e["topic"] == "sleep.started")
     });
     host.type_line("wake up");
-    host.wait_until(LONG, "sleep.completed", |_| {
-        journal_topics(&data_path)
+    host.wait_until(LONG, "sleep.interrupted", |_| {
+        journal_events(&data_path)
             .iter()
-            .any(|e| e["topic"] == "sleep.completed")
+            .any(|e| e["topic"] == "sleep.interrupted")
     });
     let (exit, _) = host.stop();
     assert!(exit.success());
@@ -233,13 +216,13 @@ fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
     assert!(sent.status.success());
     let mut host = Host::start(dir.path(), data.path(), &env);
     host.wait_until(LONG, "memory.session_completed", |_| {
-        journal_topics(&data_path)
+        journal_events(&data_path)
             .iter()
             .any(|e| e["topic"] == "memory.session_completed")
     });
     host.stop();
 
-    let events = journal_topics(data.path());
+    let events = journal_events(data.path());
     let ended = events
         .iter()
         .find(|e| e["topic"] == "session.ended")
@@ -256,7 +239,7 @@ fn idle_sessions_end_the_agent_sleeps_and_a_message_interrupts_it() {
         .count();
     let wakes = events
         .iter()
-        .filter(|e| e["topic"] == "sleep.completed")
+        .filter(|e| e["topic"] == "sleep.interrupted")
         .count();
     assert!(sleeps >= 1 && wakes >= 1);
     let order: Vec<&str> = events.iter().filter_map(|e| e["topic"].as_str()).collect();
@@ -313,7 +296,7 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
         1,
         "ten missed ticks fire once"
     );
-    let events = journal_topics(data.path());
+    let events = journal_events(data.path());
     let tick = events
         .iter()
         .find(|e| e["topic"] == "schedule.counter.minute")
@@ -338,7 +321,7 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
     host.wait_for("cairn is running", LONG);
     std::thread::sleep(Duration::from_millis(500));
     host.stop();
-    let missed = journal_topics(data.path())
+    let missed = journal_events(data.path())
         .iter()
         .filter(|e| e["topic"] == "schedule.counter.minute")
         .filter(|e| {
@@ -437,7 +420,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     assert!(exit.success());
     logs.push(last);
 
-    let events = journal_topics(data.path());
+    let events = journal_events(data.path());
     let mut total_duplicates = 0;
     for (id, patterns) in &subscriptions {
         let expected: Vec<i64> = events
@@ -551,7 +534,7 @@ fn a_sleep_handler_sees_the_interrupt_flag() {
     let mut host = Host::start(dir.path(), data.path(), &env);
     host.wait_for("probe interrupted: ok false on sleep.started", LONG);
     host.type_line("are you awake?");
-    host.wait_for("probe interrupted: ok true on sleep.completed", LONG);
+    host.wait_for("probe interrupted: ok true on sleep.interrupted", LONG);
     let (exit, _) = host.stop();
     assert!(exit.success());
 }

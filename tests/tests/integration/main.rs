@@ -3,6 +3,7 @@
 //! `supervisor_api`, the in-process plugin host API).
 
 mod channels;
+mod cognition;
 mod journal;
 mod llm;
 mod memory;

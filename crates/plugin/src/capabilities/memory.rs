@@ -243,6 +243,19 @@ impl wit::memory::Host for PluginContext {
             .map_err(memory_error)
     }
 
+    fn set_importance(&mut self, id: String, importance: u8) -> Result<bool, WitError> {
+        let memory = self.require_memory(true)?;
+        match self.entry_in_scope(memory, &id, true) {
+            Ok(_) => {}
+            Err(WitError::NotFound(_)) => return Ok(false),
+            Err(denial) => return Err(denial),
+        }
+        self.admit_writes(WriteKind::Add, 1)?;
+        memory
+            .set_importance(&id, importance, &format!("plugin:{}", self.plugin))
+            .map_err(memory_error)
+    }
+
     fn count(&mut self, scope: wit::types::MemoryScope) -> Result<u64, WitError> {
         let memory = self.require_memory(false)?;
         let scope = from_wit_scope(scope);

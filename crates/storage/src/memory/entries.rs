@@ -34,6 +34,11 @@ impl SqliteMemory {
         self.submit(move |conn| forget(conn, &id, &actor))
     }
 
+    pub(super) fn rescore_entry(&self, id: &str, importance: u8, actor: &str) -> Receipt<bool> {
+        let (id, actor) = (id.to_string(), actor.to_string());
+        self.submit(move |conn| rescore(conn, &id, importance, &actor))
+    }
+
     pub(super) fn purge_entries(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>> {
         let actor = actor.to_string();
         self.submit(move |conn| {
@@ -374,6 +379,29 @@ pub(super) fn forget(conn: &Connection, id: &str, actor: &str) -> rusqlite::Resu
         audit(conn, id, "forget", actor, now, None)?;
     }
     Ok(changed > 0)
+}
+
+/// Set a live entry's importance with an audit row (`old -> new`); whether there was one.
+fn rescore(conn: &Connection, id: &str, importance: u8, actor: &str) -> rusqlite::Result<bool> {
+    let old: Option<i64> = conn
+        .query_row(
+            "SELECT importance FROM entries WHERE id = ?1 AND forgotten_at IS NULL",
+            params![id],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(old) = old else {
+        return Ok(false);
+    };
+    if old != i64::from(importance) {
+        conn.execute(
+            "UPDATE entries SET importance = ?2 WHERE id = ?1",
+            params![id, importance],
+        )?;
+        let detail = format!("{old} -> {importance}");
+        audit(conn, id, "rescore", actor, now_ms(), Some(&detail))?;
+    }
+    Ok(true)
 }
 
 /// Add a row to an entry's audit trail.

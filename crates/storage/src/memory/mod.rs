@@ -126,6 +126,9 @@ pub trait MemoryStore: Send + Sync {
     ) -> Receipt<Insertion>;
     /// Soft-delete a live entry (audited); whether there was one.
     fn forget(&self, id: &str, actor: &str) -> Receipt<bool>;
+    /// Re-score a live entry's importance (audited with the old and new score); whether
+    /// there was one.
+    fn set_importance(&self, id: &str, importance: u8, actor: &str) -> Receipt<bool>;
     /// Remove entries for good — `ids`, or every forgotten entry when empty — with an audit
     /// row each; the row numbers removed.
     fn purge(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>>;
@@ -336,6 +339,10 @@ impl MemoryStore for SqliteMemory {
 
     fn forget(&self, id: &str, actor: &str) -> Receipt<bool> {
         self.forget_entry(id, actor)
+    }
+
+    fn set_importance(&self, id: &str, importance: u8, actor: &str) -> Receipt<bool> {
+        self.rescore_entry(id, importance, actor)
     }
 
     fn purge(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>> {
