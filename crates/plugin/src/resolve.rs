@@ -48,20 +48,27 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
         }]
     })?;
     manifests.retain(|m| !disabled.contains(&m.id));
-    for manifest in &manifests {
-        for (i, dep) in manifest.depends_on.iter().enumerate() {
-            if disabled.contains(&dep.id) {
-                errors.push(ManifestError {
-                    file: manifest.file.clone(),
-                    field: format!("depends_on[{i}].id"),
-                    message: format!(
-                        "`{}` depends on `{}`, which the host config disables (plugins.disabled); disable `{}` too or enable `{}`",
-                        manifest.id, dep.id, manifest.id, dep.id
-                    ),
-                });
-            }
+    // A plugin needing a disabled one is reported here, and left out of resolution so the
+    // dependency is not reported a second time as missing.
+    manifests.retain(|manifest| {
+        let needs_disabled: Vec<_> = manifest
+            .depends_on
+            .iter()
+            .enumerate()
+            .filter(|(_, dep)| disabled.contains(&dep.id))
+            .collect();
+        for (i, dep) in &needs_disabled {
+            errors.push(ManifestError {
+                file: manifest.file.clone(),
+                field: format!("depends_on[{i}].id"),
+                message: format!(
+                    "`{}` depends on `{}`, which the host config disables (plugins.disabled); disable `{}` too or enable `{}`",
+                    manifest.id, dep.id, manifest.id, dep.id
+                ),
+            });
         }
-    }
+        needs_disabled.is_empty()
+    });
     match resolve(manifests) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(errors),
@@ -269,6 +276,25 @@ mod tests {
         let set = load(dir.path()).expect("resolves");
         assert_eq!(ids(&set), ["alone", "log", "store", "app"]);
         assert_eq!(set.stop_order(), ["app", "store", "log", "alone"]);
+    }
+
+    #[test]
+    fn disabled_plugins_are_left_out_and_their_dependents_named() {
+        let dir = dir_with(&[
+            ("app", "1.0.0", &[("store", "^2")]),
+            ("store", "2.1.0", &[]),
+            ("log", "1.0.0", &[]),
+        ]);
+        let set = load_enabled(dir.path(), &["log".to_string()]).expect("resolves");
+        assert_eq!(ids(&set), ["store", "app"]);
+        let errors = load_enabled(dir.path(), &["store".to_string()]).expect_err("app needs store");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "depends_on[0].id");
+        assert!(
+            errors[0].message.contains("disables (plugins.disabled)"),
+            "{}",
+            errors[0]
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! finishing them.
 //! For each: summary, facts, marked consolidated — each step safe to repeat, so a crash
 //! half-way is finished by the next run and nothing is consolidated twice. Emits
-//! `memory.consolidated` with what each run did (also when it found nothing to do), and `memory.consolidation_failed` for a session
+//! `memory.consolidated` with what each run did (also when it found nothing to do, and
+//! `stopped` with the reason when the host's write rate or LLM budget ended it early: the
+//! sessions left stay pending for the next trigger), and `memory.consolidation_failed` for a session
 //! whose model answers were unusable (it stays pending for the next run).
 
 use std::sync::OnceLock;
@@ -59,7 +61,16 @@ impl Guest for MemoryConsolidator {
                 report.waiting += 1;
                 continue;
             }
-            consolidate(&session, settings.facts, &mut report)?;
+            match consolidate(&session, settings.facts, &mut report) {
+                Ok(()) => {}
+                // The host's write gate or the LLM budget said "not now": what is done stays
+                // done, the rest waits for the next trigger (the next event, or tonight).
+                Err(Error::Unavailable(reason)) => {
+                    report.stopped = Some(reason);
+                    break;
+                }
+                Err(other) => return Err(other),
+            }
         }
         info(&format!(
             "consolidated {} session(s) on {} ({} fact(s), {} failed, {} waiting)",
@@ -74,6 +85,7 @@ impl Guest for MemoryConsolidator {
             serde_json::json!({
                 "trigger": event.topic, "sessions": report.consolidated, "facts": report.facts,
                 "summaries": report.summaries, "failed": report.failed, "waiting": report.waiting,
+                "stopped": report.stopped,
             }),
         )?;
         Ok(())
@@ -88,6 +100,8 @@ struct Report {
     facts: usize,
     failed: usize,
     waiting: usize,
+    /// Why the run stopped early, if it did.
+    stopped: Option<String>,
 }
 
 /// The session a `memory.session_completed` event names: the user left it for a new one.

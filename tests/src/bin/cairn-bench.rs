@@ -6,6 +6,9 @@
 //! Comparisons are ratios measured side by side in one run (a WASM call next to the same
 //! function called natively).
 
+#[path = "bench/cognition.rs"]
+mod cognition;
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -137,7 +140,8 @@ fn main() -> Result<()> {
         rust_component.display()
     );
 
-    // `cargo xtask bench -- SECTION` runs one section: plugins, buffer, route, e2e, journal, memory.
+    // `cargo xtask bench SECTION` runs one section: plugins, buffer, route, e2e, journal,
+    // cognition, memory.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -164,6 +168,10 @@ fn main() -> Result<()> {
     if wanted("journal") {
         eprintln!("bench: journal");
         journal_rows(&mut rows, scratch.path(), &rust_component)?;
+    }
+    if wanted("cognition") {
+        eprintln!("bench: cognition");
+        cognition::consolidation_rows(&mut rows, scratch.path())?;
     }
     if wanted("memory") {
         eprintln!("bench: memory");

@@ -1,6 +1,7 @@
 //! The session state machine's rows and the move of sessions out of an older host.db.
 
 use super::*;
+use cairn_vocab::memory::MemoryKind;
 use cairn_vocab::session::SessionState;
 use serde_json::json;
 
@@ -125,4 +126,67 @@ fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
         .expect("query");
     assert_eq!(left, 0, "the old table is gone");
     SqliteMemory::open(dir.path()).expect("a second open has nothing to move");
+}
+
+#[test]
+fn rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone() {
+    let (_dir, memory) = open();
+    let entry = MemoryEntry {
+        id: "mem_a".into(),
+        kind: MemoryKind::Episode,
+        content: "the boat is blue".into(),
+        category: "conversation".into(),
+        scope: Scope::default(),
+        importance: 5,
+        tags: Vec::new(),
+        issue_refs: Vec::new(),
+        pr_refs: Vec::new(),
+        sources: Vec::new(),
+        subject: None,
+        predicate: None,
+        valid_from: 1,
+        valid_to: None,
+        recorded_at: 1,
+        superseded_by: None,
+        forgotten_at: None,
+    };
+    memory.insert(entry, None, "test").wait().expect("stored");
+    assert!(
+        memory
+            .set_importance("mem_a", 8, "sleeper")
+            .wait()
+            .expect("rescored")
+    );
+    assert!(
+        memory
+            .set_importance("mem_a", 8, "sleeper")
+            .wait()
+            .expect("same score")
+    );
+    assert_eq!(
+        memory.get("mem_a").expect("read").map(|e| e.importance),
+        Some(8)
+    );
+    let rescores: Vec<_> = memory
+        .audit_trail("mem_a")
+        .expect("audit")
+        .into_iter()
+        .filter(|row| row.action == "rescore")
+        .collect();
+    assert_eq!(rescores.len(), 1, "an unchanged score writes no audit row");
+    assert_eq!(rescores[0].detail.as_deref(), Some("5 -> 8"));
+    assert_eq!(rescores[0].actor, "sleeper");
+    memory.forget("mem_a", "test").wait().expect("forgotten");
+    assert!(
+        !memory
+            .set_importance("mem_a", 2, "sleeper")
+            .wait()
+            .expect("no-op")
+    );
+    assert!(
+        !memory
+            .set_importance("mem_missing", 2, "sleeper")
+            .wait()
+            .expect("no-op")
+    );
 }
