@@ -24,6 +24,7 @@ use super::{snapshot, stream};
 pub use cairn_storage::memory::ImportReport;
 use cairn_storage::memory::{Insertion, MemoryStore, SqliteMemory};
 use cairn_storage::now_ms;
+use cairn_storage::writer::Receipt;
 pub use cairn_vocab::memory::{AuditRow, ExportRecord, ListFilter};
 
 pub use maintenance::HygieneReport;
@@ -104,30 +105,64 @@ impl LocalMemory {
     /// fact (or naming one in `supersedes`) supersedes it; a fact nearly equal (similarity
     /// ≥ 0.85) to a live fact about the same subject is a duplicate.
     pub fn store_blocking(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
-        let prepared = self.prepare(memory)?;
-        if let Some((existing, similarity)) = self.near_duplicate(&prepared)? {
-            return Ok(StoreOutcome::Duplicate {
-                existing,
-                similarity,
-            });
-        }
-        let id = prepared.entry.id.clone();
-        let outcome = match self
-            .store
-            .insert(prepared.entry, prepared.supersedes, "store")
-            .wait()?
-        {
-            Insertion::Stored { superseded } => StoreOutcome::Stored { id, superseded },
-            Insertion::Duplicate { existing } => StoreOutcome::Duplicate {
-                existing,
-                similarity: 1.0,
-            },
-            Insertion::Refused(reason) => return Err(MemoryError::InvalidInput(reason)),
-        };
-        if matches!(outcome, StoreOutcome::Stored { .. }) && self.embedder.is_some() {
+        self.store_all_blocking(vec![memory])
+            .pop()
+            .unwrap_or_else(|| Err(MemoryError::InvalidInput("no memory to store".into())))
+    }
+
+    /// Store several memories, in order, each as [`Self::store_blocking`] would — but every
+    /// insert is queued before the first is awaited, so the writer commits them together
+    /// (one fsync for a turn's episodes). One outcome per memory.
+    pub fn store_all_blocking(
+        &self,
+        memories: Vec<NewMemory>,
+    ) -> Vec<Result<StoreOutcome, MemoryError>> {
+        let queued: Vec<_> = memories
+            .into_iter()
+            .map(|memory| self.queue_insert(memory))
+            .collect();
+        let outcomes: Vec<_> = queued
+            .into_iter()
+            .map(|queued| {
+                let (id, receipt) = match queued? {
+                    Queued::Insert(id, receipt) => (id, receipt),
+                    Queued::NearDuplicate(existing, similarity) => {
+                        return Ok(StoreOutcome::Duplicate {
+                            existing,
+                            similarity,
+                        });
+                    }
+                };
+                match receipt.wait()? {
+                    Insertion::Stored { superseded } => Ok(StoreOutcome::Stored { id, superseded }),
+                    Insertion::Duplicate { existing } => Ok(StoreOutcome::Duplicate {
+                        existing,
+                        similarity: 1.0,
+                    }),
+                    Insertion::Refused(reason) => Err(MemoryError::InvalidInput(reason)),
+                }
+            })
+            .collect();
+        let stored = outcomes
+            .iter()
+            .any(|o| matches!(o, Ok(StoreOutcome::Stored { .. })));
+        if stored && self.embedder.is_some() {
             self.signal.notify();
         }
-        Ok(outcome)
+        outcomes
+    }
+
+    /// Validate a memory and queue its insert, unless it is a near-duplicate fact.
+    fn queue_insert(&self, memory: NewMemory) -> Result<Queued, MemoryError> {
+        let prepared = self.prepare(memory)?;
+        if let Some((existing, similarity)) = self.near_duplicate(&prepared)? {
+            return Ok(Queued::NearDuplicate(existing, similarity));
+        }
+        let id = prepared.entry.id.clone();
+        let receipt = self
+            .store
+            .insert(prepared.entry, prepared.supersedes, "store");
+        Ok(Queued::Insert(id, receipt))
     }
 
     fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
@@ -257,6 +292,14 @@ impl Drop for LocalMemory {
 struct Prepared {
     entry: MemoryEntry,
     supersedes: Option<String>,
+}
+
+/// A memory on its way into the store.
+enum Queued {
+    /// Its insert is queued: its id and the receipt of the insert.
+    Insert(String, Receipt<Insertion>),
+    /// A live fact says nearly the same: its id and how alike they are.
+    NearDuplicate(String, f64),
 }
 
 /// A fresh entry id: `mem_` and 16 hex digits.

@@ -23,6 +23,11 @@ use super::{
 pub trait MemoryBackend: Send + Sync {
     /// Store a memory.
     fn save(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError>;
+    /// Store several memories in order, one outcome each (backends that can commit them
+    /// together do).
+    fn save_all(&self, memories: Vec<NewMemory>) -> Vec<Result<StoreOutcome, MemoryError>> {
+        memories.into_iter().map(|m| self.save(m)).collect()
+    }
     /// Memories relevant to `query`, best first.
     fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError>;
     /// One memory by id.
@@ -42,6 +47,10 @@ pub trait MemoryBackend: Send + Sync {
 impl MemoryBackend for LocalMemory {
     fn save(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
         self.store_blocking(memory)
+    }
+
+    fn save_all(&self, memories: Vec<NewMemory>) -> Vec<Result<StoreOutcome, MemoryError>> {
+        self.store_all_blocking(memories)
     }
 
     fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
@@ -130,6 +139,17 @@ impl MemoryService {
     /// Store a memory.
     pub fn save(&self, memory: NewMemory) -> Result<StoreOutcome, MemoryError> {
         self.backend()?.save(memory)
+    }
+
+    /// Store several memories in order (in one commit on memory.db); one outcome each.
+    pub fn save_all(&self, memories: Vec<NewMemory>) -> Vec<Result<StoreOutcome, MemoryError>> {
+        match self.backend() {
+            Ok(backend) => backend.save_all(memories),
+            Err(e) => memories
+                .iter()
+                .map(|_| Err(MemoryError::Unavailable(e.to_string())))
+                .collect(),
+        }
     }
 
     /// Memories relevant to `query`, best first.

@@ -18,9 +18,13 @@ pub struct TurnInput {
     pub user: Option<String>,
     /// The batch's text (what recall looks for).
     pub text: String,
-    /// Episodes this turn already saved for the batch's own messages (the newest of the
-    /// session), which are the turn's question, not its history.
-    pub own_episodes: usize,
+    /// How many messages the batch has: the turn saves as many episodes while its context
+    /// is read, which are its question, not its history.
+    pub own_messages: usize,
+    /// Episodes recorded at or after this time (ms) are the turn's own (saved while its
+    /// context is read), never its history. The turn takes it once its session is known,
+    /// after the previous turn's episodes were written.
+    pub history_before: i64,
 }
 
 /// One section of a turn's system prompt, and the memories it quoted.
@@ -142,10 +146,11 @@ impl ContextProvider for RecentTurns {
                 ..Scope::default()
             },
             kinds: vec![MemoryKind::Episode],
-            limit: self.limit + turn.own_episodes,
+            limit: self.limit + turn.own_messages,
             ..ListFilter::default()
         })?;
-        episodes.drain(..turn.own_episodes.min(episodes.len()));
+        episodes.retain(|e| e.recorded_at < turn.history_before);
+        episodes.truncate(self.limit);
         if episodes.is_empty() {
             return Ok(None);
         }

@@ -175,11 +175,16 @@ impl Agent {
         let started = std::time::Instant::now();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
-        let saved = self.receive(&batch, &session_id).await;
-        let context = self
-            .context_for(&batch, &session_id, user.clone(), saved)
-            .await;
-        let outcome = self.answer(&batch, &context).await;
+        // The batch's journal events and episodes are written while the turn reads its
+        // context and asks the model; all are on disk before the turn records anything.
+        let history_before = crate::store::now_ms();
+        let ((), (context, outcome)) = tokio::join!(self.receive(&batch, &session_id), async {
+            let context = self
+                .context_for(&batch, &session_id, user.clone(), history_before)
+                .await;
+            let outcome = self.answer(&batch, &context).await;
+            (context, outcome)
+        });
         self.record(
             &batch,
             &session_id,
@@ -191,9 +196,30 @@ impl Agent {
         .await;
     }
 
-    /// Journal `message.received` for each message of a batch and save each as an episode;
-    /// how many episodes were saved.
-    async fn receive(&self, batch: &Batch, session_id: &str) -> usize {
+    /// Journal `message.received` for each message of a batch and, at the same time (the
+    /// journal and memory are separate databases), save them all as episodes in one commit.
+    async fn receive(&self, batch: &Batch, session_id: &str) {
+        let episodes = self.user_episodes(batch, session_id);
+        tokio::join!(
+            self.journal_received(batch, session_id),
+            self.remember(session_id, episodes)
+        );
+    }
+
+    /// The episodes of a batch's messages, when episodes are saved.
+    fn user_episodes(&self, batch: &Batch, session_id: &str) -> Vec<NewMemory> {
+        batch
+            .messages
+            .iter()
+            .filter_map(|message| {
+                let text = message_text(message, self.config.max_message_chars);
+                self.episode(session_id, &message.sender, "user", text)
+            })
+            .collect()
+    }
+
+    /// Journal `message.received` for each message of a batch, in order.
+    async fn journal_received(&self, batch: &Batch, session_id: &str) {
         if let Some(journal) = &self.journal {
             for message in &batch.messages {
                 let payload = serde_json::json!({
@@ -214,27 +240,16 @@ impl Agent {
                     .await;
             }
         }
-        let mut saved = 0;
-        for message in &batch.messages {
-            let text = message_text(message, self.config.max_message_chars);
-            if self
-                .remember(session_id, &message.sender, "user", text)
-                .await
-            {
-                saved += 1;
-            }
-        }
-        saved
     }
 
-    /// The context of a turn; `own_episodes` of the session's newest episodes are the
+    /// The context of a turn; the session's episodes recorded from `history_before` on are the
     /// batch's own messages, left out of its history.
     async fn context_for(
         &self,
         batch: &Batch,
         session_id: &str,
         user: Option<String>,
-        own_episodes: usize,
+        history_before: i64,
     ) -> Assembled {
         let text: Vec<String> = batch
             .messages
@@ -245,7 +260,8 @@ impl Agent {
             session_id: session_id.to_string(),
             user,
             text: text.join("\n"),
-            own_episodes,
+            own_messages: batch.messages.len(),
+            history_before,
         };
         let chain = self.context.clone();
         tokio::task::spawn_blocking(move || chain.assemble(&turn))
@@ -300,8 +316,9 @@ impl Agent {
         }
     }
 
-    /// Log the outcome, save the reply as an episode, journal `agent.response` and
-    /// `turn.completed`, and record the outcome on the batch.
+    /// Log the outcome, save the reply as an episode while journaling `agent.response`,
+    /// then journal `turn.completed` while recording the outcome on the batch (every write
+    /// acknowledged before the turn ends; independent ones side by side).
     async fn record(
         &self,
         batch: &Batch,
@@ -323,16 +340,19 @@ impl Agent {
         } else {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
         }
-        if let (Some(reply), Some(user)) = (&reply, &user) {
-            let text = serde_json::from_str::<serde_json::Value>(reply)
-                .ok()
-                .and_then(|v| v["text"].as_str().map(str::to_string))
-                .unwrap_or_else(|| reply.clone());
-            self.remember(session_id, user, "assistant", text).await;
-        }
-        if let Some(journal) = &self.journal {
-            let session = Some(session_id.to_string());
-            if let Some(reply) = &reply {
+        let reply_episode = match (&reply, &user) {
+            (Some(reply), Some(user)) => {
+                let text = serde_json::from_str::<serde_json::Value>(reply)
+                    .ok()
+                    .and_then(|v| v["text"].as_str().map(str::to_string))
+                    .unwrap_or_else(|| reply.clone());
+                self.episode(session_id, user, "assistant", text)
+            }
+            _ => None,
+        };
+        let session = Some(session_id.to_string());
+        let response = async {
+            if let (Some(journal), Some(reply)) = (&self.journal, &reply) {
                 let payload = serde_json::json!({
                     "batch_id": batch.id,
                     "channel": batch.channel,
@@ -343,6 +363,15 @@ impl Agent {
                     .emit("agent.response", payload, session.clone(), user.clone())
                     .await;
             }
+        };
+        tokio::join!(
+            self.remember(session_id, reply_episode.into_iter().collect()),
+            response
+        );
+        let completed = async {
+            let Some(journal) = &self.journal else {
+                return;
+            };
             let payload = serde_json::json!({
                 "batch_id": batch.id,
                 "channel": batch.channel,
@@ -355,44 +384,57 @@ impl Agent {
                 "duration_ms": started.elapsed().as_millis() as u64,
                 "host_us": started.elapsed().saturating_sub(llm_time).as_micros() as u64,
             });
-            journal.emit("turn.completed", payload, session, user).await;
-        }
-        if let Err(e) = self
-            .buffer
-            .finish_batch(batch.id, status, reply, error)
-            .await
-        {
-            tracing::error!(batch = batch.id, "cannot record the turn's outcome: {e}");
-        }
+            journal
+                .emit("turn.completed", payload, session.clone(), user.clone())
+                .await;
+        };
+        let finished = async {
+            if let Err(e) = self
+                .buffer
+                .finish_batch(batch.id, status, reply.clone(), error.clone())
+                .await
+            {
+                tracing::error!(batch = batch.id, "cannot record the turn's outcome: {e}");
+            }
+        };
+        tokio::join!(completed, finished);
     }
 
-    /// Save one side of the conversation as an episode (the hot path: no LLM call, no
-    /// embedding — the background embedder vectorises it later). Failures are logged: a
-    /// turn is never lost because memory could not keep it.
-    /// Whether it was saved.
-    async fn remember(&self, session_id: &str, user: &str, role: &str, text: String) -> bool {
-        let Some(memory) = self.memory.clone() else {
-            return false;
-        };
-        let config = memory.local().config();
+    /// One side of the conversation as an episode in the session's scope, tagged with the
+    /// speaker's role; none when episodes are not saved or the text is empty.
+    fn episode(&self, session_id: &str, user: &str, role: &str, text: String) -> Option<NewMemory> {
+        let config = self.memory.as_ref()?.local().config();
         if !config.save_episodes || text.trim().is_empty() {
-            return false;
+            return None;
         }
-        let agent = config.agent_id.clone();
         let mut episode = NewMemory::new(MemoryKind::Episode, text);
         episode.scope = Scope {
-            agent_id: Some(agent),
+            agent_id: Some(config.agent_id.clone()),
             user_id: Some(user.to_string()),
             session_id: Some(session_id.to_string()),
         };
         episode.tags = vec![role.to_string()];
-        let saved = tokio::task::spawn_blocking(move || memory.save(episode)).await;
-        match saved {
-            Ok(Ok(_)) => return true,
-            Ok(Err(e)) => tracing::warn!(session = session_id, "cannot save an episode: {e}"),
-            Err(e) => tracing::warn!(session = session_id, "saving an episode panicked: {e}"),
+        Some(episode)
+    }
+
+    /// Save episodes in one commit (the hot path: no LLM call, no embedding — the
+    /// background embedder vectorises them later). Failures are logged: a turn is never
+    /// lost because memory could not keep it.
+    async fn remember(&self, session_id: &str, episodes: Vec<NewMemory>) {
+        let Some(memory) = self.memory.clone() else {
+            return;
+        };
+        if episodes.is_empty() {
+            return;
         }
-        false
+        match tokio::task::spawn_blocking(move || memory.save_all(episodes)).await {
+            Ok(outcomes) => {
+                for error in outcomes.into_iter().filter_map(Result::err) {
+                    tracing::warn!(session = session_id, "cannot save an episode: {error}");
+                }
+            }
+            Err(e) => tracing::warn!(session = session_id, "saving episodes panicked: {e}"),
+        }
     }
 
     /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … by the
@@ -450,19 +492,12 @@ impl Agent {
     pub async fn task_turn(&self, task: i64, batch: Batch) {
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
-        let mut saved = 0;
-        for message in &batch.messages {
-            let text = message_text(message, self.config.max_message_chars);
-            if self
-                .remember(&session_id, &message.sender, "user", text)
-                .await
-            {
-                saved += 1;
-            }
-        }
-        let context = self
-            .context_for(&batch, &session_id, user.clone(), saved)
-            .await;
+        let history_before = crate::store::now_ms();
+        let episodes = self.user_episodes(&batch, &session_id);
+        let (_, context) = tokio::join!(
+            self.remember(&session_id, episodes),
+            self.context_for(&batch, &session_id, user.clone(), history_before)
+        );
         let prompt = batch_prompt(&batch, self.config.max_message_chars);
         let mut system =
             String::from("You are a Cairn sub-agent. Handle this task and report the result.");
@@ -475,7 +510,8 @@ impl Agent {
             Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
         };
         if let (Some(result), Some(user)) = (&result, &user) {
-            self.remember(&session_id, user, "assistant", result.clone())
+            let episode = self.episode(&session_id, user, "assistant", result.clone());
+            self.remember(&session_id, episode.into_iter().collect())
                 .await;
         }
         tracing::info!(

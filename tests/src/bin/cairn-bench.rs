@@ -555,7 +555,7 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         value: percentile(&host_us, 0.5) / 1000.0,
         unit: "ms",
         note: format!(
-            "p50; p99 {:.2} ms; {} turns: events, context providers, 2 durable episode saves, delivery through the channel plugin",
+            "p50; p99 {:.2} ms; {} turns, a new session each: session, events and episodes (durable), context providers, delivery through the channel plugin (a kv write)",
             percentile(&host_us, 0.99) / 1000.0,
             host_us.len()
         ),

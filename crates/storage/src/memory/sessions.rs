@@ -49,21 +49,22 @@ impl SessionStore for SqliteMemory {
         now: i64,
         idle_ms: i64,
     ) -> Receipt<String> {
+        // The common case — the conversation's session is active and fresh — is a read: the
+        // turn's `message.received` moves its `last_activity` on (`record_activity`).
+        let fresh = self.read(|conn| current_session(conn, conversation));
+        if let Ok(Some((id, state, last))) = fresh
+            && state == SessionState::Active.as_str()
+            && now - last < idle_ms
+        {
+            return Receipt::ready(Ok(id));
+        }
         let (conversation, user, agent) = (
             conversation.to_string(),
             user.map(str::to_string),
             agent.map(str::to_string),
         );
         self.submit(move |conn| {
-            let current: Option<(String, String, i64)> = conn
-                .query_row(
-                    "SELECT id, state, coalesce(last_activity, started_at) FROM sessions
-                     WHERE conversation = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
-                    params![conversation],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                )
-                .optional()?;
-            if let Some((id, state, last)) = current
+            if let Some((id, state, last)) = current_session(conn, &conversation)?
                 && state == SessionState::Active.as_str()
                 && now - last < idle_ms
             {
@@ -365,4 +366,18 @@ fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
     )?;
     tracing::info!("sessions moved from host.db into memory.db");
     Ok(())
+}
+
+/// The newest session of a conversation: id, state and last activity.
+fn current_session(
+    conn: &Connection,
+    conversation: &str,
+) -> rusqlite::Result<Option<(String, String, i64)>> {
+    conn.query_row(
+        "SELECT id, state, coalesce(last_activity, started_at) FROM sessions
+         WHERE conversation = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
+        params![conversation],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
+    .optional()
 }
