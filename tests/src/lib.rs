@@ -121,7 +121,7 @@ impl PluginDir {
 /// Every event of a data dir's journal, oldest first, as `cairn journal tail --json` prints
 /// them (it reads beside a running host).
 pub fn journal_events(data: &Path) -> Vec<serde_json::Value> {
-    let tail = cairn(&[
+    let tail = cairn_ok(&[
         "journal",
         "tail",
         "--json",
@@ -130,11 +130,6 @@ pub fn journal_events(data: &Path) -> Vec<serde_json::Value> {
         "--data",
         &data.display().to_string(),
     ]);
-    assert!(
-        tail.status.success(),
-        "{}",
-        String::from_utf8_lossy(&tail.stderr)
-    );
     String::from_utf8_lossy(&tail.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
@@ -379,6 +374,18 @@ pub fn cairn(args: &[&str]) -> std::process::Output {
         command.env(key, value);
     }
     command.output().expect("run cairn")
+}
+
+/// Run the `cairn` binary with `args`, asserting it succeeded (its stderr otherwise).
+pub fn cairn_ok(args: &[&str]) -> std::process::Output {
+    let out = cairn(args);
+    assert!(
+        out.status.success(),
+        "cairn {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// `cairn status --json --data DIR`, parsed.

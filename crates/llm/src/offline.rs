@@ -65,37 +65,53 @@ impl LlmProvider for OfflineProvider {
     }
 }
 
-/// The quoted lines (`> …`) of a text, without the marker and without the `[kind date]`
-/// headers the agent puts above each memory.
-fn quoted_lines(text: &str) -> impl Iterator<Item = &str> {
-    text.lines()
+/// The quoted lines (`> …`) of a text, without the marker, each with whether it is a fact:
+/// the `[kind date]` headers the agent puts above each memory say so and are left out.
+fn quoted_lines(text: &str) -> Vec<(bool, &str)> {
+    let mut fact = false;
+    let mut lines = Vec::new();
+    for line in text
+        .lines()
         .filter_map(|line| line.trim_start().strip_prefix("> "))
         .map(str::trim)
-        .filter(|line| !line.is_empty() && !line.starts_with('['))
+        .filter(|line| !line.is_empty())
+    {
+        match line.strip_prefix('[') {
+            Some(header) => fact = header.starts_with("fact"),
+            None => lines.push((fact, line)),
+        }
+    }
+    lines
 }
+
+/// How well a quoted memory answers a message: shared words, whether it is a fact, and
+/// fewer words of its own (higher is better throughout).
+type Rank = (usize, bool, std::cmp::Reverse<usize>);
 
 /// The candidate sharing the most words (of three letters or more) with what `message`
 /// says — its lines without their `sender: ` prefix, so a memory is not cited just for
-/// naming the speaker —, if any shares one; of equals the one with fewest words (a
-/// distilled fact over the conversation it came from), then the first.
-fn best_match<'a>(message: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+/// naming the speaker —, if any shares one; of equals a fact (distilled knowledge) over
+/// the conversations and summaries it came from, then the one with fewest words, then the
+/// first.
+fn best_match<'a>(
+    message: &str,
+    candidates: impl Iterator<Item = (bool, &'a str)>,
+) -> Option<&'a str> {
     let said: Vec<&str> = message
         .lines()
         .map(|line| line.split_once(": ").map_or(line, |(_, text)| text))
         .collect();
     let wanted = words(&said.join("\n"));
-    let mut best: Option<(usize, usize, &str)> = None;
-    for candidate in candidates {
+    let mut best: Option<(Rank, &str)> = None;
+    for (fact, candidate) in candidates {
         let own = words(candidate);
         let shared = own.intersection(&wanted).count();
-        let better = best.is_none_or(|(most, length, _)| {
-            shared > most || (shared == most && own.len() < length)
-        });
-        if shared > 0 && better {
-            best = Some((shared, own.len(), candidate));
+        let rank = (shared, fact, std::cmp::Reverse(own.len()));
+        if shared > 0 && best.is_none_or(|(top, _)| rank > top) {
+            best = Some((rank, candidate));
         }
     }
-    best.map(|(_, _, candidate)| candidate)
+    best.map(|(_, candidate)| candidate)
 }
 
 /// The lower-cased words of three letters or more.
@@ -168,6 +184,17 @@ mod tests {
                 .content
                 .ends_with("(I remember: The boat is moored at pier seven)"),
             "{}",
+            answer.content
+        );
+        let tied = "## Relevant memory\n> [reflection 2026-11-21]\n> Tea: green tea\n> [fact 2026-11-21]\n> The user's favourite drink is green tea\n";
+        let answer = OfflineProvider
+            .complete(&request(tied, "alice: which tea?"))
+            .expect("completes");
+        assert!(
+            answer
+                .content
+                .ends_with("(I remember: The user's favourite drink is green tea)"),
+            "of equals, the fact: {}",
             answer.content
         );
         let unrelated = OfflineProvider

@@ -52,6 +52,12 @@ impl Summary {
     /// (what the agent said last) stays in the event: the agent's own words, which may
     /// quote recalled memory, are not written back as memory.
     pub fn as_memory_text(&self) -> String {
+        if self
+            .summary
+            .contains(self.title.trim_end_matches(['.', '…']))
+        {
+            return self.summary.clone();
+        }
         format!("{}: {}", self.title, self.summary)
     }
 

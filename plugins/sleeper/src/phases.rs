@@ -316,61 +316,68 @@ fn derive(
     Ok(stored)
 }
 
-const RECENT_FACTS: usize = 30;
-const RECENT_REQUESTS: usize = 100;
+/// A phase that asks the model for new memories per user: what it reads, which of those
+/// it gives the model, and what it stores.
+struct Derivation {
+    /// The kinds it reads.
+    reads: &'static [MemoryKind],
+    /// Which of them count as inputs.
+    counts: fn(&MemoryEntry) -> bool,
+    /// Fewer inputs than this, and the user is skipped.
+    at_least: usize,
+    /// The newest this many inputs are given to the model.
+    newest: usize,
+    /// The kind it stores, and the prompt, answer list and category it uses.
+    stores: MemoryKind,
+    task: (&'static str, &'static str, &'static str),
+}
 
-fn reflect(settings: &Settings, _: &mut Proposals) -> Result<Outcome, Error> {
+/// Insights from a user's newest facts.
+const REFLECTION: Derivation = Derivation {
+    reads: &[MemoryKind::Fact],
+    counts: |_| true,
+    at_least: 2,
+    newest: 30,
+    stores: MemoryKind::Reflection,
+    task: (prompts::REFLECT, "reflections", "insight"),
+};
+
+/// Procedures from a user's repeated requests.
+const GENERALIZATION: Derivation = Derivation {
+    reads: &[MemoryKind::Episode],
+    counts: |e| e.tags.iter().any(|t| t == "user"),
+    at_least: 3,
+    newest: 100,
+    stores: MemoryKind::Procedure,
+    task: (prompts::GENERALIZE, "procedures", "procedure"),
+};
+
+/// Run a derivation for every user; how many memories it stored.
+fn derive_per_user(derivation: &Derivation, settings: &Settings) -> Result<Outcome, Error> {
     let mut changed = 0;
-    for ((agent_id, user_id), facts) in by_user(&[MemoryKind::Fact], settings)? {
+    for ((agent_id, user_id), entries) in by_user(derivation.reads, settings)? {
         if lifecycle::interrupted() {
             return Ok(Outcome::Interrupted);
         }
-        if facts.len() < 2 {
+        let inputs: Vec<MemoryEntry> = entries.into_iter().filter(derivation.counts).collect();
+        if inputs.len() < derivation.at_least {
             continue;
         }
-        let recent = &facts[facts.len().saturating_sub(RECENT_FACTS)..];
+        let newest = &inputs[inputs.len().saturating_sub(derivation.newest)..];
         let scope = MemoryScope {
             agent_id,
             user_id,
             session_id: None,
         };
-        changed += derive(
-            recent,
-            scope,
-            MemoryKind::Reflection,
-            (prompts::REFLECT, "reflections", "insight"),
-            settings,
-        )?;
+        changed += derive(newest, scope, derivation.stores, derivation.task, settings)?;
     }
     Ok(Outcome::Done(changed))
 }
 
+fn reflect(settings: &Settings, _: &mut Proposals) -> Result<Outcome, Error> {
+    derive_per_user(&REFLECTION, settings)
+}
+
 fn generalize(settings: &Settings, _: &mut Proposals) -> Result<Outcome, Error> {
-    let mut changed = 0;
-    for ((agent_id, user_id), episodes) in by_user(&[MemoryKind::Episode], settings)? {
-        if lifecycle::interrupted() {
-            return Ok(Outcome::Interrupted);
-        }
-        let requests: Vec<MemoryEntry> = episodes
-            .into_iter()
-            .filter(|e| e.tags.iter().any(|t| t == "user"))
-            .collect();
-        if requests.len() < 3 {
-            continue;
-        }
-        let recent = &requests[requests.len().saturating_sub(RECENT_REQUESTS)..];
-        let scope = MemoryScope {
-            agent_id,
-            user_id,
-            session_id: None,
-        };
-        changed += derive(
-            recent,
-            scope,
-            MemoryKind::Procedure,
-            (prompts::GENERALIZE, "procedures", "procedure"),
-            settings,
-        )?;
-    }
-    Ok(Outcome::Done(changed))
+    derive_per_user(&GENERALIZATION, settings)
 }

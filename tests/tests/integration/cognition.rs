@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cairn_tests::stub_http::{Reply, Seen, StubServer};
-use cairn_tests::{Host, PluginDir, cairn, count_lines, journal_events, status_json};
+use cairn_tests::{Host, PluginDir, cairn, cairn_ok, count_lines, journal_events, status_json};
 use serde_json::{Value, json};
 
 const LONG: Duration = Duration::from_secs(90);
@@ -79,17 +79,12 @@ fn memory_json(data: &Path, args: &[&str]) -> Vec<Value> {
     let data = data.display().to_string();
     let mut all = vec!["memory", "list", "--json", "--data", &data];
     all.extend_from_slice(args);
-    let out = cairn(&all);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = cairn_ok(&all);
     let listed: Value = serde_json::from_slice(&out.stdout).expect("json");
     listed.as_array().expect("a list").clone()
 }
 
-/// The live fact saying `text`, and every fact (live or not) of the data dir.
+/// Every fact of the data dir, live or not.
 fn facts(data: &Path) -> Vec<Value> {
     memory_json(data, &["--kind", "fact", "--all"])
 }
@@ -178,7 +173,7 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
         3,
         "one summary per session: {summaries:#?}"
     );
-    let sessions = cairn(&["memory", "export", "--data", &data.display().to_string()]);
+    let sessions = cairn_ok(&["memory", "export", "--data", &data.display().to_string()]);
     let consolidated = String::from_utf8_lossy(&sessions.stdout)
         .lines()
         .filter(|l| l.contains("\"type\":\"session\"") && l.contains("\"consolidated\""))
@@ -216,18 +211,13 @@ fn chrono_now_ms() -> i64 {
 fn import(data: &Path, lines: &[String]) {
     let file = data.join("seed.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").expect("seed file");
-    let out = cairn(&[
+    let out = cairn_ok(&[
         "memory",
         "import",
         &file.display().to_string(),
         "--data",
         &data.display().to_string(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 #[test]
@@ -472,9 +462,14 @@ fn playing_a_model() -> StubServer {
                 } else if input.contains("green tea") {
                     facts.push(json!({"content": "The user's favourite drink is green tea.", "subject": "user", "predicate": "favourite_drink", "confidence": 0.9}));
                     facts.push(json!({"content": "The user may enjoy hiking.", "subject": "user", "predicate": null, "confidence": 0.3}));
+                    facts.push(json!({"content": "The user lives by the sea.", "subject": "user", "predicate": "lives_in", "confidence": 0.8}));
                 }
                 json!({ "facts": facts }).to_string()
             }
+            Some("reflect") if input.lines().count() >= 2 => json!({"reflections": [
+                {"content": "The user's days revolve around coffee and the sea.", "sources": [1, 2]}
+            ]})
+            .to_string(),
             Some("reflect") => json!({"reflections": []}).to_string(),
             Some("generalize") => json!({"procedures": []}).to_string(),
             Some(other) => format!("I do not know the task {other}"),
@@ -517,14 +512,19 @@ fn a_model_behind_an_openai_compatible_api_drives_the_same_pipeline() {
     let plugins = cognitive_host_plugins();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
-    let mut host = host_on_model(&server, &plugins, data, &[]);
+    let mut host = host_on_model(
+        &server,
+        &plugins,
+        data,
+        &[("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "6")],
+    );
 
     host.type_line("My favourite drink is green tea.");
     host.wait_for("cairn> Noted.", LONG);
     let extracted = wait_for_event(&mut host, data, "facts.extracted", "cli:cli");
     assert_eq!(
         extracted["facts"].as_array().map(Vec::len),
-        Some(1),
+        Some(2),
         "{extracted}"
     );
     assert_eq!(
@@ -540,6 +540,13 @@ fn a_model_behind_an_openai_compatible_api_drives_the_same_pipeline() {
     wait_for_event(&mut host, data, "facts.extracted", "cli:cli#2");
     host.type_line("These days I drink coffee; it is my favourite drink.");
     wait_for_event(&mut host, data, "facts.extracted", "cli:cli#3");
+    let data_path = data.to_path_buf();
+    host.wait_until(LONG, "a full sleep after the last session", |_| {
+        events(&data_path, "sleep.completed")
+            .iter()
+            .map(payload)
+            .any(|p| p["interrupted"] == false && p["changes"]["reflect"] == 1)
+    });
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
 
@@ -550,6 +557,14 @@ fn a_model_behind_an_openai_compatible_api_drives_the_same_pipeline() {
     );
     let tea = fact_saying(&all, "The user's favourite drink is green tea.");
     assert_eq!(tea["superseded_by"], coffee["id"]);
+    let sea = fact_saying(&all, "The user lives by the sea.");
+    let insights = memory_json(data, &["--kind", "reflection", "--category", "insight"]);
+    assert_eq!(insights.len(), 1, "{insights:#?}");
+    let cited = insights[0]["sources"].as_array().expect("sources");
+    assert!(
+        cited.contains(&coffee["id"]) && cited.contains(&sea["id"]),
+        "the model's reflection cites the facts it was given: {insights:#?}"
+    );
 
     let seen = server.seen();
     let summaries: Vec<&Seen> = seen
@@ -650,7 +665,7 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
     assert!(events(&data_path, "facts.extracted").is_empty());
 
     healthy.store(true, Ordering::SeqCst);
-    let retry = cairn(&[
+    let retry = cairn_ok(&[
         "journal",
         "dead-letters",
         "retry",
@@ -659,11 +674,6 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
         "--data",
         &data_arg,
     ]);
-    assert!(
-        retry.status.success(),
-        "{}",
-        String::from_utf8_lossy(&retry.stderr)
-    );
     let extracted = wait_for_event(&mut host, data, "facts.extracted", "cli:cli#2");
     assert_eq!(extracted["facts"].as_array().map(Vec::len), Some(1));
     let (status, log) = host.stop();
@@ -711,7 +721,7 @@ fn the_consolidator_finishes_a_session_the_user_left_exactly_once_with_the_other
     );
     assert_eq!(first["trigger"], "memory.session_completed");
 
-    let replay = cairn(&[
+    let replay = cairn_ok(&[
         "journal",
         "replay",
         "--subscriber",
@@ -721,11 +731,6 @@ fn the_consolidator_finishes_a_session_the_user_left_exactly_once_with_the_other
         "--data",
         &data.display().to_string(),
     ]);
-    assert!(
-        replay.status.success(),
-        "{}",
-        String::from_utf8_lossy(&replay.stderr)
-    );
     host.wait_until(LONG, "the replayed run", |_| {
         events(&data_path, "memory.consolidated").len() >= 2
     });
