@@ -211,7 +211,7 @@ fn chrono_now_ms() -> i64 {
 fn import(data: &Path, lines: &[String]) {
     let file = data.join("seed.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").expect("seed file");
-    let out = cairn_ok(&[
+    cairn_ok(&[
         "memory",
         "import",
         &file.display().to_string(),
@@ -665,7 +665,7 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
     assert!(events(&data_path, "facts.extracted").is_empty());
 
     healthy.store(true, Ordering::SeqCst);
-    let retry = cairn_ok(&[
+    cairn_ok(&[
         "journal",
         "dead-letters",
         "retry",
@@ -721,7 +721,7 @@ fn the_consolidator_finishes_a_session_the_user_left_exactly_once_with_the_other
     );
     assert_eq!(first["trigger"], "memory.session_completed");
 
-    let replay = cairn_ok(&[
+    cairn_ok(&[
         "journal",
         "replay",
         "--subscriber",
