@@ -33,6 +33,16 @@ impl Reply {
         Reply::status(200, &body.to_string())
     }
 
+    /// An OpenAI-compatible chat completion saying `text` (model `stub-model-2025`, 12
+    /// prompt and 3 completion tokens).
+    pub fn openai_chat(text: &str) -> Self {
+        Reply::json(serde_json::json!({
+            "id": "chatcmpl-1", "object": "chat.completion", "model": "stub-model-2025",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+        }))
+    }
+
     /// `status` with `body`.
     pub fn status(status: u16, body: &str) -> Self {
         Reply::Answer {

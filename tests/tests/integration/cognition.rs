@@ -400,15 +400,6 @@ fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped(
     );
 }
 
-/// An OpenAI-compatible chat answer saying `text`.
-fn chat_answer(text: &str) -> Reply {
-    Reply::json(json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub-model-2025",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 40, "completion_tokens": 20, "total_tokens": 60}
-    }))
-}
-
 /// What a request asks: its system prompt's task (none for a chat turn), its system
 /// prompt and its last user message.
 fn read_request(seen: &Seen) -> (Option<String>, String, String) {
@@ -484,7 +475,7 @@ fn playing_a_model() -> StubServer {
                 }
             }
         };
-        chat_answer(&answer)
+        Reply::openai_chat(&answer)
     })
 }
 
@@ -609,18 +600,18 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
         let (task, _, _) = read_request(seen);
         match task.as_deref() {
             Some("summarize-episode") if seen.body.contains("bees") => {
-                chat_answer("I would rather not answer in JSON today.")
+                Reply::openai_chat("I would rather not answer in JSON today.")
             }
-            Some("summarize-episode") => chat_answer(
+            Some("summarize-episode") => Reply::openai_chat(
                 &json!({"title": "Plans", "summary": "The user plans a garden.", "key_points": [], "outcome": "", "topics": ["garden"]}).to_string(),
             ),
             Some("extract-facts") if !provider_up.load(Ordering::SeqCst) => {
                 Reply::status(200, "{\"choices\": \"not what the API promises\"")
             }
-            Some("extract-facts") => chat_answer(
+            Some("extract-facts") => Reply::openai_chat(
                 &json!({"facts": [{"content": "The user plans a vegetable garden.", "subject": "user", "predicate": "plans", "confidence": 0.9}]}).to_string(),
             ),
-            _ => chat_answer("Noted."),
+            _ => Reply::openai_chat("Noted."),
         }
     });
     let plugins = cognitive_host_plugins();

@@ -51,14 +51,6 @@ fn ask(text: &str) -> CompletionRequest {
     }
 }
 
-fn chat_answer(text: &str) -> Reply {
-    Reply::json(json!({
-        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub-model-2025",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
-    }))
-}
-
 /// A host on `plugins` and `data` whose agent asks `server` (OpenAI-compatible), with `extra`
 /// settings, once it is running.
 fn host_answered_by(
@@ -81,7 +73,7 @@ fn host_answered_by(
 
 #[test]
 fn openai_sends_the_chat_with_its_key_and_json_mode_and_reads_text_and_usage() {
-    let server = StubServer::start(vec![chat_answer("{\"ok\": true}")]);
+    let server = StubServer::start(vec![Reply::openai_chat("{\"ok\": true}")]);
     let mut request = ask("hello");
     request.json = true;
     request.temperature = Some(0.2);
@@ -125,7 +117,7 @@ fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
     let server = StubServer::start(vec![
         Reply::status(429, "{\"error\": \"slow down\"}").header("Retry-After", "0"),
         Reply::status(503, "overloaded"),
-        chat_answer("finally"),
+        Reply::openai_chat("finally"),
     ]);
     let answer = openai(&server).complete(&ask("hi")).expect("the third try");
     assert_eq!(answer.content, "finally");
@@ -151,7 +143,7 @@ fn a_429_storm_ends_as_rate_limited_after_the_retries() {
 fn a_slow_answer_times_out_and_a_dropped_connection_is_retried() {
     let server = StubServer::start(vec![Reply::Slow(
         Duration::from_secs(5),
-        Box::new(chat_answer("too late")),
+        Box::new(Reply::openai_chat("too late")),
     )]);
     let mut slow = config(&server, ProviderKind::Openai);
     slow.timeout_ms = 200;
@@ -171,7 +163,7 @@ fn a_slow_answer_times_out_and_a_dropped_connection_is_retried() {
     );
     assert_eq!(error.kind(), ErrorKind::Unavailable);
 
-    let server = StubServer::start(vec![Reply::Drop, chat_answer("after the drop")]);
+    let server = StubServer::start(vec![Reply::Drop, Reply::openai_chat("after the drop")]);
     let answer = openai(&server).complete(&ask("hi")).expect("retried");
     assert_eq!(answer.content, "after the drop");
     let server = StubServer::start(vec![Reply::Drop]);
@@ -240,7 +232,9 @@ fn anthropic_sends_system_apart_with_its_headers_and_joins_text_blocks() {
 
 #[test]
 fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
-    let server = StubServer::start(vec![chat_answer("The boat is moored at pier seven.")]);
+    let server = StubServer::start(vec![Reply::openai_chat(
+        "The boat is moored at pier seven.",
+    )]);
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let data = tempfile::tempdir().expect("data");
@@ -294,7 +288,7 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
 
 #[test]
 fn the_response_cache_answers_a_repeated_request_without_the_provider() {
-    let server = StubServer::start(vec![chat_answer("From the model.")]);
+    let server = StubServer::start(vec![Reply::openai_chat("From the model.")]);
     let dir = tempfile::tempdir().expect("cache dir");
     let cache = CacheConfig {
         enabled: true,
@@ -329,7 +323,7 @@ fn the_response_cache_answers_a_repeated_request_without_the_provider() {
 
 #[test]
 fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
-    let server = StubServer::start(vec![chat_answer("Paris.")]);
+    let server = StubServer::start(vec![Reply::openai_chat("Paris.")]);
     let plugins = PluginDir::new();
     for (id, grant) in [
         (
@@ -391,7 +385,10 @@ fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
     ]);
     assert!(imported.status.success());
 
-    let server = StubServer::start(vec![chat_answer("Noted."), chat_answer("Pier seven.")]);
+    let server = StubServer::start(vec![
+        Reply::openai_chat("Noted."),
+        Reply::openai_chat("Pier seven."),
+    ]);
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
