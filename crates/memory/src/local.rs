@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 
 use super::embed::{self, EmbedSignal, EmbeddingProvider, HashEmbedder, ScanFilter, VectorIndex};
 use super::recall::{self, RecallHit, RecallQuery};
+use super::rerank;
 use super::{
     MemoryConfig, MemoryEntry, MemoryError, MemoryKind, MemoryStats, NewMemory, SNAPSHOT_FILE,
     Scope, StoreOutcome,
@@ -41,6 +42,8 @@ pub struct LocalMemory {
     config: MemoryConfig,
     store: Arc<dyn MemoryStore>,
     embedder: Option<Arc<dyn EmbeddingProvider>>,
+    /// Why the embedder is not the one configured, and how to fix it.
+    embedding_warning: Option<String>,
     index: VectorIndex,
     index_loaded: OnceLock<()>,
     /// Every live entry up to this seq has a vector from the configured model.
@@ -66,12 +69,14 @@ impl LocalMemory {
         store: Arc<dyn MemoryStore>,
         cold: bool,
     ) -> Result<Arc<Self>, MemoryError> {
-        let embedder = embed::provider_from_config(&config.embeddings);
+        let chosen = embed::provider_from_config(&config.embeddings);
+        let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
         let memory = Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
             config,
             store,
             embedder,
+            embedding_warning,
             index: VectorIndex::default(),
             index_loaded: OnceLock::new(),
             embedded_through: AtomicI64::new(0),
@@ -89,6 +94,17 @@ impl LocalMemory {
     /// The settings this backend runs with.
     pub fn config(&self) -> &MemoryConfig {
         &self.config
+    }
+
+    /// Which embeddings recall uses — `local all-MiniLM-L6-v2 (semantic)`, `hash hash-v1-256
+    /// (lexical)`, … — and, when it is not the configured one, why and how to fix it.
+    pub fn embeddings_in_use(&self) -> (String, Option<String>) {
+        let name = match &self.embedder {
+            None => "none (BM25 only)".to_string(),
+            Some(e) if e.provider() == "hash" => format!("hash {} (lexical)", e.model()),
+            Some(e) => format!("{} {} (semantic)", e.provider(), e.model()),
+        };
+        (name, self.embedding_warning.clone())
     }
 
     /// The provider and model of the configured embeddings, when they are on.

@@ -35,6 +35,18 @@ pub struct RecallConfig {
     pub duplicate_similarity: f64,
     /// Candidates taken from each signal before ranking, per requested hit (default 10).
     pub candidates_per_hit: usize,
+    /// With a semantic model, relevance is the cosine plus this much of the normalised
+    /// BM25: words that match help, but never outweigh meaning (default 0.1).
+    pub lexical_boost: f64,
+    /// With a semantic model, hits whose relevance is below this are dropped, so a query
+    /// nothing answers recalls little (default 0.15, set on the dev set).
+    pub min_similarity: f64,
+    /// Two hits at least this similar (cosine) are about the same thing: the newer ranks
+    /// above the older (default 0.4, set on the dev set).
+    pub same_subject_similarity: f64,
+    /// Weight of a hit's own score against its likeness to better hits when the top k is
+    /// picked (maximal marginal relevance; 1 turns diversification off; default 0.75).
+    pub diversity_lambda: f64,
 }
 
 impl Default for RecallConfig {
@@ -49,6 +61,10 @@ impl Default for RecallConfig {
             min_relevance: 0.1,
             duplicate_similarity: 0.9,
             candidates_per_hit: 10,
+            lexical_boost: 0.1,
+            min_similarity: 0.15,
+            same_subject_similarity: 0.4,
+            diversity_lambda: 0.75,
         }
     }
 }
@@ -128,28 +144,47 @@ pub fn recency(age_ms: i64, half_life_hours: f64) -> f64 {
     0.5f64.powf(hours / half_life_hours)
 }
 
-/// Score a candidate from its signals.
-pub fn score(
-    config: &RecallConfig,
-    bm25_raw: Option<f64>,
-    best_bm25: f64,
-    cosine: Option<f64>,
-    importance: u8,
-    age_ms: i64,
-) -> ScoreParts {
+/// The signals of one candidate.
+#[derive(Debug, Clone, Copy)]
+pub struct Signals {
+    /// SQLite's BM25 (lower is better), when the text matched.
+    pub bm25_raw: Option<f64>,
+    /// The best (most negative) BM25 of the query's candidates, negated.
+    pub best_bm25: f64,
+    /// Cosine similarity to the query, when both have vectors.
+    pub cosine: Option<f64>,
+    /// Whether the vectors come from a semantic model (not lexical hashing).
+    pub semantic: bool,
+}
+
+/// Score a candidate from its signals. With a semantic model the cosine leads and BM25
+/// adds a little ([`RecallConfig::lexical_boost`]); otherwise relevance is the weighted
+/// mean of the signals present.
+pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i64) -> ScoreParts {
+    let Signals {
+        bm25_raw,
+        best_bm25,
+        cosine,
+        semantic,
+    } = signals;
     let bm25 = match bm25_raw {
         Some(raw) if best_bm25 > 0.0 => (-raw / best_bm25).clamp(0.0, 1.0),
         _ => 0.0,
     };
-    let (mut weighted, mut weights) = (config.bm25_weight * bm25, config.bm25_weight);
-    if let Some(cosine) = cosine {
-        weighted += config.vector_weight * cosine.clamp(0.0, 1.0);
-        weights += config.vector_weight;
-    }
-    let relevance = if weights > 0.0 {
-        weighted / weights
-    } else {
-        0.0
+    let relevance = match cosine {
+        Some(cosine) if semantic => (cosine + config.lexical_boost * bm25).clamp(0.0, 1.0),
+        _ => {
+            let (mut weighted, mut weights) = (config.bm25_weight * bm25, config.bm25_weight);
+            if let Some(cosine) = cosine {
+                weighted += config.vector_weight * cosine.clamp(0.0, 1.0);
+                weights += config.vector_weight;
+            }
+            if weights > 0.0 {
+                weighted / weights
+            } else {
+                0.0
+            }
+        }
     };
     let importance = f64::from(importance.clamp(1, 10)) / 10.0;
     let recency = recency(age_ms, config.half_life_hours);
@@ -165,6 +200,7 @@ pub fn score(
         recency,
         age_hours: age_ms.max(0) as f64 / 3_600_000.0,
         score,
+        adjusted: None,
     }
 }
 
@@ -238,15 +274,26 @@ mod tests {
     #[test]
     fn scores_blend_relevance_importance_and_recency() {
         let config = RecallConfig::default();
-        let fresh = score(&config, Some(-4.0), 4.0, Some(0.5), 10, 0);
+        let signals = |cosine, semantic| Signals {
+            bm25_raw: Some(-4.0),
+            best_bm25: 4.0,
+            cosine,
+            semantic,
+        };
+        let fresh = score(&config, signals(Some(0.5), false), 10, 0);
         assert!((fresh.bm25 - 1.0).abs() < 1e-9);
         assert!((fresh.relevance - 0.75).abs() < 1e-9);
         assert!((fresh.score - (0.7 * 0.75 + 0.15 + 0.15)).abs() < 1e-9);
-        let week_old = score(&config, Some(-4.0), 4.0, None, 10, 168 * 3_600_000);
+        let week_old = score(&config, signals(None, false), 10, 168 * 3_600_000);
         assert!((week_old.recency - 0.5).abs() < 1e-9);
         assert!(
             (week_old.relevance - 1.0).abs() < 1e-9,
             "only the signals present count"
+        );
+        let semantic = score(&config, signals(Some(0.5), true), 10, 0);
+        assert!(
+            (semantic.relevance - 0.6).abs() < 1e-9,
+            "meaning leads, matching words add a little"
         );
     }
 }

@@ -319,6 +319,10 @@ pub struct ScoreParts {
     pub age_hours: f64,
     /// relevance·w + importance·w + recency·w.
     pub score: f64,
+    /// Why the hit sits where it does beyond its score: a newer memory on the same subject
+    /// ranked above an older one, or a hit moved down for repeating a better one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adjusted: Option<String>,
 }
 
 /// One recalled memory.

@@ -198,6 +198,11 @@ async fn start_plugins(
     if let Some(backend) = stores.memory.backend_plugin() {
         tracing::info!(plugin = backend, "memory is served by a backend plugin");
     }
+    let (embeddings, warning) = stores.local_memory.embeddings_in_use();
+    tracing::info!("memory embeddings: {embeddings}");
+    if let Some(warning) = warning {
+        tracing::warn!("memory embeddings: {warning}");
+    }
     stores.local_memory.start_embedder();
     Ok(host)
 }

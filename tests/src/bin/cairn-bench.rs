@@ -485,6 +485,8 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
             ("CAIRN_WEBHOOK_SECRET", secret),
             ("CAIRN_ROUTER_BATCH_WINDOW_MS", window),
+            // The default: the local model when installed (a query embedding per turn).
+            ("CAIRN_MEMORY_EMBEDDINGS_PROVIDER", "auto"),
             (
                 "CAIRN_LOG",
                 "info,cairn::agent=warn,cairn::plugin=warn,cairn_plugin=warn",

@@ -8,4 +8,5 @@ mod journal;
 mod llm;
 mod memory;
 mod plugin_host;
+mod recall_quality;
 mod supervisor_api;

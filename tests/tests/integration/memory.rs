@@ -853,9 +853,18 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
     let config_b = openai_config(dir.path(), port, "letters-b");
     let data = data_arg(dir.path());
     let config_b = config_b.display().to_string();
-    let stats = cli_json(&[
-        "--config", &config_b, "memory", "stats", "--json", "--data", &data,
-    ]);
+    // The test environment's `hash` override gives way to the file's provider.
+    let stats_b = || {
+        let output = std::process::Command::new(cairn_tests::cairn_bin())
+            .args([
+                "--config", &config_b, "memory", "stats", "--json", "--data", &data,
+            ])
+            .env("CAIRN_MEMORY_EMBEDDINGS_PROVIDER", "openai")
+            .output()
+            .expect("stats");
+        serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("json")
+    };
+    let stats = stats_b();
     assert_eq!(stats["embedding_backlog"], 4);
     let output = std::process::Command::new(cairn_tests::cairn_bin())
         .args([
@@ -877,9 +886,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
             .iter()
             .any(|(model, _, _)| model == "letters-b")
     );
-    let stats = cli_json(&[
-        "--config", &config_b, "memory", "stats", "--json", "--data", &data,
-    ]);
+    let stats = stats_b();
     assert_eq!(
         (
             stats["embedded"].clone(),

@@ -24,6 +24,7 @@ impl LocalMemory {
         let signals = Signals {
             bm25: &bm25,
             cosines: query_vector.as_ref().map(|_| &cosines),
+            semantic: self.embedder.as_ref().is_some_and(|e| e.semantic()),
         };
         Ok(self.rank(query, entries, &signals, limit))
     }
@@ -85,7 +86,9 @@ impl LocalMemory {
         cosines
     }
 
-    /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best.
+    /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best —
+    /// with a semantic model, newer memories on the same subject first and the top k
+    /// diversified (see [`crate::rerank`]).
     fn rank(
         &self,
         query: &RecallQuery,
@@ -96,39 +99,67 @@ impl LocalMemory {
         let config = &self.config.recall;
         let at = query.as_of.unwrap_or_else(now_ms);
         let best_bm25 = signals.bm25.values().map(|b| -b).fold(0.0, f64::max);
-        let min_relevance = query.min_relevance.unwrap_or(config.min_relevance);
-        let mut hits: Vec<RecallHit> = entries
+        let semantic = signals.semantic && signals.cosines.is_some();
+        let default_floor = if semantic {
+            config.min_similarity
+        } else {
+            config.min_relevance
+        };
+        let min_relevance = query.min_relevance.unwrap_or(default_floor);
+        let mut hits: Vec<(i64, RecallHit)> = entries
             .into_iter()
             .map(|(seq, entry)| {
                 let cosine = signals.cosines.and_then(|c| c.get(&seq).copied());
-                let parts = recall::score(
-                    config,
-                    signals.bm25.get(&seq).copied(),
+                let scored = recall::Signals {
+                    bm25_raw: signals.bm25.get(&seq).copied(),
                     best_bm25,
                     cosine,
-                    entry.importance,
-                    at - entry.valid_from,
-                );
-                RecallHit {
+                    semantic: signals.semantic,
+                };
+                let parts = recall::score(config, scored, entry.importance, at - entry.valid_from);
+                let hit = RecallHit {
                     score: parts.score,
                     explain: parts,
                     entry,
-                }
+                };
+                (seq, hit)
             })
-            .filter(|hit| hit.explain.relevance >= min_relevance)
+            .filter(|(_, hit)| hit.explain.relevance >= min_relevance)
             .collect();
-        hits.sort_by(|a, b| {
+        hits.sort_by(|(_, a), (_, b)| {
             b.score
                 .total_cmp(&a.score)
                 .then_with(|| b.entry.recorded_at.cmp(&a.entry.recorded_at))
         });
+        if !semantic {
+            let hits = hits.into_iter().map(|(_, hit)| hit).collect();
+            return recall::collapse_duplicates(hits, config.duplicate_similarity, limit);
+        }
+        let mut candidates: Vec<rerank::Candidate> = hits
+            .into_iter()
+            .map(|(seq, hit)| rerank::Candidate {
+                vector: self.index().vector(seq),
+                hit,
+            })
+            .collect();
+        rerank::promote_updates(&mut candidates, config.same_subject_similarity as f32);
+        let hits = rerank::diversify(candidates, config.diversity_lambda, candidates_len(limit))
+            .into_iter()
+            .map(|c| c.hit)
+            .collect();
         recall::collapse_duplicates(hits, config.duplicate_similarity, limit)
     }
 }
 
-/// The relevance signals of a recall's candidates: BM25 by seq, and cosine by seq when
-/// the query has a vector.
+/// Hits picked before near-verbatim repeats are collapsed, for `limit` kept.
+fn candidates_len(limit: usize) -> usize {
+    limit * 2
+}
+
+/// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the
+/// query has a vector, and whether those vectors carry meaning.
 struct Signals<'a> {
     bm25: &'a HashMap<i64, f64>,
     cosines: Option<&'a HashMap<i64, f64>>,
+    semantic: bool,
 }

@@ -49,6 +49,9 @@ impl CommandMemory {
             memory_db.clone(),
             cold,
         )?;
+        if let (_, Some(warning)) = local.embeddings_in_use() {
+            eprintln!("warning: memory embeddings: {warning}");
+        }
         let service = Arc::new(MemoryService::new(local.clone(), memory_db));
         let backend = match service.backend_plugin() {
             Some(id) => Some(start_backend(config, plugins, id, &service)?),

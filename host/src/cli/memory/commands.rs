@@ -106,9 +106,16 @@ pub(super) fn stats(memory: &CommandMemory, json: &bool) -> Result<()> {
         return backend_stats(memory, backend, json);
     }
     let stats = memory.local.stats().map_err(memory_failure)?;
+    let (embeddings, warning) = memory.local.embeddings_in_use();
     if *json {
-        print_json(&stats)?;
+        let mut value = serde_json::to_value(&stats)?;
+        value["embeddings"] = json!({"in_use": embeddings, "warning": warning});
+        print_json(&value)?;
     } else {
+        println!("embeddings:               {embeddings}");
+        if let Some(warning) = warning {
+            println!("                          {warning}");
+        }
         println!("live entries by kind:     {:?}", stats.live_by_kind);
         println!("live entries by category: {:?}", stats.live_by_category);
         println!("superseded (kept):        {}", stats.superseded);

@@ -1,0 +1,227 @@
+//! A BERT encoder (embeddings, self-attention layers, feed-forward) written out on candle's
+//! tensor operations: the part of `transformers`' `BertModel` a sentence encoder needs (no
+//! pooler, no dropout, token type 0 throughout).
+
+use candle_core::{D, DType, Module, Tensor};
+use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use serde::Deserialize;
+
+/// The fields of a Hugging Face `config.json` the encoder reads.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BertConfig {
+    /// Tokens in the vocabulary.
+    pub vocab_size: usize,
+    /// Width of every hidden state (384 for MiniLM-L6).
+    pub hidden_size: usize,
+    /// Transformer layers.
+    pub num_hidden_layers: usize,
+    /// Attention heads per layer.
+    pub num_attention_heads: usize,
+    /// Width of the feed-forward layer.
+    pub intermediate_size: usize,
+    /// Longest input the position embeddings cover.
+    pub max_position_embeddings: usize,
+    /// Token types (segments) the embeddings know.
+    pub type_vocab_size: usize,
+    /// Epsilon of every layer norm.
+    pub layer_norm_eps: f64,
+    /// The feed-forward activation; only `gelu` (exact, erf) is supported.
+    pub hidden_act: String,
+}
+
+struct Embeddings {
+    words: Embedding,
+    positions: Embedding,
+    token_types: Embedding,
+    norm: LayerNorm,
+}
+
+impl Embeddings {
+    fn load(config: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        let width = config.hidden_size;
+        Ok(Self {
+            words: candle_nn::embedding(config.vocab_size, width, vb.pp("word_embeddings"))?,
+            positions: candle_nn::embedding(
+                config.max_position_embeddings,
+                width,
+                vb.pp("position_embeddings"),
+            )?,
+            token_types: candle_nn::embedding(
+                config.type_vocab_size,
+                width,
+                vb.pp("token_type_embeddings"),
+            )?,
+            norm: candle_nn::layer_norm(width, config.layer_norm_eps, vb.pp("LayerNorm"))?,
+        })
+    }
+
+    /// `[batch, tokens]` ids → `[batch, tokens, hidden]`.
+    fn forward(&self, ids: &Tensor) -> candle_core::Result<Tensor> {
+        let (_, tokens) = ids.dims2()?;
+        let positions = Tensor::arange(0u32, tokens as u32, ids.device())?.unsqueeze(0)?;
+        let types = positions.zeros_like()?;
+        let summed = self
+            .words
+            .forward(ids)?
+            .broadcast_add(&self.positions.forward(&positions)?)?
+            .broadcast_add(&self.token_types.forward(&types)?)?;
+        self.norm.forward(&summed)
+    }
+}
+
+/// A dense layer, its weight kept transposed (`[inputs, outputs]`, contiguous) so that a
+/// forward pass is one plain matrix product over all of a batch's tokens.
+struct Linear {
+    weight: Tensor,
+    bias: Tensor,
+}
+
+impl Linear {
+    fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> candle_core::Result<Self> {
+        Ok(Self {
+            weight: vb.get((outputs, inputs), "weight")?.t()?.contiguous()?,
+            bias: vb.get(outputs, "bias")?,
+        })
+    }
+}
+
+impl Module for Linear {
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let (batch, tokens, inputs) = x.dims3()?;
+        x.reshape((batch * tokens, inputs))?
+            .matmul(&self.weight)?
+            .broadcast_add(&self.bias)?
+            .reshape((batch, tokens, ()))
+    }
+}
+
+struct Layer {
+    query: Linear,
+    key: Linear,
+    value: Linear,
+    attention_out: Linear,
+    attention_norm: LayerNorm,
+    intermediate: Linear,
+    output: Linear,
+    output_norm: LayerNorm,
+    heads: usize,
+}
+
+impl Layer {
+    fn load(config: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        let (width, inner, eps) = (
+            config.hidden_size,
+            config.intermediate_size,
+            config.layer_norm_eps,
+        );
+        let attention = vb.pp("attention");
+        Ok(Self {
+            query: Linear::load(width, width, attention.pp("self.query"))?,
+            key: Linear::load(width, width, attention.pp("self.key"))?,
+            value: Linear::load(width, width, attention.pp("self.value"))?,
+            attention_out: Linear::load(width, width, attention.pp("output.dense"))?,
+            attention_norm: candle_nn::layer_norm(width, eps, attention.pp("output.LayerNorm"))?,
+            intermediate: Linear::load(width, inner, vb.pp("intermediate.dense"))?,
+            output: Linear::load(inner, width, vb.pp("output.dense"))?,
+            output_norm: candle_nn::layer_norm(width, eps, vb.pp("output.LayerNorm"))?,
+            heads: config.num_attention_heads,
+        })
+    }
+
+    /// One layer over `[batch, tokens, hidden]`; `mask_bias` is `[batch, 1, 1, tokens]`,
+    /// 0 for real tokens and a large negative number for padding.
+    fn forward(&self, x: &Tensor, mask_bias: &Tensor) -> candle_core::Result<Tensor> {
+        let (batch, tokens, width) = x.dims3()?;
+        let head_width = width / self.heads;
+        let split = |t: Tensor| -> candle_core::Result<Tensor> {
+            t.reshape((batch, tokens, self.heads, head_width))?
+                .transpose(1, 2)?
+                .contiguous()
+        };
+        let query = split(self.query.forward(x)?)?;
+        let key = split(self.key.forward(x)?)?;
+        let value = split(self.value.forward(x)?)?;
+        let scale = 1.0 / (head_width as f64).sqrt();
+        let scores = (query.matmul(&key.t()?)? * scale)?.broadcast_add(mask_bias)?;
+        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
+        let context = weights
+            .matmul(&value)?
+            .transpose(1, 2)?
+            .reshape((batch, tokens, width))?;
+        let attended = self
+            .attention_norm
+            .forward(&(self.attention_out.forward(&context)? + x)?)?;
+        let inner = self.intermediate.forward(&attended)?.gelu_erf()?;
+        self.output_norm
+            .forward(&(self.output.forward(&inner)? + attended)?)
+    }
+}
+
+/// The encoder: embeddings and layers, weights named as in `BertModel` checkpoints
+/// (with or without a `bert.` prefix).
+pub struct Bert {
+    embeddings: Embeddings,
+    layers: Vec<Layer>,
+}
+
+impl Bert {
+    /// The model `config` describes, with its weights from `vb`.
+    pub fn load(config: &BertConfig, vb: VarBuilder) -> candle_core::Result<Self> {
+        if config.hidden_act != "gelu" {
+            candle_core::bail!(
+                "hidden_act `{}` is not supported (only `gelu`)",
+                config.hidden_act
+            );
+        }
+        if config.num_attention_heads == 0
+            || !config
+                .hidden_size
+                .is_multiple_of(config.num_attention_heads)
+        {
+            candle_core::bail!(
+                "hidden_size {} is not a multiple of num_attention_heads {}",
+                config.hidden_size,
+                config.num_attention_heads
+            );
+        }
+        let vb = if vb.contains_tensor("bert.embeddings.word_embeddings.weight") {
+            vb.pp("bert")
+        } else {
+            vb
+        };
+        let embeddings = Embeddings::load(config, vb.pp("embeddings"))?;
+        let layers = (0..config.num_hidden_layers)
+            .map(|i| Layer::load(config, vb.pp(format!("encoder.layer.{i}"))))
+            .collect::<candle_core::Result<_>>()?;
+        Ok(Self { embeddings, layers })
+    }
+
+    /// Hidden states `[batch, tokens, hidden]` of `ids` `[batch, tokens]` (u32), attending
+    /// only to the tokens `mask` (`[batch, tokens]`, 1 or 0, f32) marks as real.
+    pub fn forward(&self, ids: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+        let (batch, tokens) = mask.dims2()?;
+        let mask_bias = ((mask.ones_like()? - mask)? * -10_000.0)?
+            .to_dtype(DType::F32)?
+            .reshape((batch, 1, 1, tokens))?;
+        let mut hidden = self.embeddings.forward(ids)?;
+        for layer in &self.layers {
+            hidden = layer.forward(&hidden, &mask_bias)?;
+        }
+        Ok(hidden)
+    }
+}
+
+/// Mean of the hidden states over the real tokens (`mask` `[batch, tokens]`, f32),
+/// L2-normalised: `[batch, hidden]`.
+pub fn mean_pool_normalised(hidden: &Tensor, mask: &Tensor) -> candle_core::Result<Tensor> {
+    let weights = mask.unsqueeze(2)?;
+    let summed = hidden.broadcast_mul(&weights)?.sum(1)?;
+    let counts = mask.sum_keepdim(1)?.clamp(1e-9, f64::MAX)?;
+    let mean = summed.broadcast_div(&counts)?;
+    let norms = mean
+        .sqr()?
+        .sum_keepdim(D::Minus1)?
+        .sqrt()?
+        .clamp(1e-12, f64::MAX)?;
+    mean.broadcast_div(&norms)
+}

