@@ -355,7 +355,8 @@ pub fn generate(users: usize, seed: u64, now: i64) -> Dataset {
     }
 }
 
-fn episode(user: &str, session: &str, text: &str, role: &str, at: i64) -> NewMemory {
+/// An episode of `user` in `session`, said by `role` at `at`.
+pub fn episode(user: &str, session: &str, text: &str, role: &str, at: i64) -> NewMemory {
     let mut memory = NewMemory::new(MemoryKind::Episode, text);
     memory.scope = Scope {
         agent_id: Some("main".into()),

@@ -14,9 +14,7 @@ mod bank;
 
 use std::collections::BTreeSet;
 
-use cairn::memory::{MemoryKind, NewMemory, Scope};
-
-use crate::memory_dataset::{PlannedMemory, Rng};
+use crate::memory_dataset::{PlannedMemory, Rng, episode};
 use bank::{ACKS, ASPECTS, EVENTS, ORDER_QUESTIONS, PAIRS, SMALL_TALK, UNANSWERABLE};
 
 /// The five kinds of question.
@@ -257,18 +255,6 @@ fn store_sessions(set: &mut EvalSet, rng: &mut Rng, user: &str, start: i64, said
             });
         }
     }
-}
-
-fn episode(user: &str, session: &str, text: &str, role: &str, at: i64) -> NewMemory {
-    let mut memory = NewMemory::new(MemoryKind::Episode, text);
-    memory.scope = Scope {
-        agent_id: Some("main".into()),
-        user_id: Some(user.to_string()),
-        session_id: Some(session.to_string()),
-    };
-    memory.tags = vec![role.to_string()];
-    memory.valid_from = Some(at);
-    memory
 }
 
 /// `count` distinct indices below `n`, in random order.
