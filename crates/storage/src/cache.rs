@@ -71,22 +71,19 @@ impl ResponseCacheStore for SqliteCache {
         let key = key.to_string();
         self.db.submit(move |conn| {
             let found: Option<String> = conn
-                .query_row(
+                .prepare_cached(
                     "SELECT completion FROM responses WHERE key = ?1 AND created_at > ?2",
-                    params![key, fresh_after],
-                    |r| r.get(0),
-                )
+                )?
+                .query_row(params![key, fresh_after], |r| r.get(0))
                 .optional()?;
             let counter = if found.is_some() { "hits" } else { "misses" };
-            conn.execute(
-                "UPDATE counters SET value = value + 1 WHERE name = ?1",
-                params![counter],
-            )?;
+            conn.prepare_cached("UPDATE counters SET value = value + 1 WHERE name = ?1")?
+                .execute(params![counter])?;
             if found.is_some() {
-                conn.execute(
+                conn.prepare_cached(
                     "UPDATE responses SET last_used = ?2, hits = hits + 1 WHERE key = ?1",
-                    params![key, now],
-                )?;
+                )?
+                .execute(params![key, now])?;
             }
             Ok(found)
         })
@@ -95,20 +92,14 @@ impl ResponseCacheStore for SqliteCache {
     fn store(&self, key: &str, completion: String, now: i64, capacity: usize) -> Receipt<()> {
         let key = key.to_string();
         self.db.submit(move |conn| {
-            conn.execute(
-                "INSERT INTO responses (key, completion, created_at, last_used) VALUES (?1, ?2, ?3, ?3)
+            conn.prepare_cached("INSERT INTO responses (key, completion, created_at, last_used) VALUES (?1, ?2, ?3, ?3)
                  ON CONFLICT (key) DO UPDATE SET completion = excluded.completion,
-                     created_at = excluded.created_at, last_used = excluded.last_used",
-                params![key, completion, now],
-            )?;
-            let kept: i64 = conn.query_row("SELECT count(*) FROM responses", [], |r| r.get(0))?;
+                     created_at = excluded.created_at, last_used = excluded.last_used")?.execute(params![key, completion, now])?;
+            let kept: i64 = conn.prepare_cached("SELECT count(*) FROM responses")?.query_row([], |r| r.get(0))?;
             let over = kept - capacity.max(1) as i64;
             if over > 0 {
-                conn.execute(
-                    "DELETE FROM responses WHERE key IN
-                         (SELECT key FROM responses ORDER BY last_used, created_at LIMIT ?1)",
-                    params![over],
-                )?;
+                conn.prepare_cached("DELETE FROM responses WHERE key IN
+                         (SELECT key FROM responses ORDER BY last_used, created_at LIMIT ?1)")?.execute(params![over])?;
             }
             Ok(())
         })

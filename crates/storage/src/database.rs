@@ -1,31 +1,31 @@
-//! A database as a store uses it: one writer thread (group commit) and one connection for
-//! reads, which WAL lets run beside the writer.
+//! A database as a store uses it: one writer thread (group commit) and a pool of read
+//! connections, which WAL lets run beside the writer.
 
 use std::path::Path;
-use std::sync::Mutex;
 
 use rusqlite::Connection;
 
+use crate::readers::ReaderPool;
 use crate::writer::{GroupWriter, Receipt};
 use crate::{Migrations, StorageError, open_with_writer};
 
-/// An open, migrated database with its writer thread and a read connection.
+/// An open, migrated database with its writer thread and its read connections.
 pub struct Database {
     writer: GroupWriter,
-    reader: Mutex<Connection>,
+    readers: ReaderPool,
 }
 
 impl Database {
     /// Open (creating and migrating) `path` and start its writer thread `writer_name`.
     pub fn open(
         path: &Path,
-        migrations: &Migrations,
+        migrations: &'static Migrations,
         writer_name: &str,
     ) -> Result<Self, StorageError> {
         let (writer, reader) = open_with_writer(path, migrations, writer_name)?;
         Ok(Self {
             writer,
-            reader: Mutex::new(reader),
+            readers: ReaderPool::new(path, migrations, reader),
         })
     }
 
@@ -37,12 +37,11 @@ impl Database {
         self.writer.submit(write)
     }
 
-    /// Run a read on the read connection.
+    /// Run a read on an idle read connection.
     pub fn read<T>(
         &self,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StorageError> {
-        let conn = self.reader.lock().unwrap_or_else(|p| p.into_inner());
-        read(&conn).map_err(|e| StorageError::Sqlite(e.to_string()))
+        self.readers.read(read)
     }
 }

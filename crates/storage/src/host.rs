@@ -115,10 +115,9 @@ impl KvStore for SqliteHost {
     fn delete(&self, plugin: &str, key: &str) -> Receipt<bool> {
         let (plugin, key) = (plugin.to_string(), key.to_string());
         self.db.submit(move |conn| {
-            let removed = conn.execute(
-                "DELETE FROM kv WHERE plugin_id = ?1 AND key = ?2",
-                params![plugin, key],
-            )?;
+            let removed = conn
+                .prepare_cached("DELETE FROM kv WHERE plugin_id = ?1 AND key = ?2")?
+                .execute(params![plugin, key])?;
             Ok(removed > 0)
         })
     }
@@ -138,24 +137,19 @@ impl StatusStore for SqliteHost {
     fn begin_run(&self, pid: u32, plugins_dir: &str) -> Receipt<()> {
         let plugins_dir = plugins_dir.to_string();
         self.db.submit(move |conn| {
-            conn.execute("DELETE FROM plugin_status", [])?;
-            conn.execute("DELETE FROM plugin_llm_usage", [])?;
-            conn.execute(
-                "INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
+            conn.prepare_cached("DELETE FROM plugin_status")?.execute([])?;
+            conn.prepare_cached("DELETE FROM plugin_llm_usage")?.execute([])?;
+            conn.prepare_cached("INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
                  ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, plugins_dir = excluded.plugins_dir,
-                     started_at = excluded.started_at, stopped_at = NULL",
-                params![pid, plugins_dir, now_ms()],
-            )?;
+                     started_at = excluded.started_at, stopped_at = NULL")?.execute(params![pid, plugins_dir, now_ms()])?;
             Ok(())
         })
     }
 
     fn end_run(&self) -> Receipt<()> {
         self.db.submit(|conn| {
-            conn.execute(
-                "UPDATE host_run SET stopped_at = ?1 WHERE id = 1",
-                params![now_ms()],
-            )?;
+            conn.prepare_cached("UPDATE host_run SET stopped_at = ?1 WHERE id = 1")?
+                .execute(params![now_ms()])?;
             Ok(())
         })
     }
@@ -211,18 +205,17 @@ impl StatusStore for SqliteHost {
 
 fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
     let run = conn
-        .query_row(
+        .prepare_cached(
             "SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1",
-            [],
-            |row| {
-                Ok(HostRun {
-                    pid: row.get(0)?,
-                    plugins_dir: row.get(1)?,
-                    started_at: row.get(2)?,
-                    stopped_at: row.get(3)?,
-                })
-            },
-        )
+        )?
+        .query_row([], |row| {
+            Ok(HostRun {
+                pid: row.get(0)?,
+                plugins_dir: row.get(1)?,
+                started_at: row.get(2)?,
+                stopped_at: row.get(3)?,
+            })
+        })
         .optional()?;
     let plugins = conn
         .prepare(
@@ -268,12 +261,9 @@ impl LifecycleStore for SqliteHost {
     fn sleep_state(&self) -> Result<SleepState, StorageError> {
         self.db.read(|conn| {
             let value = |key: &str| -> rusqlite::Result<Option<String>> {
-                conn.query_row(
-                    "SELECT value FROM lifecycle_state WHERE key = ?1",
-                    params![key],
-                    |r| r.get(0),
-                )
-                .optional()
+                conn.prepare_cached("SELECT value FROM lifecycle_state WHERE key = ?1")?
+                    .query_row(params![key], |r| r.get(0))
+                    .optional()
             };
             Ok(SleepState {
                 asleep: value("asleep")?.as_deref() == Some("true"),
@@ -300,11 +290,10 @@ impl LifecycleStore for SqliteHost {
 
     fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, StorageError> {
         self.db.read(|conn| {
-            conn.query_row(
+            conn.prepare_cached(
                 "SELECT last_fired_at FROM schedule_state WHERE plugin_id = ?1 AND name = ?2",
-                params![plugin, name],
-                |r| r.get(0),
-            )
+            )?
+            .query_row(params![plugin, name], |r| r.get(0))
             .optional()
         })
     }
@@ -312,11 +301,8 @@ impl LifecycleStore for SqliteHost {
     fn record_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<()> {
         let (plugin, name) = (plugin.to_string(), name.to_string());
         self.db.submit(move |conn| {
-            conn.execute(
-                "INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at",
-                params![plugin, name, at_ms],
-            )?;
+            conn.prepare_cached("INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at")?.execute(params![plugin, name, at_ms])?;
             Ok(())
         })
     }

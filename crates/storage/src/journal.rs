@@ -98,28 +98,22 @@ impl JournalStore for SqliteJournal {
         let id = id.to_string();
         let patterns = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
         self.db.submit(move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "INSERT INTO subscribers (id, patterns, cursor, updated_at)
                  VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) FROM events), ?3)
                  ON CONFLICT (id) DO UPDATE SET patterns = excluded.patterns",
-                params![id, patterns, now_ms()],
-            )?;
-            conn.query_row(
-                "SELECT cursor FROM subscribers WHERE id = ?1",
-                params![id],
-                |r| r.get(0),
-            )
+            )?
+            .execute(params![id, patterns, now_ms()])?;
+            conn.prepare_cached("SELECT cursor FROM subscribers WHERE id = ?1")?
+                .query_row(params![id], |r| r.get(0))
         })
     }
 
     fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
         self.db.read(|conn| {
-            conn.query_row(
-                "SELECT cursor FROM subscribers WHERE id = ?1",
-                params![subscriber],
-                |r| r.get(0),
-            )
-            .optional()
+            conn.prepare_cached("SELECT cursor FROM subscribers WHERE id = ?1")?
+                .query_row(params![subscriber], |r| r.get(0))
+                .optional()
         })
     }
 
@@ -143,15 +137,9 @@ impl JournalStore for SqliteJournal {
         let subscriber = subscriber.to_string();
         self.db.submit(move |conn| {
             match failure {
-                None => conn.execute(
-                    "DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2",
-                    params![subscriber, seq],
-                ),
-                Some((error, attempts)) => conn.execute(
-                    "UPDATE dead_letters SET status = 'dead', error = ?3, attempts = attempts + ?4, created_at = ?5
-                     WHERE subscriber = ?1 AND seq = ?2",
-                    params![subscriber, seq, error, attempts, now_ms()],
-                ),
+                None => conn.prepare_cached("DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2")?.execute(params![subscriber, seq]),
+                Some((error, attempts)) => conn.prepare_cached("UPDATE dead_letters SET status = 'dead', error = ?3, attempts = attempts + ?4, created_at = ?5
+                     WHERE subscriber = ?1 AND seq = ?2")?.execute(params![subscriber, seq, error, attempts, now_ms()]),
             }
             .map(|_| ())
         })
@@ -159,12 +147,12 @@ impl JournalStore for SqliteJournal {
 
     fn prune(&self, before_ms: i64) -> Receipt<usize> {
         self.db.submit(move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "DELETE FROM events WHERE created_at < ?1
                    AND seq <= (SELECT coalesce(min(cursor), 0) FROM subscribers)
                    AND seq NOT IN (SELECT seq FROM dead_letters)",
-                params![before_ms],
-            )
+            )?
+            .execute(params![before_ms])
         })
     }
 
@@ -181,10 +169,10 @@ impl JournalStore for SqliteJournal {
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
         let subscriber = subscriber.to_string();
         self.db.submit(move |conn| {
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
-                params![subscriber, seq, now_ms()],
-            )
+            )?
+            .execute(params![subscriber, seq, now_ms()])
             .map(|_| ())
         })
     }
@@ -203,15 +191,9 @@ impl JournalStore for SqliteJournal {
             error.to_string(),
         );
         self.db.submit(move |conn| {
-            conn.execute(
-                "INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![subscriber, seq, topic, error, attempts, now_ms()],
-            )?;
-            conn.execute(
-                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
-                params![subscriber, seq, now_ms()],
-            )
+            conn.prepare_cached("INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?.execute(params![subscriber, seq, topic, error, attempts, now_ms()])?;
+            conn.prepare_cached("UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1")?.execute(params![subscriber, seq, now_ms()])
             .map(|_| ())
         })
     }
@@ -239,7 +221,7 @@ impl JournalAdmin {
     /// Per-subscriber cursor, lag and dead letters.
     pub fn subscriber_lags(&self) -> rusqlite::Result<Vec<SubscriberLag>> {
         let conn = &self.conn;
-        let mut statement = conn.prepare(
+        let mut statement = conn.prepare_cached(
             "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
              FROM subscribers s ORDER BY s.id",
         )?;
@@ -251,7 +233,9 @@ impl JournalAdmin {
                 let patterns: Vec<String> = serde_json::from_str(&patterns).unwrap_or_default();
                 let (filter, values) = event_filter(&patterns, cursor);
                 let sql = format!("SELECT count(*) FROM events WHERE {filter}");
-                let lag = conn.query_row(&sql, params_from_iter(values), |r| r.get(0))?;
+                let lag = conn
+                    .prepare_cached(&sql)?
+                    .query_row(params_from_iter(values), |r| r.get(0))?;
                 Ok(SubscriberLag {
                     id,
                     patterns,
@@ -266,7 +250,7 @@ impl JournalAdmin {
     /// Dead letters, newest first.
     pub fn dead_letters(&self, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
         let conn = &self.conn;
-        let mut statement = conn.prepare(
+        let mut statement = conn.prepare_cached(
             "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
         )?;
         statement
@@ -292,7 +276,7 @@ impl JournalAdmin {
         values.push(Value::Integer(limit as i64));
         let sql =
             format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq DESC LIMIT ?");
-        let mut statement = conn.prepare(&sql)?;
+        let mut statement = conn.prepare_cached(&sql)?;
         let mut rows: Vec<Event> = statement
             .query_map(params_from_iter(values), read_event)?
             .collect::<Result<_, _>>()?;
@@ -314,10 +298,9 @@ impl JournalAdmin {
     /// whether the subscriber exists.
     pub fn replay_from(&self, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
         let conn = &self.conn;
-        let changed = conn.execute(
-            "UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1",
-            params![subscriber, (from_seq - 1).max(0), now_ms()],
-        )?;
+        let changed = conn
+            .prepare_cached("UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1")?
+            .execute(params![subscriber, (from_seq - 1).max(0), now_ms()])?;
         Ok(changed == 1)
     }
 
@@ -328,11 +311,11 @@ impl JournalAdmin {
         id: Option<i64>,
     ) -> rusqlite::Result<usize> {
         let conn = &self.conn;
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE dead_letters SET status = 'retry'
              WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-            params![subscriber, id],
-        )
+        )?
+        .execute(params![subscriber, id])
     }
 
     /// Delete dead letters (a subscriber's, or one by id); how many.
@@ -342,10 +325,7 @@ impl JournalAdmin {
         id: Option<i64>,
     ) -> rusqlite::Result<usize> {
         let conn = &self.conn;
-        conn.execute(
-            "DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
-            params![subscriber, id],
-        )
+        conn.prepare_cached("DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)")?.execute(params![subscriber, id])
     }
 }
 

@@ -21,6 +21,7 @@ pub mod database;
 pub mod host;
 pub mod journal;
 pub mod memory;
+pub mod readers;
 pub mod writer;
 
 use std::path::{Path, PathBuf};
@@ -127,6 +128,9 @@ pub struct Migrations {
     pub scripts: &'static [&'static str],
 }
 
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE_CAPACITY: usize = 64;
+
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
 pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
     let open_err = |e| StorageError::open(path, e);
@@ -139,6 +143,9 @@ pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageE
         .map_err(open_err)?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(open_err)?;
+    // Every statement is prepared through the cache: recall's filters make a few dozen
+    // shapes, more than rusqlite's default of 16.
+    conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE_CAPACITY);
     migrate(&mut conn, path, migrations)?;
     Ok(conn)
 }

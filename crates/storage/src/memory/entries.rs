@@ -43,16 +43,15 @@ impl SqliteMemory {
         let actor = actor.to_string();
         self.submit(move |conn| {
             let targets: Vec<(i64, String)> = if ids.is_empty() {
-                conn.prepare("SELECT seq, id FROM entries WHERE forgotten_at IS NOT NULL")?
+                conn.prepare_cached("SELECT seq, id FROM entries WHERE forgotten_at IS NOT NULL")?
                     .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
                     .collect::<Result<_, _>>()?
             } else {
                 let mut found = Vec::new();
                 for id in &ids {
                     let seq: Option<i64> = conn
-                        .query_row("SELECT seq FROM entries WHERE id = ?1", params![id], |r| {
-                            r.get(0)
-                        })
+                        .prepare_cached("SELECT seq FROM entries WHERE id = ?1")?
+                        .query_row(params![id], |r| r.get(0))
                         .optional()?;
                     found.extend(seq.map(|seq| (seq, id.clone())));
                 }
@@ -60,7 +59,8 @@ impl SqliteMemory {
             };
             let now = now_ms();
             for (seq, id) in &targets {
-                conn.execute("DELETE FROM entries WHERE seq = ?1", params![seq])?;
+                conn.prepare_cached("DELETE FROM entries WHERE seq = ?1")?
+                    .execute(params![seq])?;
                 audit(conn, id, "purge", &actor, now, None)?;
             }
             Ok(targets.into_iter().map(|(seq, _)| seq).collect())
@@ -69,11 +69,10 @@ impl SqliteMemory {
 
     pub(super) fn get_entry(&self, id: &str) -> Result<Option<MemoryEntry>, StorageError> {
         self.read(|conn| {
-            conn.query_row(
-                &format!("SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id = ?1"),
-                params![id],
-                row_to_entry,
-            )
+            conn.prepare_cached(&format!(
+                "SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.id = ?1"
+            ))?
+            .query_row(params![id], row_to_entry)
             .optional()
         })
     }
@@ -100,7 +99,7 @@ impl SqliteMemory {
             filter.limit.max(1)
         );
         self.read(|conn| {
-            conn.prepare(&query)?
+            conn.prepare_cached(&query)?
                 .query_map(params_from_iter(sql.values.iter()), row_to_entry)?
                 .collect()
         })
@@ -113,16 +112,15 @@ impl SqliteMemory {
             .push("e.valid_to IS NULL AND e.forgotten_at IS NULL".into());
         let query = format!("SELECT count(*) FROM entries e WHERE {}", sql.clause());
         self.read(|conn| {
-            conn.query_row(&query, params_from_iter(sql.values.iter()), |r| {
-                r.get::<_, i64>(0)
-            })
+            conn.prepare_cached(&query)?
+                .query_row(params_from_iter(sql.values.iter()), |r| r.get::<_, i64>(0))
         })
         .map(|n| n as u64)
     }
 
     pub(super) fn entry_audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, StorageError> {
         self.read(|conn| {
-            conn.prepare(&format!(
+            conn.prepare_cached(&format!(
                 "SELECT {AUDIT_COLUMNS} FROM audit WHERE entry_id = ?1 ORDER BY seq"
             ))?
             .query_map(params![id], row_to_audit)?
@@ -135,7 +133,7 @@ impl SqliteMemory {
         entry: &MemoryEntry,
     ) -> Result<Vec<(i64, String, String)>, StorageError> {
         self.read(|conn| {
-            conn.prepare(
+            conn.prepare_cached(
                 "SELECT seq, id, content FROM entries
                  WHERE subject = ?1 AND kind = ?2 AND valid_to IS NULL AND forgotten_at IS NULL
                    AND agent_id IS ?3 AND user_id IS ?4 AND predicate IS NOT ?5
@@ -185,7 +183,7 @@ fn read_stats(conn: &Connection) -> rusqlite::Result<MemoryStats> {
         conn.query_row(sql, [], |r| r.get::<_, i64>(0))
             .map(|n| n as u64)
     };
-    let mut statement = conn.prepare(
+    let mut statement = conn.prepare_cached(
         "SELECT kind, category, count(*) FROM entries
          WHERE valid_to IS NULL AND forgotten_at IS NULL GROUP BY kind, category",
     )?;
@@ -199,7 +197,8 @@ fn read_stats(conn: &Connection) -> rusqlite::Result<MemoryStats> {
         count("SELECT count(*) FROM entries WHERE valid_to IS NOT NULL AND forgotten_at IS NULL")?;
     stats.forgotten = count("SELECT count(*) FROM entries WHERE forgotten_at IS NOT NULL")?;
     stats.embedding_cache = count("SELECT count(*) FROM embedding_cache")?;
-    let mut statement = conn.prepare("SELECT state, count(*) FROM sessions GROUP BY state")?;
+    let mut statement =
+        conn.prepare_cached("SELECT state, count(*) FROM sessions GROUP BY state")?;
     let mut rows = statement.query([])?;
     while let Some(row) = rows.next()? {
         stats
@@ -247,10 +246,10 @@ fn insert(
     }
     insert_row(conn, entry, false)?;
     for old in &replaced {
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE entries SET valid_to = max(valid_from, ?2), superseded_by = ?3 WHERE id = ?1",
-            params![old, entry.valid_from, entry.id],
-        )?;
+        )?
+        .execute(params![old, entry.valid_from, entry.id])?;
         audit(
             conn,
             old,
@@ -267,10 +266,12 @@ fn insert(
 
 /// A live entry with the same content, kind, scope, subject and predicate.
 fn live_duplicate(conn: &Connection, entry: &MemoryEntry) -> rusqlite::Result<Option<String>> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT id FROM entries WHERE content_hash = ?1 AND kind = ?2 AND valid_to IS NULL
            AND forgotten_at IS NULL AND agent_id IS ?3 AND user_id IS ?4 AND session_id IS ?5
            AND subject IS ?6 AND predicate IS ?7",
+    )?
+    .query_row(
         params![
             content_hash(&entry.content),
             entry.kind.as_str(),
@@ -288,11 +289,8 @@ fn live_duplicate(conn: &Connection, entry: &MemoryEntry) -> rusqlite::Result<Op
 /// Why `target` may not be superseded (missing, forgotten or already superseded), if so.
 fn supersede_refusal(conn: &Connection, target: &str) -> rusqlite::Result<Option<String>> {
     let live: Option<Option<i64>> = conn
-        .query_row(
-            "SELECT valid_to FROM entries WHERE id = ?1 AND forgotten_at IS NULL",
-            params![target],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT valid_to FROM entries WHERE id = ?1 AND forgotten_at IS NULL")?
+        .query_row(params![target], |r| r.get(0))
         .optional()?;
     Ok(match live {
         None => Some(format!("supersedes: no memory `{target}` to supersede")),
@@ -308,7 +306,7 @@ fn same_predicate_facts(conn: &Connection, entry: &MemoryEntry) -> rusqlite::Res
     else {
         return Ok(Vec::new());
     };
-    conn.prepare(
+    conn.prepare_cached(
         "SELECT id FROM entries WHERE kind = 'fact' AND subject = ?1 AND predicate = ?2
            AND valid_to IS NULL AND forgotten_at IS NULL AND agent_id IS ?3 AND user_id IS ?4",
     )?
@@ -330,15 +328,13 @@ pub(super) fn insert_row(
     entry: &MemoryEntry,
     ignore_existing: bool,
 ) -> rusqlite::Result<usize> {
-    conn.execute(
-        &format!(
+    conn.prepare_cached(&format!(
             "INSERT {} INTO entries (id, kind, content, content_hash, category, agent_id, user_id, session_id,
                  importance, tags, issue_refs, pr_refs, sources, subject, predicate, valid_from, valid_to,
                  recorded_at, superseded_by, forgotten_at)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
             if ignore_existing { "OR IGNORE" } else { "" }
-        ),
-        params![
+        ))?.execute(params![
             entry.id,
             entry.kind.as_str(),
             entry.content,
@@ -359,8 +355,7 @@ pub(super) fn insert_row(
             entry.recorded_at,
             entry.superseded_by,
             entry.forgotten_at,
-        ],
-    )
+        ])
 }
 
 /// A list column as JSON text.
@@ -371,10 +366,11 @@ fn to_json<T: Serialize>(values: &[T]) -> String {
 /// Soft-delete a live entry with an audit row; whether there was one.
 pub(super) fn forget(conn: &Connection, id: &str, actor: &str) -> rusqlite::Result<bool> {
     let now = now_ms();
-    let changed = conn.execute(
-        "UPDATE entries SET forgotten_at = ?2 WHERE id = ?1 AND forgotten_at IS NULL",
-        params![id, now],
-    )?;
+    let changed = conn
+        .prepare_cached(
+            "UPDATE entries SET forgotten_at = ?2 WHERE id = ?1 AND forgotten_at IS NULL",
+        )?
+        .execute(params![id, now])?;
     if changed > 0 {
         audit(conn, id, "forget", actor, now, None)?;
     }
@@ -384,20 +380,15 @@ pub(super) fn forget(conn: &Connection, id: &str, actor: &str) -> rusqlite::Resu
 /// Set a live entry's importance with an audit row (`old -> new`); whether there was one.
 fn rescore(conn: &Connection, id: &str, importance: u8, actor: &str) -> rusqlite::Result<bool> {
     let old: Option<i64> = conn
-        .query_row(
-            "SELECT importance FROM entries WHERE id = ?1 AND forgotten_at IS NULL",
-            params![id],
-            |r| r.get(0),
-        )
+        .prepare_cached("SELECT importance FROM entries WHERE id = ?1 AND forgotten_at IS NULL")?
+        .query_row(params![id], |r| r.get(0))
         .optional()?;
     let Some(old) = old else {
         return Ok(false);
     };
     if old != i64::from(importance) {
-        conn.execute(
-            "UPDATE entries SET importance = ?2 WHERE id = ?1",
-            params![id, importance],
-        )?;
+        conn.prepare_cached("UPDATE entries SET importance = ?2 WHERE id = ?1")?
+            .execute(params![id, importance])?;
         let detail = format!("{old} -> {importance}");
         audit(conn, id, "rescore", actor, now_ms(), Some(&detail))?;
     }
@@ -413,10 +404,10 @@ pub(super) fn audit(
     at: i64,
     detail: Option<&str>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT INTO audit (entry_id, action, actor, at, detail) VALUES (?1, ?2, ?3, ?4, ?5)",
-        params![id, action, actor, at, detail],
-    )?;
+    )?
+    .execute(params![id, action, actor, at, detail])?;
     Ok(())
 }
 

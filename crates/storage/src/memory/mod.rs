@@ -19,7 +19,6 @@ mod tests;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 
 use cairn_vocab::memory::{
     AuditRow, ExportRecord, ListFilter, MemoryEntry, MemoryStats, RecallQuery, Scope,
@@ -28,6 +27,7 @@ use cairn_vocab::session::Session;
 use rusqlite::Connection;
 use serde::Serialize;
 
+use crate::readers::ReaderPool;
 use crate::writer::{GroupWriter, Receipt};
 use crate::{Migrations, StorageError, open, open_with_writer};
 
@@ -263,7 +263,7 @@ pub struct SqliteMemory {
     path: PathBuf,
     created: bool,
     writer: GroupWriter,
-    readers: Mutex<Vec<Connection>>,
+    readers: ReaderPool,
 }
 
 impl SqliteMemory {
@@ -282,11 +282,12 @@ impl SqliteMemory {
         })?;
         drop(conn);
         let (writer, reader) = open_with_writer(&path, &MIGRATIONS, "memory-writer")?;
+        let readers = ReaderPool::new(&path, &MIGRATIONS, reader);
         Ok(Self {
             path,
             created,
             writer,
-            readers: Mutex::new(vec![reader]),
+            readers,
         })
     }
 
@@ -304,19 +305,7 @@ impl SqliteMemory {
         &self,
         read: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StorageError> {
-        let pooled = self.readers.lock().unwrap_or_else(|p| p.into_inner()).pop();
-        let conn = match pooled {
-            Some(conn) => conn,
-            None => {
-                open(&self.path, &MIGRATIONS).map_err(|e| StorageError::Sqlite(e.to_string()))?
-            }
-        };
-        let result = read(&conn);
-        self.readers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(conn);
-        result.map_err(|e| StorageError::Sqlite(e.to_string()))
+        self.readers.read(read)
     }
 
     fn submit<T: Send + 'static>(

@@ -38,25 +38,23 @@ impl SqliteMemory {
         query: &RecallQuery,
     ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
         let filters = recall_filters(query);
-        let mut entries = Vec::with_capacity(seqs.len());
-        for chunk in seqs.chunks(500) {
-            let sql = format!(
-                "SELECT {ENTRY_COLUMNS} FROM entries e WHERE e.seq IN ({}) AND {}",
-                vec!["?"; chunk.len()].join(","),
-                filters.clause()
-            );
-            let mut values: Vec<Value> = chunk.iter().map(|s| Value::Integer(*s)).collect();
-            values.extend(filters.values.iter().cloned());
-            let rows: Vec<(i64, MemoryEntry)> = self.read(|conn| {
-                conn.prepare(&sql)?
-                    .query_map(params_from_iter(values.iter()), |r| {
-                        Ok((r.get(0)?, row_to_entry(r)?))
-                    })?
-                    .collect()
-            })?;
-            entries.extend(rows);
-        }
-        Ok(entries)
+        // The seqs go in as one JSON array, so the statement's text (and its cached plan)
+        // depends only on the filters' shape, not on how many candidates there are.
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM entries e
+             WHERE e.seq IN (SELECT value FROM json_each(?)) AND {}",
+            filters.clause()
+        );
+        let seqs = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
+        let mut values = vec![Value::Text(seqs)];
+        values.extend(filters.values);
+        self.read(|conn| {
+            conn.prepare_cached(&sql)?
+                .query_map(params_from_iter(values.iter()), |r| {
+                    Ok((r.get(0)?, row_to_entry(r)?))
+                })?
+                .collect()
+        })
     }
 }
 

@@ -68,18 +68,12 @@ impl SessionStore for SqliteMemory {
                 && state == SessionState::Active.as_str()
                 && now - last < idle_ms
             {
-                conn.execute(
-                    "UPDATE sessions SET last_activity = max(last_activity, ?2) WHERE id = ?1",
-                    params![id, now],
-                )?;
+                conn.prepare_cached("UPDATE sessions SET last_activity = max(last_activity, ?2) WHERE id = ?1")?.execute(params![id, now])?;
                 return Ok(id);
             }
             let id = next_session_id(conn, &conversation)?;
-            conn.execute(
-                "INSERT INTO sessions (id, conversation, user_id, agent_id, started_at, last_activity, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active')",
-                params![id, conversation, user, agent, now],
-            )?;
+            conn.prepare_cached("INSERT INTO sessions (id, conversation, user_id, agent_id, started_at, last_activity, state)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active')")?.execute(params![id, conversation, user, agent, now])?;
             Ok(id)
         })
     }
@@ -95,22 +89,14 @@ impl SessionStore for SqliteMemory {
     ) -> Receipt<Activity> {
         let (session, user) = (session.to_string(), user.map(str::to_string));
         self.submit(move |conn| {
-            let known: Option<Option<i64>> = conn
-                .query_row(
-                    "SELECT last_seq FROM sessions WHERE id = ?1",
-                    params![session],
-                    |r| r.get(0),
-                )
+            let known: Option<Option<i64>> = conn.prepare_cached("SELECT last_seq FROM sessions WHERE id = ?1")?.query_row(params![session], |r| r.get(0))
                 .optional()?;
             let started = match known {
                 Some(Some(last_seq)) if last_seq >= seq => return Ok(Activity::Replay),
                 Some(last_seq) => last_seq.is_none(),
                 None => {
-                    conn.execute(
-                        "INSERT INTO sessions (id, conversation, user_id, started_at, last_activity, state)
-                         VALUES (?1, ?1, ?2, ?3, ?3, 'active')",
-                        params![session, user, at],
-                    )?;
+                    conn.prepare_cached("INSERT INTO sessions (id, conversation, user_id, started_at, last_activity, state)
+                         VALUES (?1, ?1, ?2, ?3, ?3, 'active')")?.execute(params![session, user, at])?;
                     true
                 }
             };
@@ -153,11 +139,11 @@ impl SessionStore for SqliteMemory {
             for session in &mut ended {
                 session.transcript = transcript(conn, &session.id)?;
             }
-            conn.execute(
+            conn.prepare_cached(
                 "UPDATE sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
                  WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1",
-                params![idle_before, now],
-            )?;
+            )?
+            .execute(params![idle_before, now])?;
             Ok(ended)
         })
     }
@@ -175,7 +161,7 @@ impl SessionStore for SqliteMemory {
 
     fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, StorageError> {
         self.read(|conn| {
-            conn.prepare(&format!(
+            conn.prepare_cached(&format!(
                 "SELECT {SESSION_COLUMNS} FROM sessions WHERE state IN ('ended', 'pending')
                  ORDER BY ended_at, id LIMIT ?1"
             ))?
@@ -186,11 +172,10 @@ impl SessionStore for SqliteMemory {
 
     fn session(&self, id: &str) -> Result<Option<Session>, StorageError> {
         self.read(|conn| {
-            conn.query_row(
-                &format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"),
-                params![id],
-                row_to_session,
-            )
+            conn.prepare_cached(&format!(
+                "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1"
+            ))?
+            .query_row(params![id], row_to_session)
             .optional()
         })
     }
@@ -198,11 +183,12 @@ impl SessionStore for SqliteMemory {
     fn mark_consolidated(&self, id: &str, at: i64) -> Receipt<bool> {
         let id = id.to_string();
         self.submit(move |conn| {
-            let changed = conn.execute(
-                "UPDATE sessions SET state = 'consolidated', consolidated_at = ?2,
+            let changed = conn
+                .prepare_cached(
+                    "UPDATE sessions SET state = 'consolidated', consolidated_at = ?2,
                      ended_at = coalesce(ended_at, ?2) WHERE id = ?1",
-                params![id, at],
-            )?;
+                )?
+                .execute(params![id, at])?;
             Ok(changed > 0)
         })
     }
@@ -246,12 +232,12 @@ fn transcript(conn: &Connection, session: &str) -> rusqlite::Result<serde_json::
 /// `<conversation>` for its first session, then `<conversation>#2`, `#3`, … (so "outside
 /// the current session" never hides earlier sessions of the conversation).
 fn next_session_id(conn: &Connection, conversation: &str) -> rusqlite::Result<String> {
-    let earlier: i64 = conn.query_row(
-        "SELECT count(*) FROM sessions
+    let earlier: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM sessions
          WHERE id = ?1 OR substr(id, 1, length(?1) + 1) = ?1 || '#'",
-        params![conversation],
-        |r| r.get(0),
-    )?;
+        )?
+        .query_row(params![conversation], |r| r.get(0))?;
     Ok(if earlier == 0 {
         conversation.to_string()
     } else {
@@ -274,33 +260,33 @@ fn complete_user_sessions(
         )?
         .query_map(params![user, current], |r| r.get::<_, String>(0))?
         .collect::<Result<Vec<_>, _>>()?;
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE sessions SET state = 'pending', ended_at = coalesce(ended_at, ?3),
              end_reason = coalesce(end_reason, 'new session')
          WHERE user_id = ?1 AND id != ?2 AND state IN ('active', 'ended')",
-        params![user, current, at],
-    )?;
+    )?
+    .execute(params![user, current, at])?;
     Ok(completed)
 }
 
 /// Insert an imported session unless its id exists; returns 1 if added.
 pub(super) fn insert_session(conn: &Connection, s: &Session) -> rusqlite::Result<usize> {
-    conn.execute(
+    conn.prepare_cached(
         "INSERT OR IGNORE INTO sessions (id, user_id, agent_id, started_at, ended_at, state,
              conversation, last_activity, end_reason)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        params![
-            s.id,
-            s.user_id,
-            s.agent_id,
-            s.started_at,
-            s.ended_at,
-            s.state.as_str(),
-            s.conversation,
-            s.last_activity,
-            s.end_reason
-        ],
-    )
+    )?
+    .execute(params![
+        s.id,
+        s.user_id,
+        s.agent_id,
+        s.started_at,
+        s.ended_at,
+        s.state.as_str(),
+        s.conversation,
+        s.last_activity,
+        s.end_reason
+    ])
 }
 
 /// A session as read with [`SESSION_COLUMNS`].
@@ -327,21 +313,15 @@ pub(super) fn adopt_host_sessions(conn: &Connection, host_db: &Path) -> rusqlite
     if !host_db.exists() {
         return Ok(());
     }
-    conn.execute(
-        "ATTACH DATABASE ?1 AS legacy",
-        params![host_db.display().to_string()],
-    )?;
+    conn.prepare_cached("ATTACH DATABASE ?1 AS legacy")?
+        .execute(params![host_db.display().to_string()])?;
     let merged = merge_legacy_sessions(conn);
-    conn.execute("DETACH DATABASE legacy", [])?;
+    conn.prepare_cached("DETACH DATABASE legacy")?.execute([])?;
     merged
 }
 
 fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
-    let legacy: bool = conn.query_row(
-        "SELECT count(*) > 0 FROM legacy.sqlite_master WHERE type = 'table' AND name = 'lifecycle_sessions'",
-        [],
-        |r| r.get(0),
-    )?;
+    let legacy: bool = conn.prepare_cached("SELECT count(*) > 0 FROM legacy.sqlite_master WHERE type = 'table' AND name = 'lifecycle_sessions'")?.query_row([], |r| r.get(0))?;
     if !legacy {
         return Ok(());
     }
@@ -373,11 +353,12 @@ fn current_session(
     conn: &Connection,
     conversation: &str,
 ) -> rusqlite::Result<Option<(String, String, i64)>> {
-    conn.query_row(
+    conn.prepare_cached(
         "SELECT id, state, coalesce(last_activity, started_at) FROM sessions
          WHERE conversation = ?1 ORDER BY started_at DESC, rowid DESC LIMIT 1",
-        params![conversation],
-        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-    )
+    )?
+    .query_row(params![conversation], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
     .optional()
 }

@@ -14,7 +14,7 @@ impl SqliteMemory {
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
     ) -> Result<(), StorageError> {
         self.read(|conn| {
-            let mut statement = conn.prepare(
+            let mut statement = conn.prepare_cached(
                 "SELECT e.seq, e.agent_id, e.user_id, e.session_id, m.vector
                  FROM embeddings m JOIN entries e ON e.seq = m.entry_seq
                  WHERE m.provider = ?1 AND m.model = ?2 AND e.forgotten_at IS NULL",
@@ -124,14 +124,11 @@ impl SqliteMemory {
                 .execute(params![hash, provider, model, bytes, now])?;
             }
             let cached: i64 =
-                conn.query_row("SELECT count(*) FROM embedding_cache", [], |r| r.get(0))?;
+                conn.prepare_cached("SELECT count(*) FROM embedding_cache")?.query_row([], |r| r.get(0))?;
             let capacity = cache_capacity as i64;
             if cached > capacity {
-                conn.execute(
-                    "DELETE FROM embedding_cache WHERE rowid IN
-                         (SELECT rowid FROM embedding_cache ORDER BY last_used LIMIT ?1)",
-                    params![cached - capacity],
-                )?;
+                conn.prepare_cached("DELETE FROM embedding_cache WHERE rowid IN
+                         (SELECT rowid FROM embedding_cache ORDER BY last_used LIMIT ?1)")?.execute(params![cached - capacity])?;
             }
             Ok(())
         })
@@ -139,8 +136,9 @@ impl SqliteMemory {
 
     pub(super) fn clear(&self) -> Receipt<()> {
         self.submit(|conn| {
-            conn.execute("DELETE FROM embeddings", [])?;
-            conn.execute("DELETE FROM embedding_cache", [])?;
+            conn.prepare_cached("DELETE FROM embeddings")?.execute([])?;
+            conn.prepare_cached("DELETE FROM embedding_cache")?
+                .execute([])?;
             Ok(())
         })
     }
