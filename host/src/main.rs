@@ -7,5 +7,9 @@ fn main() -> std::process::ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    // SAFETY: no other thread exists yet.
+    unsafe {
+        cairn::memory::embed::local_model::settle_process_threads();
+    }
     cairn::cli::main()
 }

@@ -42,7 +42,29 @@ pub enum EncoderError {
     /// Tokenising or running the model failed.
     #[error("encoding failed: {0}")]
     Inference(String),
+    /// The encoder's worker threads could not be started.
+    #[error("cannot start the encoder's threads: {0}")]
+    Threads(String),
 }
+
+/// How urgently a call's vectors are needed, which picks the thread pool that runs it.
+/// Interactive calls run on one thread: a query is a few dozen tokens, and splitting its
+/// small matrix products across cores cost more in waiting for a busy core than it saved
+/// (measured on 2 cores with background embedding running: p99 38 ms on two threads, 20 ms
+/// on one). Background calls use every core at a lower OS priority, so embedding stored
+/// texts takes only the CPU that queries and the host leave idle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Urgency {
+    /// Someone waits for the vector (a recall query).
+    Interactive,
+    /// Vectors for stored texts, made while nothing waits for them.
+    Background,
+}
+
+/// How much lower than normal the background pool's threads run where the idle scheduling
+/// class is refused (`nice` 10: about a tenth of a core's share against a busy
+/// normal-priority thread).
+const BACKGROUND_NICENESS: i32 = 10;
 
 /// A loaded encoder; cheap to share (`&self` everywhere, no interior state).
 pub struct SentenceEncoder {
@@ -50,6 +72,8 @@ pub struct SentenceEncoder {
     tokenizer: Tokenizer,
     device: Device,
     dims: usize,
+    interactive: rayon::ThreadPool,
+    background: rayon::ThreadPool,
 }
 
 impl SentenceEncoder {
@@ -93,6 +117,8 @@ impl SentenceEncoder {
             tokenizer,
             device,
             dims: config.hidden_size,
+            interactive: thread_pool("cairn-encode", Some(1), None)?,
+            background: thread_pool("cairn-embed-bg", None, Some(BACKGROUND_NICENESS))?,
         })
     }
 
@@ -103,6 +129,24 @@ impl SentenceEncoder {
 
     /// One unit-length vector per text, in order.
     pub fn encode(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EncoderError> {
+        self.encode_with(texts, Urgency::Interactive)
+    }
+
+    /// [`encode`](Self::encode) in the pool `urgency` picks: the matrix products and the
+    /// tokeniser split their work across that pool's threads only.
+    pub fn encode_with(
+        &self,
+        texts: &[String],
+        urgency: Urgency,
+    ) -> Result<Vec<Vec<f32>>, EncoderError> {
+        let pool = match urgency {
+            Urgency::Interactive => &self.interactive,
+            Urgency::Background => &self.background,
+        };
+        pool.install(|| self.encode_in_pool(texts))
+    }
+
+    fn encode_in_pool(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EncoderError> {
         let mut order: Vec<usize> = (0..texts.len()).collect();
         order.sort_by_key(|&i| texts[i].len());
         let mut vectors = vec![Vec::new(); texts.len()];
@@ -139,6 +183,74 @@ impl SentenceEncoder {
         run().map_err(|e| EncoderError::Inference(e.to_string()))
     }
 }
+
+/// Settle candle's process-wide thread use, for a process that encodes while it does other
+/// work (the host). Unless the operator set them, `CANDLE_NUM_THREADS=1` makes element-wise
+/// operations run on the calling thread — inside the pool [`Urgency`] picked — instead of
+/// in one process-wide spinning pool that queries and background embedding would share
+/// behind a lock; `RAYON_NUM_THREADS` set to the core count spares candle reading the CPU
+/// list from `/proc` on every matrix product. Measured on 2 cores: a query's p50 12.8 ms
+/// instead of 15.4 ms, background embedding 213 texts/s instead of 230.
+///
+/// # Safety
+/// Sets environment variables: call it before the process starts any other thread.
+pub unsafe fn settle_process_threads() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    for (name, value) in [
+        ("CANDLE_NUM_THREADS", "1".to_string()),
+        ("RAYON_NUM_THREADS", cores.to_string()),
+    ] {
+        if std::env::var_os(name).is_none() {
+            // SAFETY: the caller guarantees no other thread exists yet.
+            unsafe { std::env::set_var(name, value) };
+        }
+    }
+}
+
+/// A pool of `threads` threads (one per core when None) named `name`; `niceness` lowers
+/// their priority.
+fn thread_pool(
+    name: &'static str,
+    threads: Option<usize>,
+    niceness: Option<i32>,
+) -> Result<rayon::ThreadPool, EncoderError> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads.unwrap_or(0))
+        .thread_name(move |i| format!("{name}-{i}"))
+        .start_handler(move |_| {
+            if let Some(niceness) = niceness {
+                lower_this_threads_priority(niceness);
+            }
+        })
+        .build()
+        .map_err(|e| EncoderError::Threads(e.to_string()))
+}
+
+/// Put the calling thread in the idle scheduling class (`SCHED_IDLE`: it runs on what
+/// normal threads leave, and a waking turn preempts it at once), or, where that is
+/// refused, lower its priority by `niceness`. Linux schedules threads one by one, so the
+/// rest of the process keeps its priority. Best effort: where both fail or the OS differs,
+/// the thread runs at normal priority.
+#[cfg(target_os = "linux")]
+fn lower_this_threads_priority(niceness: i32) {
+    let idle = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler reads the parameter block we pass; pid 0 is the calling
+    // thread.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) } == 0 {
+        return;
+    }
+    // SAFETY: setpriority only reads its integer arguments; `who` 0 is the calling thread.
+    let failed = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, niceness) } != 0;
+    if failed {
+        eprintln!(
+            "cairn-encoder: cannot lower a background thread's priority: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lower_this_threads_priority(_niceness: i32) {}
 
 fn read(path: &Path) -> Result<Vec<u8>, String> {
     std::fs::read(path).map_err(|e| e.to_string())

@@ -10,6 +10,8 @@
 //! - [`embed`]: embedding providers (`hash`, `openai`), the in-memory vector index and the
 //!   background embedder.
 //! - [`stream`]: importance and issue/PR reference rules.
+//! - [`timeframe`]: time expressions in queries ("last month", "before I moved") and
+//!   questions comparing two events.
 //! - [`snapshot`]: `MEMORY_SNAPSHOT.md`, core memories as editable Markdown.
 //! - [`service`]: what the rest of the host talks to — the SQLite store or a
 //!   `memory-backend` plugin, as `cairn.yaml` says.
@@ -23,6 +25,7 @@ pub mod rerank;
 pub mod service;
 pub mod snapshot;
 pub mod stream;
+pub mod timeframe;
 
 use std::collections::BTreeMap;
 
@@ -253,7 +256,14 @@ impl MemoryConfig {
             ("lexical_boost", recall.lexical_boost),
             ("min_similarity", recall.min_similarity),
             ("same_subject_similarity", recall.same_subject_similarity),
+            (
+                "same_subject_when_both_answer",
+                recall.same_subject_when_both_answer,
+            ),
+            ("update_relevance_ratio", recall.update_relevance_ratio),
+            ("abstain_below", recall.abstain_below),
             ("diversity_lambda", recall.diversity_lambda),
+            ("time_boost", recall.time_boost),
         ];
         for (name, share) in shares {
             if !(0.0..=1.0).contains(&share) {

@@ -11,6 +11,7 @@ use std::collections::BTreeSet;
 use serde::{Deserialize, Serialize};
 
 use super::Scope;
+use crate::timeframe::TimeFrame;
 pub use cairn_vocab::memory::{RecallHit, RecallQuery, ScoreParts};
 
 /// Ranking settings (`memory.recall:` in `cairn.yaml`).
@@ -44,9 +45,24 @@ pub struct RecallConfig {
     /// Two hits at least this similar (cosine) are about the same thing: the newer ranks
     /// above the older (default 0.4, set on the dev set).
     pub same_subject_similarity: f64,
+    /// Among the hits kept, a lower mutual cosine that is enough when the newer hit is
+    /// relevant to the query too (at least `update_relevance_ratio` of the older's
+    /// relevance): both answer it, so the newer is the update and goes first (default
+    /// 0.3, set on the dev set). It only reorders the kept hits.
+    pub same_subject_when_both_answer: f64,
+    /// See `same_subject_when_both_answer` (default 0.5).
+    pub update_relevance_ratio: f64,
+    /// With a semantic model, a recall whose best hit is less relevant than this answers
+    /// nothing: nothing the user said is about the question (default 0.22, set on the dev
+    /// set: balanced accuracy against recall).
+    pub abstain_below: f64,
     /// Weight of a hit's own score against its likeness to better hits when the top k is
     /// picked (maximal marginal relevance; 1 turns diversification off; default 0.75).
     pub diversity_lambda: f64,
+    /// Added to the score of a memory valid inside the span the query names ("last
+    /// month", "in March"; default 0.3): enough to lift it above equally relevant ones
+    /// from other times, not enough to lift what is unrelated.
+    pub time_boost: f64,
 }
 
 impl Default for RecallConfig {
@@ -64,7 +80,11 @@ impl Default for RecallConfig {
             lexical_boost: 0.1,
             min_similarity: 0.15,
             same_subject_similarity: 0.4,
+            same_subject_when_both_answer: 0.3,
+            update_relevance_ratio: 0.5,
+            abstain_below: 0.22,
             diversity_lambda: 0.75,
+            time_boost: 0.3,
         }
     }
 }
@@ -201,7 +221,24 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         age_hours: age_ms.max(0) as f64 / 3_600_000.0,
         score,
         adjusted: None,
+        time: None,
     }
+}
+
+/// Favour a memory valid at `valid_from` inside the span `frame` the query names, and say
+/// in the explanation whether it was.
+pub fn weigh_time(
+    config: &RecallConfig,
+    parts: &mut ScoreParts,
+    frame: &TimeFrame,
+    valid_from: i64,
+) {
+    let inside = frame.contains(valid_from);
+    if inside {
+        parts.score += config.time_boost;
+    }
+    let place = if inside { "inside" } else { "outside" };
+    parts.time = Some(format!("{place} {}", frame.describe()));
 }
 
 /// Keep hits in order, dropping each one that nearly repeats a better one, until `limit`

@@ -2,6 +2,8 @@
 //! rise above older ones (knowledge updates), and the top k is diversified so that several
 //! different memories — from several sessions — make it in (maximal marginal relevance).
 
+use std::collections::HashSet;
+
 use super::embed::cosine;
 use super::recall::RecallHit;
 
@@ -20,21 +22,60 @@ fn similarity(a: &Candidate, b: &Candidate) -> f32 {
     }
 }
 
-/// When a newer candidate is about the same thing as an older one ranked above it (mutual
-/// similarity ≥ `same_subject`), the newer takes the older's place and the older moves
-/// just below it: the newest statement wins where two disagree, without favouring new
-/// memories in general. `candidates` must be sorted best first.
-pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: f32) {
+/// When two hits are about the same subject, so that the newer one should win.
+#[derive(Debug, Clone, Copy)]
+pub struct SameSubject {
+    /// Mutual similarity at which two hits are about the same thing, whatever was asked.
+    pub similarity: f32,
+    /// A lower mutual similarity that is enough when the newer hit answers the query
+    /// nearly as well as the older (relevance at least `relevance_ratio` of the older's):
+    /// a statement and its update are often worded unlike each other, yet both answer.
+    pub similarity_when_both_answer: f32,
+    /// See `similarity_when_both_answer`.
+    pub relevance_ratio: f64,
+}
+
+impl SameSubject {
+    /// Same subject only when the two are at least `similarity` alike.
+    pub fn alike(similarity: f32) -> Self {
+        Self {
+            similarity,
+            similarity_when_both_answer: similarity,
+            relevance_ratio: 1.0,
+        }
+    }
+
+    fn holds(&self, older: &Candidate, newer: &Candidate) -> bool {
+        let mutual = similarity(older, newer);
+        let both_answer =
+            newer.hit.explain.relevance >= self.relevance_ratio * older.hit.explain.relevance;
+        mutual >= self.similarity || (both_answer && mutual >= self.similarity_when_both_answer)
+    }
+}
+
+/// When a newer candidate is about the same thing as an older one ranked above it (see
+/// [`SameSubject`]), the newest such takes the older's place and the older moves just
+/// below it: the newest statement wins where two disagree, without favouring new memories
+/// in general. `candidates` must be sorted best first. Each candidate is promoted at most
+/// once, so the work is quadratic in the candidates at worst (a user who says much the
+/// same thing many times), never cubic.
+pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubject) {
+    let mut promoted: HashSet<String> = HashSet::new();
     let mut at = 0;
     while at < candidates.len() {
         let older = &candidates[at];
-        let newer = (at + 1..candidates.len()).find(|&j| {
-            candidates[j].hit.entry.valid_from > older.hit.entry.valid_from
-                && similarity(older, &candidates[j]) >= same_subject
-        });
-        match newer {
+        let newest = (at + 1..candidates.len())
+            .filter(|&j| {
+                let newer = &candidates[j];
+                !promoted.contains(&newer.hit.entry.id)
+                    && newer.hit.entry.valid_from > older.hit.entry.valid_from
+                    && same_subject.holds(older, newer)
+            })
+            .max_by_key(|&j| (candidates[j].hit.entry.valid_from, std::cmp::Reverse(j)));
+        match newest {
             Some(j) => {
                 let mut moved = candidates.remove(j);
+                promoted.insert(moved.hit.entry.id.clone());
                 let displaced = &candidates[at].hit;
                 moved.hit.explain.adjusted = Some(format!(
                     "ranked above {}: newer, on the same subject",
@@ -51,24 +92,23 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: f32) {
 }
 
 /// Pick `limit` candidates by maximal marginal relevance: each next pick maximises
-/// `lambda · score − (1 − lambda) · (highest similarity to a pick so far)`.
+/// `lambda · score − (1 − lambda) · (highest similarity to a pick so far)`. Each
+/// candidate's highest similarity is kept up to date pick by pick (linear work per pick).
 pub fn diversify(candidates: Vec<Candidate>, lambda: f64, limit: usize) -> Vec<Candidate> {
-    let mut left = candidates;
+    let mut left: Vec<(Candidate, f64)> = candidates.into_iter().map(|c| (c, 0.0)).collect();
     let mut picked: Vec<Candidate> = Vec::with_capacity(limit);
     while picked.len() < limit && !left.is_empty() {
-        let value = |c: &Candidate| {
-            let redundancy = picked
-                .iter()
-                .map(|p| f64::from(similarity(p, c)))
-                .fold(0.0, f64::max);
-            lambda * c.hit.score - (1.0 - lambda) * redundancy
-        };
+        let value =
+            |(c, redundancy): &(Candidate, f64)| lambda * c.hit.score - (1.0 - lambda) * redundancy;
         let best = (0..left.len())
             .max_by(|&a, &b| value(&left[a]).total_cmp(&value(&left[b])).then(b.cmp(&a)))
             .unwrap_or(0);
-        let mut next = left.remove(best);
+        let (mut next, _) = left.remove(best);
         if best > 0 && next.hit.explain.adjusted.is_none() {
             next.hit.explain.adjusted = Some("moved up: unlike the hits above it".into());
+        }
+        for (candidate, redundancy) in &mut left {
+            *redundancy = redundancy.max(f64::from(similarity(&next, candidate)));
         }
         picked.push(next);
     }

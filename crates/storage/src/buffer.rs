@@ -21,6 +21,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../migrations/buffer/0001_init.sql"),
         include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
+        include_str!("../../../migrations/buffer/0003_said_at.sql"),
     ],
 };
 
@@ -43,6 +44,8 @@ pub struct MessageRow {
     pub dedup_key: Option<String>,
     /// Arrival (ms since the epoch).
     pub received_at: i64,
+    /// When it was really said, when the producer dated it.
+    pub said_at: Option<i64>,
 }
 
 /// Where the buffer keeps messages, batches and tasks. Writes return a [`Receipt`] that
@@ -212,7 +215,8 @@ pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StorageError> 
         .map_err(|e| StorageError::open(&path, e))
 }
 
-const MESSAGE_COLUMNS: &str = "id, channel, sender, conversation, payload, received_at, priority";
+const MESSAGE_COLUMNS: &str =
+    "id, channel, sender, conversation, payload, received_at, priority, said_at";
 
 fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
     Ok(BufferedMessage {
@@ -223,23 +227,21 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
         payload: row.get(4)?,
         received_at: row.get(5)?,
         priority: row.get(6)?,
+        said_at: row.get(7)?,
     })
 }
 
 /// A batch with its messages, in id order.
 fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
     let head = conn
-        .query_row(
-            "SELECT channel, conversation, priority FROM batches WHERE id = ?1",
-            params![id],
-            |row| {
-                Ok((
-                    row.get::<_, String>(0)?,
-                    row.get::<_, String>(1)?,
-                    row.get::<_, u32>(2)?,
-                ))
-            },
-        )
+        .prepare_cached("SELECT channel, conversation, priority FROM batches WHERE id = ?1")?
+        .query_row(params![id], |row| {
+            Ok((
+                row.get::<_, String>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, u32>(2)?,
+            ))
+        })
         .optional()?;
     let Some((channel, conversation, priority)) = head else {
         return Ok(None);
@@ -275,7 +277,9 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
         .collect::<Result<Vec<_>, _>>()?;
     let depth = channels.iter().map(|c| c.unrouted).sum();
     let oldest = channels.iter().map(|c| c.oldest_received_at).min();
-    let stored: i64 = conn.query_row("SELECT count(*) FROM messages", [], |row| row.get(0))?;
+    let stored: i64 = conn
+        .prepare_cached("SELECT count(*) FROM messages")?
+        .query_row([], |row| row.get(0))?;
     let counts = |sql: &str| -> Result<StatusCounts, rusqlite::Error> {
         let mut statement = conn.prepare_cached(sql)?;
         let rows = statement
@@ -329,8 +333,8 @@ fn insert(conn: &Connection, message: &MessageRow) -> rusqlite::Result<i64> {
     }
     conn.prepare_cached(
         "INSERT INTO messages (channel, sender, conversation, payload, received_at, priority,
-                               priority_is_default, dedup_key)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                               priority_is_default, dedup_key, said_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         message.channel,
@@ -340,7 +344,8 @@ fn insert(conn: &Connection, message: &MessageRow) -> rusqlite::Result<i64> {
         message.received_at,
         message.priority,
         message.priority_is_default,
-        message.dedup_key
+        message.dedup_key,
+        message.said_at
     ])?;
     Ok(conn.last_insert_rowid())
 }
@@ -352,24 +357,22 @@ fn set_channel_priorities(
     priorities: &BTreeMap<String, u32>,
     default_priority: u32,
 ) -> rusqlite::Result<usize> {
-    conn.execute("DELETE FROM channel_priorities", [])?;
+    conn.prepare_cached("DELETE FROM channel_priorities")?
+        .execute([])?;
     let mut insert =
         conn.prepare_cached("INSERT INTO channel_priorities (channel, priority) VALUES (?1, ?2)")?;
     for (channel, priority) in priorities {
         insert.execute(params![channel, priority])?;
     }
-    conn.execute(
-        "UPDATE messages
+    conn.prepare_cached("UPDATE messages
             SET priority = coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)
           WHERE routed = 0 AND priority_is_default = 1
-            AND priority IS NOT coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)",
-        params![default_priority],
-    )
+            AND priority IS NOT coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)")?.execute(params![default_priority])
 }
 
 /// The remembered channel priorities.
 fn channel_priorities(conn: &Connection) -> rusqlite::Result<BTreeMap<String, u32>> {
-    conn.prepare("SELECT channel, priority FROM channel_priorities")?
+    conn.prepare_cached("SELECT channel, priority FROM channel_priorities")?
         .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
         .collect()
 }
@@ -383,10 +386,8 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
     }
     .as_str();
     let now = now_ms();
-    conn.execute(
-        "INSERT INTO batches (channel, conversation, priority, route, rule, message_count, status, created_at, finished_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN ?7 = 'dropped' THEN ?8 END)",
-        params![
+    conn.prepare_cached("INSERT INTO batches (channel, conversation, priority, route, rule, message_count, status, created_at, finished_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, CASE WHEN ?7 = 'dropped' THEN ?8 END)")?.execute(params![
             batch.channel,
             batch.conversation,
             batch.priority,
@@ -395,8 +396,7 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
             batch.message_ids.len() as i64,
             status,
             now
-        ],
-    )?;
+        ])?;
     let batch_id = conn.last_insert_rowid();
     let mut mark = conn.prepare_cached(
         "UPDATE messages SET routed = 1, batch_id = ?1 WHERE id = ?2 AND routed = 0",
@@ -408,28 +408,23 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
         }
     }
     if batch.route == Route::Spawn {
-        conn.execute(
+        conn.prepare_cached(
             "INSERT INTO tasks (batch_id, status, created_at) VALUES (?1, 'queued', ?2)",
-            params![batch_id, now],
-        )?;
+        )?
+        .execute(params![batch_id, now])?;
     }
     Ok(batch_id)
 }
 
 /// Mark the most urgent queued main batch running; returns its id.
 fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    let id: Option<i64> = conn
-        .query_row(
-            "SELECT id FROM batches WHERE route = 'main' AND status = 'queued' ORDER BY priority, id LIMIT 1",
-            [],
-            |row| row.get(0),
-        )
+    let id: Option<i64> = conn.prepare_cached("SELECT id FROM batches WHERE route = 'main' AND status = 'queued' ORDER BY priority, id LIMIT 1")?.query_row([], |row| row.get(0))
         .optional()?;
     if let Some(id) = id {
-        conn.execute(
+        conn.prepare_cached(
             "UPDATE batches SET status = 'running', started_at = ?2 WHERE id = ?1",
-            params![id, now_ms()],
-        )?;
+        )?
+        .execute(params![id, now_ms()])?;
     }
     Ok(id)
 }
@@ -442,27 +437,24 @@ fn finish_batch(
     reply: Option<&str>,
     error: Option<&str>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE batches SET status = ?2, reply = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
-        params![id, status.as_str(), reply, error, now_ms()],
-    )?;
+    )?
+    .execute(params![id, status.as_str(), reply, error, now_ms()])?;
     Ok(())
 }
 
 /// Mark the oldest queued task running; returns (task id, batch id).
 fn claim_task(conn: &Connection) -> rusqlite::Result<Option<(i64, i64)>> {
     let claimed: Option<(i64, i64)> = conn
-        .query_row(
+        .prepare_cached(
             "SELECT id, batch_id FROM tasks WHERE status = 'queued' ORDER BY id LIMIT 1",
-            [],
-            |row| Ok((row.get(0)?, row.get(1)?)),
-        )
+        )?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     if let Some((id, _)) = claimed {
-        conn.execute(
-            "UPDATE tasks SET status = 'running', started_at = ?2 WHERE id = ?1",
-            params![id, now_ms()],
-        )?;
+        conn.prepare_cached("UPDATE tasks SET status = 'running', started_at = ?2 WHERE id = ?1")?
+            .execute(params![id, now_ms()])?;
     }
     Ok(claimed)
 }
@@ -475,23 +467,21 @@ fn finish_task(
     result: Option<&str>,
     error: Option<&str>,
 ) -> rusqlite::Result<()> {
-    conn.execute(
+    conn.prepare_cached(
         "UPDATE tasks SET status = ?2, result = ?3, error = ?4, finished_at = ?5 WHERE id = ?1",
-        params![id, status.as_str(), result, error, now_ms()],
-    )?;
+    )?
+    .execute(params![id, status.as_str(), result, error, now_ms()])?;
     Ok(())
 }
 
 /// Put running batches and tasks back in the queue; returns how many of each.
 fn requeue(conn: &Connection) -> rusqlite::Result<(usize, usize)> {
-    let batches = conn.execute(
-        "UPDATE batches SET status = 'queued', started_at = NULL WHERE route = 'main' AND status = 'running'",
-        [],
-    )?;
-    let tasks = conn.execute(
-        "UPDATE tasks SET status = 'queued', started_at = NULL WHERE status = 'running'",
-        [],
-    )?;
+    let batches = conn.prepare_cached("UPDATE batches SET status = 'queued', started_at = NULL WHERE route = 'main' AND status = 'running'")?.execute([])?;
+    let tasks = conn
+        .prepare_cached(
+            "UPDATE tasks SET status = 'queued', started_at = NULL WHERE status = 'running'",
+        )?
+        .execute([])?;
     Ok((batches, tasks))
 }
 
@@ -501,20 +491,14 @@ fn prune(conn: &Connection, before_ms: i64) -> rusqlite::Result<(usize, usize)> 
     // still needs its messages, however old.
     let finished_batches = "SELECT id FROM batches WHERE status IN ('done', 'failed', 'dropped')
          OR (status = 'spawned' AND id IN (SELECT batch_id FROM tasks WHERE status IN ('done', 'failed')))";
-    let messages = conn.execute(
-        &format!("DELETE FROM messages WHERE routed = 1 AND received_at < ?1 AND batch_id IN ({finished_batches})"),
-        params![before_ms],
-    )?;
-    conn.execute(
+    let messages = conn.prepare_cached(&format!("DELETE FROM messages WHERE routed = 1 AND received_at < ?1 AND batch_id IN ({finished_batches})"))?.execute(params![before_ms])?;
+    conn.prepare_cached(
         "DELETE FROM tasks WHERE status IN ('done', 'failed') AND finished_at < ?1
            AND batch_id NOT IN (SELECT batch_id FROM messages WHERE batch_id IS NOT NULL)",
-        params![before_ms],
-    )?;
-    let batches = conn.execute(
-        "DELETE FROM batches WHERE created_at < ?1 AND status IN ('done', 'failed', 'dropped', 'spawned')
+    )?
+    .execute(params![before_ms])?;
+    let batches = conn.prepare_cached("DELETE FROM batches WHERE created_at < ?1 AND status IN ('done', 'failed', 'dropped', 'spawned')
            AND id NOT IN (SELECT batch_id FROM messages WHERE batch_id IS NOT NULL)
-           AND id NOT IN (SELECT batch_id FROM tasks)",
-        params![before_ms],
-    )?;
+           AND id NOT IN (SELECT batch_id FROM tasks)")?.execute(params![before_ms])?;
     Ok((messages, batches))
 }

@@ -20,6 +20,10 @@ pub struct NewMessage {
     /// An id the source gave the message (e.g. a webhook delivery id): a second message
     /// with the same key on the same channel is not stored again.
     pub dedup_key: Option<String>,
+    /// When the message was really said (ms), when that is before it reaches the buffer
+    /// (history imported or replayed); None = when it arrives. Memory dates its episode
+    /// by it.
+    pub said_at: Option<i64>,
 }
 
 /// Longest dedup key accepted, in bytes.
@@ -42,6 +46,16 @@ pub struct BufferedMessage {
     pub received_at: i64,
     /// Lower is served first.
     pub priority: u32,
+    /// When it was really said, if the producer said so (see [`NewMessage::said_at`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub said_at: Option<i64>,
+}
+
+impl BufferedMessage {
+    /// When the message was said: as its producer dated it, else its arrival.
+    pub fn said_at(&self) -> i64 {
+        self.said_at.unwrap_or(self.received_at)
+    }
 }
 
 /// What the router decided for a batch.

@@ -292,12 +292,21 @@ pub struct RecallQuery {
     pub until: Option<i64>,
     /// Answer as memory stood at this time: what was valid then (valid time). None = now.
     pub as_of: Option<i64>,
+    /// The moment the question is asked (ms): recency and time expressions in `text`
+    /// ("last month") are measured from it. None = `as_of`, else the clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub now: Option<i64>,
     /// Most hits returned.
     pub limit: usize,
     /// Overrides the configured minimum relevance.
     pub min_relevance: Option<f64>,
     /// Use BM25 only, even when embeddings are on.
     pub lexical_only: bool,
+    /// `text` already embedded by the local memory's provider (the agent embeds a turn's
+    /// query on its own to time the model apart from the host); None = embed it during
+    /// recall. Never crosses to plugins.
+    #[serde(skip)]
+    pub query_vector: Option<Vec<f32>>,
 }
 
 /// The components of one hit's score, for `--explain`.
@@ -323,6 +332,10 @@ pub struct ScoreParts {
     /// ranked above an older one, or a hit moved down for repeating a better one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adjusted: Option<String>,
+    /// How the time the query names ("last month") weighed on the hit: inside or outside
+    /// the span, and the span.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time: Option<String>,
 }
 
 /// One recalled memory.

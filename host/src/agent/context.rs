@@ -4,6 +4,7 @@
 //! it brings line by line, so the model reads it as data, never as instructions.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::memory::{
     ListFilter, MemoryEntry, MemoryError, MemoryKind, MemoryService, RecallHit, RecallQuery, Scope,
@@ -25,15 +26,21 @@ pub struct TurnInput {
     /// context is read), never its history. The turn takes it once its session is known,
     /// after the previous turn's episodes were written.
     pub history_before: i64,
+    /// When the batch's last message was said (ms): "now" for time words in it ("last
+    /// month"), so history replayed with `cairn send --at` is read as it was meant.
+    pub said_at: i64,
 }
 
 /// One section of a turn's system prompt, and the memories it quoted.
 #[derive(Debug, Clone, Default)]
 pub struct Section {
-    /// The section, heading first.
+    /// The section, heading first (empty when a provider found nothing but spent model
+    /// time looking).
     pub text: String,
     /// Ids of the memories it quoted (none for the session's own turns).
     pub memories: Vec<String>,
+    /// Time spent in a model (embedding the query), reported apart from the host's.
+    pub model_time: Duration,
 }
 
 /// A source of context for a turn. Calls block (memory); the chain runs them off the async
@@ -54,6 +61,8 @@ pub struct Assembled {
     pub sections: Vec<String>,
     /// Ids of every memory quoted (core and recalled).
     pub memories: Vec<String>,
+    /// Time the providers spent in a model (the query's embedding).
+    pub model_time: Duration,
 }
 
 /// The providers of every turn, highest priority first.
@@ -109,8 +118,11 @@ impl ContextChain {
         for provider in &self.providers {
             match provider.provide(turn) {
                 Ok(Some(section)) => {
-                    assembled.sections.push(section.text);
+                    if !section.text.is_empty() {
+                        assembled.sections.push(section.text);
+                    }
                     assembled.memories.extend(section.memories);
+                    assembled.model_time += section.model_time;
                 }
                 Ok(None) => {}
                 Err(e) => tracing::warn!(
@@ -172,7 +184,7 @@ impl ContextProvider for RecentTurns {
         }
         Ok(Some(Section {
             text,
-            memories: Vec::new(),
+            ..Section::default()
         }))
     }
 }
@@ -229,6 +241,13 @@ impl ContextProvider for RecalledMemories {
     }
 
     fn provide(&self, turn: &TurnInput) -> Result<Option<Section>, MemoryError> {
+        // The local memory's query embedding is timed on its own: it is model time.
+        let embedding_started = Instant::now();
+        let query_vector = match self.memory.backend_plugin() {
+            None => self.memory.local().embed_query(&turn.text),
+            Some(_) => None,
+        };
+        let model_time = embedding_started.elapsed();
         let hits = self.memory.recall(&RecallQuery {
             text: turn.text.clone(),
             scope: Scope {
@@ -244,9 +263,15 @@ impl ContextProvider for RecalledMemories {
                 MemoryKind::Procedure,
             ],
             limit: self.limit,
+            now: Some(turn.said_at),
+            query_vector,
             ..RecallQuery::default()
         })?;
-        Ok(memory_context(&hits))
+        // Without hits the section is empty but still carries the model's time.
+        Ok(Some(Section {
+            model_time,
+            ..memory_context(&hits).unwrap_or_default()
+        }))
     }
 }
 
@@ -266,7 +291,7 @@ fn entries_section<'a>(
 ) -> Option<Section> {
     let mut section = Section {
         text: heading.to_string(),
-        memories: Vec::new(),
+        ..Section::default()
     };
     for entry in entries {
         let date = chrono::DateTime::from_timestamp_millis(entry.valid_from)

@@ -33,6 +33,29 @@ struct TurnOutcome {
     usage: Option<Usage>,
     /// How long the LLM call took (what the turn spent outside the host).
     llm_time: Duration,
+    /// How long delivering the reply through the channel plugin took.
+    deliver_time: Duration,
+}
+
+/// A main turn being recorded: its batch, session, user, and where its time went.
+struct Turn<'a> {
+    batch: &'a Batch,
+    session_id: &'a str,
+    user: Option<String>,
+    started: std::time::Instant,
+    timings: TurnTimings,
+}
+
+/// Where a turn's time went before its outcome was recorded, journaled with
+/// `turn.completed` so an operator (and the bench) can see which phase is slow.
+#[derive(Debug, Clone, Copy, Default)]
+struct TurnTimings {
+    /// Finding or opening the session.
+    session: Duration,
+    /// Assembling the context, the query's embedding included.
+    context: Duration,
+    /// Embedding the query (model time, not the host's).
+    embedding: Duration,
 }
 
 /// Agent settings (`agent:` in `cairn.yaml`).
@@ -175,25 +198,31 @@ impl Agent {
         let started = std::time::Instant::now();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let session_id = self.session_for(&batch, user.as_deref()).await;
+        let mut timings = TurnTimings {
+            session: started.elapsed(),
+            ..TurnTimings::default()
+        };
         // The batch's journal events and episodes are written while the turn reads its
         // context and asks the model; all are on disk before the turn records anything.
         let history_before = crate::store::now_ms();
         let ((), (context, outcome)) = tokio::join!(self.receive(&batch, &session_id), async {
+            let assembling = std::time::Instant::now();
             let context = self
                 .context_for(&batch, &session_id, user.clone(), history_before)
                 .await;
+            timings.context = assembling.elapsed();
+            timings.embedding = context.model_time;
             let outcome = self.answer(&batch, &context).await;
             (context, outcome)
         });
-        self.record(
-            &batch,
-            &session_id,
+        let turn = Turn {
+            batch: &batch,
+            session_id: &session_id,
             user,
-            &context.memories,
-            outcome,
             started,
-        )
-        .await;
+            timings,
+        };
+        self.record(turn, &context.memories, outcome).await;
     }
 
     /// Journal `message.received` for each message of a batch and, at the same time (the
@@ -213,7 +242,9 @@ impl Agent {
             .iter()
             .filter_map(|message| {
                 let text = message_text(message, self.config.max_message_chars);
-                self.episode(session_id, &message.sender, "user", text)
+                let mut episode = self.episode(session_id, &message.sender, "user", text)?;
+                episode.valid_from = message.said_at;
+                Some(episode)
             })
             .collect()
     }
@@ -229,6 +260,7 @@ impl Agent {
                     "conversation": message.conversation,
                     "sender": message.sender,
                     "text": message_text(message, self.config.max_message_chars),
+                    "said_at": message.said_at(),
                 });
                 journal
                     .emit(
@@ -262,6 +294,10 @@ impl Agent {
             text: text.join("\n"),
             own_messages: batch.messages.len(),
             history_before,
+            said_at: batch
+                .messages
+                .last()
+                .map_or(history_before, |m| m.said_at()),
         };
         let chain = self.context.clone();
         tokio::task::spawn_blocking(move || chain.assemble(&turn))
@@ -283,63 +319,62 @@ impl Agent {
         let asked = std::time::Instant::now();
         let answered = self.complete(&system, prompt).await;
         let llm_time = asked.elapsed();
-        match answered {
-            Err(e) => TurnOutcome {
-                status: BatchStatus::Failed,
-                reply: None,
-                error: Some(e.to_string()),
-                usage: None,
-                llm_time,
-            },
-            Ok(completion) => {
-                let usage = Some(completion.usage);
-                let payload =
-                    serde_json::json!({"text": completion.content, "model": completion.model})
-                        .to_string();
-                match self.deliver(batch, &payload).await {
-                    Ok(()) => TurnOutcome {
-                        status: BatchStatus::Done,
-                        reply: Some(payload),
-                        error: None,
-                        usage,
-                        llm_time,
-                    },
-                    Err(e) => TurnOutcome {
-                        status: BatchStatus::Failed,
-                        reply: Some(payload),
-                        error: Some(e),
-                        usage,
-                        llm_time,
-                    },
-                }
+        let completion = match answered {
+            Ok(completion) => completion,
+            Err(e) => {
+                return TurnOutcome {
+                    status: BatchStatus::Failed,
+                    reply: None,
+                    error: Some(e.to_string()),
+                    usage: None,
+                    llm_time,
+                    deliver_time: Duration::ZERO,
+                };
             }
+        };
+        let payload =
+            serde_json::json!({"text": completion.content, "model": completion.model}).to_string();
+        let delivering = std::time::Instant::now();
+        let delivered = self.deliver(batch, &payload).await;
+        let (status, error) = match delivered {
+            Ok(()) => (BatchStatus::Done, None),
+            Err(e) => (BatchStatus::Failed, Some(e)),
+        };
+        TurnOutcome {
+            status,
+            reply: Some(payload),
+            error,
+            usage: Some(completion.usage),
+            llm_time,
+            deliver_time: delivering.elapsed(),
         }
     }
 
     /// Log the outcome, save the reply as an episode while journaling `agent.response`,
     /// then journal `turn.completed` while recording the outcome on the batch (every write
     /// acknowledged before the turn ends; independent ones side by side).
-    async fn record(
-        &self,
-        batch: &Batch,
-        session_id: &str,
-        user: Option<String>,
-        recalled: &[String],
-        outcome: TurnOutcome,
-        started: std::time::Instant,
-    ) {
+    async fn record(&self, turn: Turn<'_>, recalled: &[String], outcome: TurnOutcome) {
+        let Turn {
+            batch,
+            session_id,
+            user,
+            started,
+            timings,
+        } = turn;
         let TurnOutcome {
             status,
             reply,
             error,
             usage,
             llm_time,
+            deliver_time,
         } = outcome;
         if let Some(error) = &error {
             tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
         } else {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
         }
+        let recording = std::time::Instant::now();
         let reply_episode = match (&reply, &user) {
             (Some(reply), Some(user)) => {
                 let text = serde_json::from_str::<serde_json::Value>(reply)
@@ -372,6 +407,7 @@ impl Agent {
             let Some(journal) = &self.journal else {
                 return;
             };
+            let elapsed = started.elapsed();
             let payload = serde_json::json!({
                 "batch_id": batch.id,
                 "channel": batch.channel,
@@ -381,8 +417,16 @@ impl Agent {
                 "error": error,
                 "recalled": recalled,
                 "usage": usage,
-                "duration_ms": started.elapsed().as_millis() as u64,
-                "host_us": started.elapsed().saturating_sub(llm_time).as_micros() as u64,
+                "duration_ms": elapsed.as_millis() as u64,
+                "host_us": elapsed.saturating_sub(llm_time + timings.embedding).as_micros() as u64,
+                "llm_us": llm_time.as_micros() as u64,
+                "embedding_us": timings.embedding.as_micros() as u64,
+                "phases_us": {
+                    "session": timings.session.as_micros() as u64,
+                    "context": timings.context.saturating_sub(timings.embedding).as_micros() as u64,
+                    "deliver": deliver_time.as_micros() as u64,
+                    "record": recording.elapsed().as_micros() as u64,
+                },
             });
             journal
                 .emit("turn.completed", payload, session.clone(), user.clone())

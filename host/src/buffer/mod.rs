@@ -77,6 +77,9 @@ pub struct Buffer {
     store: Box<dyn BufferStore>,
 }
 
+/// How far ahead of the host's clock a producer's `said_at` may be (clocks differ a little).
+const SAID_AT_LEEWAY_MS: i64 = 60_000;
+
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(
     message: NewMessage,
@@ -118,6 +121,14 @@ fn validate(
             "dedup-key: expected non-empty text of at most {MAX_DEDUP_KEY_BYTES} bytes"
         )));
     }
+    let received_at = now_ms();
+    if let Some(said_at) = message.said_at
+        && !(0..=received_at + SAID_AT_LEEWAY_MS).contains(&said_at)
+    {
+        return Err(BufferError::InvalidInput(format!(
+            "said-at: expected a time that has come (ms since the epoch, at most now), got {said_at}"
+        )));
+    }
     let chosen = config
         .channel_priority
         .get(&message.channel)
@@ -134,7 +145,8 @@ fn validate(
         priority,
         priority_is_default: chosen.is_none(),
         dedup_key: message.dedup_key,
-        received_at: now_ms(),
+        received_at,
+        said_at: message.said_at,
     })
 }
 
@@ -324,6 +336,7 @@ mod tests {
             payload: payload.into(),
             priority: None,
             dedup_key: None,
+            said_at: None,
         }
     }
 
@@ -364,6 +377,13 @@ mod tests {
                     ..message("c", "{}")
                 },
                 "sender: expected",
+            ),
+            (
+                NewMessage {
+                    said_at: Some(now_ms() + 3_600_000),
+                    ..message("c", "{}")
+                },
+                "said-at: expected a time that has come",
             ),
         ];
         for (bad, expected) in cases {

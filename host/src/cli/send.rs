@@ -31,6 +31,10 @@ pub struct SendArgs {
     /// nothing and prints the first message's id.
     #[arg(long, value_name = "KEY")]
     pub dedup_key: Option<String>,
+    /// When the message was really said (RFC 3339, YYYY-MM-DD, or ms since the epoch), for
+    /// history sent after the fact: memory dates its episode by it. Not in the future.
+    #[arg(long, value_parser = crate::cli::memory::parse_time)]
+    pub at: Option<i64>,
     /// The message text (sent as `{"text": TEXT}`).
     pub text: Option<String>,
     /// A file holding the JSON payload (`-` for stdin).
@@ -64,6 +68,7 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         payload,
         priority: args.priority,
         dedup_key: args.dedup_key.clone(),
+        said_at: args.at,
     };
     match buffer.push(message) {
         Ok(id) => {

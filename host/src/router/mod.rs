@@ -367,6 +367,7 @@ mod tests {
             payload: payload.into(),
             received_at,
             priority: if channel == "cli" { 10 } else { 50 },
+            said_at: None,
         }
     }
 

@@ -127,6 +127,10 @@ fn compile_rows(
 }
 
 fn main() -> Result<()> {
+    // SAFETY: no other thread exists yet.
+    unsafe {
+        cairn::memory::embed::local_model::settle_process_threads();
+    }
     // On the project's disk (not a RAM-backed /tmp), so fsync costs what it costs.
     let scratch_root = workspace_root().join("target").join("bench");
     std::fs::create_dir_all(&scratch_root)?;
@@ -343,6 +347,7 @@ fn bench_message(producer: usize, i: usize) -> NewMessage {
         payload: format!("{{\"text\":\"message {i} from producer {producer}\"}}"),
         priority: None,
         dedup_key: None,
+        said_at: None,
     }
 }
 
@@ -472,6 +477,19 @@ fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Which provider the bench's host embeds with (`auto`: the local model when installed).
+fn embedding_provider() -> &'static str {
+    use cairn::memory::embed::local_model;
+    let models_dir = std::env::var_os("CAIRN_MEMORY_EMBEDDINGS_MODELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    if local_model::is_installed(&local_model::model_dir(&models_dir)) {
+        "the local all-MiniLM-L6-v2"
+    } else {
+        "the lexical hash (the local model is not installed)"
+    }
+}
+
 /// Webhook POST → reply delivered, through the real binary and the real webhook channel.
 fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     let plugins = workspace_root().join("target/plugins");
@@ -496,6 +514,8 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     let port = host.webhook_port();
     let client = cairn_tests::http_client();
     let deliveries = 200;
+    // 40 a second: a load one agent answers as it comes (each turn embeds its query).
+    let spacing = Duration::from_millis(25);
     let mut sent_at = BTreeMap::new();
     for i in 0..deliveries {
         let body = serde_json::to_vec(&serde_json::json!({
@@ -515,7 +535,7 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             Some(&signature),
         )?;
         anyhow::ensure!(status == 202, "delivery refused: {status} {answer}");
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(spacing);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     let latencies = loop {
@@ -544,22 +564,47 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     };
     host.stop();
     let journal = rusqlite::Connection::open(data.join("journal.db"))?;
-    let mut host_us: Vec<f64> = journal
-        .prepare(
-            "SELECT json_extract(payload, '$.host_us') FROM events WHERE topic = 'turn.completed'",
-        )?
-        .query_map([], |r| r.get::<_, f64>(0))?
-        .collect::<Result<_, _>>()?;
-    host_us.sort_by(|a, b| a.total_cmp(b));
-    anyhow::ensure!(!host_us.is_empty(), "no turn.completed events");
+    let turn_figure = |path: &str| -> Result<Vec<f64>> {
+        let mut values: Vec<f64> = journal
+            .prepare("SELECT json_extract(payload, ?1) FROM events WHERE topic = 'turn.completed'")?
+            .query_map([path], |r| r.get::<_, f64>(0))?
+            .collect::<Result<_, _>>()?;
+        anyhow::ensure!(!values.is_empty(), "no turn.completed events with {path}");
+        values.sort_by(|a, b| a.total_cmp(b));
+        Ok(values)
+    };
+    let host_us = turn_figure("$.host_us")?;
+    let phases = ["session", "context", "deliver", "record"]
+        .iter()
+        .map(|phase| {
+            let values = turn_figure(&format!("$.phases_us.{phase}"))?;
+            Ok(format!(
+                "{phase} {:.2}/{:.2}",
+                percentile(&values, 0.5) / 1000.0,
+                percentile(&values, 0.99) / 1000.0
+            ))
+        })
+        .collect::<Result<Vec<_>>>()?;
     rows.push(Row {
-        name: "host overhead per turn, LLM excluded".into(),
+        name: "host overhead per turn, LLM and embedding model excluded".into(),
         value: percentile(&host_us, 0.5) / 1000.0,
         unit: "ms",
         note: format!(
-            "p50; p99 {:.2} ms; {} turns, a new session each: session, events and episodes (durable), context providers, delivery through the channel plugin (a kv write)",
+            "p50; p99 {:.2} ms; {} turns, a new session each; phases p50/p99 ms: {} (session, events and episodes durable, context providers, delivery through the channel plugin with a kv write)",
             percentile(&host_us, 0.99) / 1000.0,
-            host_us.len()
+            host_us.len(),
+            phases.join(", ")
+        ),
+    });
+    let embedding_us = turn_figure("$.embedding_us")?;
+    rows.push(Row {
+        name: "query embedding per turn (the memory's provider)".into(),
+        value: percentile(&embedding_us, 0.5) / 1000.0,
+        unit: "ms",
+        note: format!(
+            "p50; p99 {:.2} ms; {} embedder, on the turn's path before the LLM call",
+            percentile(&embedding_us, 0.99) / 1000.0,
+            embedding_provider()
         ),
     });
     rows.push(Row {
@@ -567,8 +612,9 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         value: percentile(&latencies, 0.5),
         unit: "ms",
         note: format!(
-            "p50; p99 {:.0} ms; includes batch_window_ms={window}; {deliveries} deliveries",
-            percentile(&latencies, 0.99)
+            "p50; p99 {:.0} ms; includes batch_window_ms={window}; {deliveries} deliveries, one every {} ms",
+            percentile(&latencies, 0.99),
+            spacing.as_millis()
         ),
     });
     Ok(())

@@ -10,3 +10,4 @@ mod memory;
 mod plugin_host;
 mod recall_quality;
 mod supervisor_api;
+mod time;

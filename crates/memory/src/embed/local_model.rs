@@ -8,7 +8,8 @@
 
 use std::path::{Path, PathBuf};
 
-use cairn_encoder::SentenceEncoder;
+pub use cairn_encoder::settle_process_threads;
+use cairn_encoder::{SentenceEncoder, Urgency};
 
 use super::{EmbedError, EmbeddingProvider};
 
@@ -68,6 +69,17 @@ impl LocalModelEmbedder {
     }
 }
 
+impl LocalModelEmbedder {
+    fn encode(&self, texts: &[String], urgency: Urgency) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.encoder
+            .encode_with(texts, urgency)
+            .map_err(|e| EmbedError::Provider {
+                provider: format!("local model {MODEL_NAME}"),
+                message: e.to_string(),
+            })
+    }
+}
+
 impl EmbeddingProvider for LocalModelEmbedder {
     fn provider(&self) -> &str {
         "local"
@@ -78,11 +90,10 @@ impl EmbeddingProvider for LocalModelEmbedder {
     }
 
     fn embed(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.encoder
-            .encode(texts)
-            .map_err(|e| EmbedError::Provider {
-                provider: format!("local model {MODEL_NAME}"),
-                message: e.to_string(),
-            })
+        self.encode(texts, Urgency::Interactive)
+    }
+
+    fn embed_in_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.encode(texts, Urgency::Background)
     }
 }

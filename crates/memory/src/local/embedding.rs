@@ -86,7 +86,7 @@ impl LocalMemory {
                 .collect();
             let texts: Vec<String> = missing.iter().map(|p| p.content.clone()).collect();
             let fresh = embedder
-                .embed(&texts)
+                .embed_in_background(&texts)
                 .map_err(|e| MemoryError::Unavailable(e.to_string()))?;
             let mut vectors: HashMap<String, Vec<f32>> = cached;
             for (item, vector) in missing.iter().zip(fresh) {

@@ -1,17 +1,99 @@
 //! Recall: full-text and vector candidates, re-checked against the query's filters by the store,
-//! scored by relevance, importance and recency (see [`crate::recall`]).
+//! scored by relevance, importance and recency (see [`crate::recall`]); time words in the
+//! query favour memories of the span they name, and a question comparing two events gets
+//! the best match of each (see [`crate::timeframe`]).
 
 use super::*;
+use crate::timeframe::{self, TimeCue, TimeFrame};
 
 impl LocalMemory {
     /// Memories relevant to `query`, best first.
     pub fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
         let limit = query.limit.clamp(1, 1000);
+        let now = query.now.or(query.as_of).unwrap_or_else(now_ms);
+        let frame = self.time_frame(query, now)?;
+        let mut hits = self.ranked(query, now, frame.as_ref(), limit)?;
+        if let Some(events) = timeframe::compared_events(&query.text) {
+            self.bring_in_each(query, now, events, &mut hits, limit)?;
+        }
+        Ok(hits)
+    }
+
+    /// The span of valid time the query names, if any; "before I moved" is resolved by
+    /// recalling the move and taking its time.
+    fn time_frame(&self, query: &RecallQuery, now: i64) -> Result<Option<TimeFrame>, MemoryError> {
+        let (phrase, before, event) = match timeframe::read(&query.text, now) {
+            None => return Ok(None),
+            Some(TimeCue::Frame(frame)) => return Ok(Some(frame)),
+            Some(TimeCue::Anchored {
+                phrase,
+                before,
+                event,
+            }) => (phrase, before, event),
+        };
+        let found = self.ranked(&probe(query, event), now, None, 1)?;
+        Ok(found.first().map(|hit| {
+            let edge = Some(hit.entry.valid_from);
+            TimeFrame {
+                phrase,
+                from: if before { None } else { edge },
+                to: if before { edge } else { None },
+            }
+        }))
+    }
+
+    /// A question comparing two events needs both: the best match of each joins the hits
+    /// when it is not among them, in place of the lowest-ranked hit no event brought.
+    fn bring_in_each(
+        &self,
+        query: &RecallQuery,
+        now: i64,
+        events: [String; 2],
+        hits: &mut Vec<RecallHit>,
+        limit: usize,
+    ) -> Result<(), MemoryError> {
+        let mut kept: Vec<String> = Vec::new();
+        for event in events {
+            let best = self.ranked(&probe(query, event.clone()), now, None, 1)?;
+            let Some(mut best) = best.into_iter().next() else {
+                continue;
+            };
+            let id = best.entry.id.clone();
+            if !hits.iter().any(|hit| hit.entry.id == id) {
+                best.explain.adjusted = Some(format!("brought in: the best match for \"{event}\""));
+                if hits.len() < limit {
+                    hits.push(best);
+                } else if let Some(at) = hits.iter().rposition(|h| !kept.contains(&h.entry.id)) {
+                    hits[at] = best;
+                }
+            }
+            kept.push(id);
+        }
+        Ok(())
+    }
+
+    /// Candidates from both signals, scored and ranked; `frame` favours memories of a span.
+    fn ranked(
+        &self,
+        query: &RecallQuery,
+        now: i64,
+        frame: Option<&TimeFrame>,
+        limit: usize,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
         let candidates = (limit * self.config.recall.candidates_per_hit.max(1)).max(50);
-        let bm25 = self.lexical_candidates(query, candidates)?;
+        let mut bm25 = self.lexical_candidates(query, candidates)?;
+        if let Some(frame) = frame {
+            bm25.extend(self.lexical_candidates(&inside(query, frame), candidates)?);
+        }
         let query_vector = self.query_vector(query);
+        // A span narrows what counts: look further among the nearest vectors for it.
+        let nearest = if frame.is_some() {
+            candidates * 4
+        } else {
+            candidates
+        };
         let cosines = match &query_vector {
-            Some(vector) => self.semantic_candidates(query, vector, &bm25, candidates),
+            Some(vector) => self.semantic_candidates(query, vector, &bm25, nearest),
             None => HashMap::new(),
         };
         let mut seqs: Vec<i64> = bm25.keys().chain(cosines.keys()).copied().collect();
@@ -26,7 +108,7 @@ impl LocalMemory {
             cosines: query_vector.as_ref().map(|_| &cosines),
             semantic: self.embedder.as_ref().is_some_and(|e| e.semantic()),
         };
-        Ok(self.rank(query, entries, &signals, limit))
+        Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
     }
 
     /// BM25 of the entries whose words match the query text (lower is better).
@@ -45,11 +127,24 @@ impl LocalMemory {
 
     /// The query text's vector, when embeddings are on (BM25 alone when the provider fails).
     fn query_vector(&self, query: &RecallQuery) -> Option<Vec<f32>> {
-        let embedder = self.embedder.as_ref()?;
-        if query.lexical_only || query.text.trim().is_empty() {
+        if query.lexical_only || self.embedder.is_none() {
             return None;
         }
-        match embedder.embed(std::slice::from_ref(&query.text)) {
+        match &query.query_vector {
+            Some(vector) => Some(vector.clone()),
+            None => self.embed_query(&query.text),
+        }
+    }
+
+    /// The vector of a recall query's text, by the configured provider: None without
+    /// embeddings, for blank text, or when the provider fails (recall is then lexical, and
+    /// says so in the log).
+    pub fn embed_query(&self, text: &str) -> Option<Vec<f32>> {
+        let embedder = self.embedder.as_ref()?;
+        if text.trim().is_empty() {
+            return None;
+        }
+        match embedder.embed(&[text.to_string()]) {
             Ok(mut vectors) => vectors.pop(),
             Err(e) => {
                 tracing::warn!("recall falls back to BM25 only: {e}");
@@ -94,10 +189,10 @@ impl LocalMemory {
         query: &RecallQuery,
         entries: Vec<(i64, MemoryEntry)>,
         signals: &Signals<'_>,
-        limit: usize,
+        ranking: Ranking<'_>,
     ) -> Vec<RecallHit> {
         let config = &self.config.recall;
-        let at = query.as_of.unwrap_or_else(now_ms);
+        let Ranking { now, frame, limit } = ranking;
         let best_bm25 = signals.bm25.values().map(|b| -b).fold(0.0, f64::max);
         let semantic = signals.semantic && signals.cosines.is_some();
         let default_floor = if semantic {
@@ -116,7 +211,11 @@ impl LocalMemory {
                     cosine,
                     semantic: signals.semantic,
                 };
-                let parts = recall::score(config, scored, entry.importance, at - entry.valid_from);
+                let mut parts =
+                    recall::score(config, scored, entry.importance, now - entry.valid_from);
+                if let Some(frame) = frame {
+                    recall::weigh_time(config, &mut parts, frame, entry.valid_from);
+                }
                 let hit = RecallHit {
                     score: parts.score,
                     explain: parts,
@@ -135,6 +234,14 @@ impl LocalMemory {
             let hits = hits.into_iter().map(|(_, hit)| hit).collect();
             return recall::collapse_duplicates(hits, config.duplicate_similarity, limit);
         }
+        // Nothing said is about the question: answer nothing rather than the least unrelated.
+        let best = hits
+            .iter()
+            .map(|(_, h)| h.explain.relevance)
+            .fold(0.0, f64::max);
+        if query.min_relevance.is_none() && best < config.abstain_below {
+            return Vec::new();
+        }
         let mut candidates: Vec<rerank::Candidate> = hits
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
@@ -142,18 +249,74 @@ impl LocalMemory {
                 hit,
             })
             .collect();
-        rerank::promote_updates(&mut candidates, config.same_subject_similarity as f32);
-        let hits = rerank::diversify(candidates, config.diversity_lambda, candidates_len(limit))
-            .into_iter()
-            .map(|c| c.hit)
-            .collect();
-        recall::collapse_duplicates(hits, config.duplicate_similarity, limit)
+        let strict = config.same_subject_similarity as f32;
+        rerank::promote_updates(&mut candidates, rerank::SameSubject::alike(strict));
+        let picked = rerank::diversify(candidates, config.diversity_lambda, candidates_len(limit));
+        let mut kept = keep_unrepeated(picked, config.duplicate_similarity, limit);
+        // Among the hits kept, a newer one that answers nearly as well is the update even
+        // when worded unlike the older: reordering them changes nothing else's rank.
+        let both_answer = rerank::SameSubject {
+            similarity: strict,
+            similarity_when_both_answer: config.same_subject_when_both_answer as f32,
+            relevance_ratio: config.update_relevance_ratio,
+        };
+        rerank::promote_updates(&mut kept, both_answer);
+        kept.into_iter().map(|c| c.hit).collect()
     }
+}
+
+/// The candidates [`recall::collapse_duplicates`] keeps of `picked`, in order, with their
+/// vectors.
+fn keep_unrepeated(
+    picked: Vec<rerank::Candidate>,
+    threshold: f64,
+    limit: usize,
+) -> Vec<rerank::Candidate> {
+    let hits = picked.iter().map(|c| c.hit.clone()).collect();
+    let kept: std::collections::HashSet<String> =
+        recall::collapse_duplicates(hits, threshold, limit)
+            .into_iter()
+            .map(|hit| hit.entry.id)
+            .collect();
+    picked
+        .into_iter()
+        .filter(|c| kept.contains(&c.hit.entry.id))
+        .collect()
 }
 
 /// Hits picked before near-verbatim repeats are collapsed, for `limit` kept.
 fn candidates_len(limit: usize) -> usize {
     limit * 2
+}
+
+/// A recall for `text` in the same scope and filters as `query`, for one part of it.
+fn probe(query: &RecallQuery, text: String) -> RecallQuery {
+    RecallQuery {
+        text,
+        query_vector: None,
+        ..query.clone()
+    }
+}
+
+/// `query` narrowed to the valid times of `frame`.
+fn inside(query: &RecallQuery, frame: &TimeFrame) -> RecallQuery {
+    let latest = |a: Option<i64>, b: Option<i64>| a.max(b);
+    let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    RecallQuery {
+        since: latest(query.since, frame.from),
+        until: earliest(query.until, frame.to),
+        ..query.clone()
+    }
+}
+
+/// When "now" is, the span the query names, and how many hits to keep.
+struct Ranking<'a> {
+    now: i64,
+    frame: Option<&'a TimeFrame>,
+    limit: usize,
 }
 
 /// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the

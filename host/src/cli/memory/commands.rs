@@ -66,6 +66,7 @@ pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
         query,
         filter,
         as_of,
+        at,
         since,
         until,
         limit,
@@ -87,9 +88,11 @@ pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
             since: *since,
             until: *until,
             as_of: *as_of,
+            now: *at,
             limit: *limit,
             min_relevance: *min_relevance,
             lexical_only: *lexical,
+            query_vector: None,
         })
         .map_err(memory_failure)?;
     if *json {

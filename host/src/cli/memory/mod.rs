@@ -166,7 +166,7 @@ fn parse_kind(text: &str) -> Result<MemoryKind, String> {
 }
 
 /// A time argument: ms since the epoch, RFC 3339, or a date (midnight UTC).
-fn parse_time(text: &str) -> Result<i64, String> {
+pub(crate) fn parse_time(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
         return Ok(ms);
     }
@@ -200,6 +200,10 @@ pub struct SearchArgs {
     /// Answer as memory stood at this time (RFC 3339, YYYY-MM-DD, or ms since the epoch).
     #[arg(long, value_parser = parse_time)]
     pub as_of: Option<i64>,
+    /// Ask as if now were this time: recency and time words in the query ("last month",
+    /// "two weeks ago") are measured from it (RFC 3339, YYYY-MM-DD, or ms since the epoch).
+    #[arg(long, value_parser = parse_time)]
+    pub at: Option<i64>,
     /// Only memories valid from this time on.
     #[arg(long, value_parser = parse_time)]
     pub since: Option<i64>,

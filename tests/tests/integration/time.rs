@@ -1,0 +1,178 @@
+//! Time in memory, through the real binary: history sent with `cairn send --at` is
+//! remembered as said then, and `cairn memory search --at` reads the time a question names
+//! ("last month", "before I went kayaking") from that day; a question comparing two events
+//! gets both.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cairn_tests::{Host, PluginDir, cairn, status_json};
+
+const LONG: Duration = Duration::from_secs(60);
+
+/// What ana told the agent, and when she really said it.
+const TRIPS: [(&str, &str); 3] = [
+    (
+        "2026-03-14T10:00:00Z",
+        "A ski trip in the Alps with my brother.",
+    ),
+    (
+        "2026-09-20T10:00:00Z",
+        "A hiking trip in the Dolomites with my sister.",
+    ),
+    (
+        "2026-10-18T10:00:00Z",
+        "A kayaking trip along the coast with my cousin.",
+    ),
+];
+
+fn send(data: &Path, extra: &[&str]) -> std::process::Output {
+    let data = data.display().to_string();
+    let mut args = vec![
+        "send",
+        "--data",
+        data.as_str(),
+        "--channel",
+        "cli",
+        "--conversation",
+        "trips",
+        "--sender",
+        "ana",
+    ];
+    args.extend_from_slice(extra);
+    cairn(&args)
+}
+
+/// `cairn memory search QUESTION --user ana --at AT --json` (plus `extra`): the hits.
+fn search(data: &Path, question: &str, at: &str, extra: &[&str]) -> Vec<serde_json::Value> {
+    let data = data.display().to_string();
+    let mut args = vec![
+        "memory", "search", question, "--user", "ana", "--at", at, "--json", "--data",
+    ];
+    args.push(data.as_str());
+    args.extend_from_slice(extra);
+    let output = cairn(&args);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let hits: serde_json::Value = serde_json::from_slice(&output.stdout).expect("hits as JSON");
+    hits.as_array().expect("a list of hits").clone()
+}
+
+fn content(hit: &serde_json::Value) -> &str {
+    hit["entry"]["content"].as_str().unwrap_or_default()
+}
+
+fn ms(rfc3339: &str) -> i64 {
+    chrono::DateTime::parse_from_rfc3339(rfc3339)
+        .expect("a time")
+        .timestamp_millis()
+}
+
+#[test]
+fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
+    let data = tempfile::tempdir().expect("data");
+    for (at, text) in TRIPS {
+        let sent = send(data.path(), &["--at", at, text]);
+        assert!(
+            sent.status.success(),
+            "{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+    }
+    for (at, expected) in [
+        ("2999-01-01", "said-at: expected a time that has come"),
+        ("last tuesday", "--at"),
+    ] {
+        let refused = send(data.path(), &["--at", at, "from the future"]);
+        assert_eq!(refused.status.code(), Some(2), "--at {at}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(expected), "--at {at}: {stderr}");
+    }
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let env = [("CAIRN_ROUTER_BATCH_WINDOW_MS", "100")];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn> [offline] I received: 3 messages in trips", LONG);
+    host.wait_until(LONG, "the batch answered", |_| {
+        status_json(data.path())["buffer"]["depth"] == 0
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+
+    // Each message is an episode valid from when it was said; nothing from the future.
+    let trips: Vec<(i64, String)> = TRIPS
+        .iter()
+        .map(|(at, t)| (ms(at), t.to_string()))
+        .collect();
+    let data_arg = data.path().display().to_string();
+    let listed = cairn(&[
+        "memory", "list", "--user", "ana", "--json", "--data", &data_arg,
+    ]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("list JSON");
+    let mut said: Vec<(i64, String)> = listed
+        .as_array()
+        .expect("entries")
+        .iter()
+        .filter(|e| e["tags"][0] == "user")
+        .map(|e| {
+            let valid_from = e["valid_from"].as_i64().expect("valid_from");
+            (
+                valid_from,
+                e["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    said.sort();
+    assert_eq!(said, trips);
+
+    // "last month", asked in late November, is October; asked in early April, March.
+    let november = search(data.path(), "Which trip was last month?", "2026-11-20", &[]);
+    assert_eq!(content(&november[0]), TRIPS[2].1, "{november:#?}");
+    let time = november[0]["explain"]["time"].as_str().unwrap_or_default();
+    assert!(
+        time.starts_with("inside \"last month\": 2026-10-01"),
+        "{time}"
+    );
+    let april = search(data.path(), "Which trip was last month?", "2026-04-02", &[]);
+    assert_eq!(content(&april[0]), TRIPS[0].1, "{april:#?}");
+    let september = search(
+        data.path(),
+        "Which trip did I take in September?",
+        "2026-11-20",
+        &[],
+    );
+    assert_eq!(content(&september[0]), TRIPS[1].1, "{september:#?}");
+
+    // "before I went kayaking": the kayaking trip is found, and what came before it leads.
+    let before = search(
+        data.path(),
+        "Which trip was before I went kayaking?",
+        "2026-11-20",
+        &[],
+    );
+    assert_ne!(content(&before[0]), TRIPS[2].1, "{before:#?}");
+
+    // Two events compared: both are among two hits, though "Dolomites" and "sister" make
+    // the hiking trip the best match of the question as a whole. (`--as-of` hides
+    // the agent's reply, which quotes all three and was said after that day.)
+    let compared = search(
+        data.path(),
+        "Thinking of the Dolomites with my sister, which came first: the Alps or the coast?",
+        "2026-11-20",
+        &["--limit", "2", "--as-of", "2026-11-20"],
+    );
+    let mut found: Vec<&str> = compared.iter().map(content).collect();
+    found.sort();
+    let mut expected = vec![TRIPS[0].1, TRIPS[2].1];
+    expected.sort();
+    assert_eq!(found, expected, "{compared:#?}");
+    assert!(
+        compared.iter().any(|hit| hit["explain"]["adjusted"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("brought in: the best match for"))),
+        "{compared:#?}"
+    );
+}
