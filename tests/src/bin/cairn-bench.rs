@@ -1004,9 +1004,14 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
                 value: percentile(&samples, 0.5),
                 unit: "ms",
                 note: format!(
-                    "p50; p99 {:.1} ms; {} scoped questions",
+                    "p50; p99 {:.1} ms; {} scoped questions{}",
                     percentile(&samples, 0.99),
-                    samples.len()
+                    samples.len(),
+                    if lexical {
+                        String::new()
+                    } else {
+                        format!(", each embedded by {}", memory.embeddings_in_use().0)
+                    }
                 ),
             });
         }
@@ -1087,8 +1092,9 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
         value: stats.database_bytes as f64 / 1_048_576.0,
         unit: "MiB",
         note: format!(
-            "with FTS5 and {} {}-dim vectors (db + WAL)",
-            stats.embedded, 256
+            "with FTS5 and {} vectors of {} (db + WAL)",
+            stats.embedded,
+            memory.embeddings_in_use().0
         ),
     });
     memory.stop_embedder();

@@ -81,11 +81,19 @@ impl LocalMemory {
         limit: usize,
     ) -> Result<Vec<RecallHit>, MemoryError> {
         let candidates = (limit * self.config.recall.candidates_per_hit.max(1)).max(50);
-        let mut bm25 = self.lexical_candidates(query, candidates)?;
-        if let Some(frame) = frame {
-            bm25.extend(self.lexical_candidates(&inside(query, frame), candidates)?);
-        }
-        let query_vector = self.query_vector(query);
+        // The model embeds the question on its own thread while full-text search runs.
+        let (bm25, query_vector) = std::thread::scope(|scope| {
+            let embedding = self
+                .needs_embedding(query)
+                .then(|| scope.spawn(|| self.query_vector(query)));
+            let bm25 = self.framed_lexical_candidates(query, frame, candidates);
+            let vector = match embedding {
+                Some(thread) => thread.join().unwrap_or(None),
+                None => self.query_vector(query),
+            };
+            (bm25, vector)
+        });
+        let bm25 = bm25?;
         // A span narrows what counts: look further among the nearest vectors for it.
         let nearest = if frame.is_some() {
             candidates * 4
@@ -109,6 +117,28 @@ impl LocalMemory {
             semantic: self.embedder.as_ref().is_some_and(|e| e.semantic()),
         };
         Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
+    }
+
+    /// Full-text candidates of the query, and of the span it names.
+    fn framed_lexical_candidates(
+        &self,
+        query: &RecallQuery,
+        frame: Option<&TimeFrame>,
+        candidates: usize,
+    ) -> Result<HashMap<i64, f64>, MemoryError> {
+        let mut bm25 = self.lexical_candidates(query, candidates)?;
+        if let Some(frame) = frame {
+            bm25.extend(self.lexical_candidates(&inside(query, frame), candidates)?);
+        }
+        Ok(bm25)
+    }
+
+    /// Whether recall must run the model on the query's text (no vector given).
+    fn needs_embedding(&self, query: &RecallQuery) -> bool {
+        self.embedder.is_some()
+            && !query.lexical_only
+            && query.query_vector.is_none()
+            && !query.text.trim().is_empty()
     }
 
     /// BM25 of the entries whose words match the query text (lower is better).
