@@ -78,7 +78,7 @@ pub struct Buffer {
 }
 
 /// How far ahead of the host's clock a producer's `said_at` may be (clocks differ a little).
-const SAID_AT_LEEWAY_MS: i64 = 60_000;
+pub const SAID_AT_LEEWAY_MS: i64 = 60_000;
 
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 
 use super::BadInput;
-use crate::buffer::{Buffer, BufferError, NewMessage};
+use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS};
 use crate::config::HostConfig;
 
 /// The arguments of `cairn send`.
@@ -44,6 +44,14 @@ pub struct SendArgs {
 
 /// Store the message and print its id; bad input is reported as such (exit 2).
 pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
+    if let Some(at) = args.at
+        && at > crate::store::now_ms() + SAID_AT_LEEWAY_MS
+    {
+        return Err(BadInput(format!(
+            "--at: expected a time that has come, not one in the future ({at} ms since the epoch)"
+        ))
+        .into());
+    }
     let payload = match (&args.text, &args.json) {
         (Some(text), _) => serde_json::json!({ "text": text }).to_string(),
         (None, Some(path)) if path.as_os_str() == "-" => {

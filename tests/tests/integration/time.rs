@@ -83,7 +83,7 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
         );
     }
     for (at, expected) in [
-        ("2999-01-01", "said-at: expected a time that has come"),
+        ("2999-01-01", "--at: expected a time that has come"),
         ("last tuesday", "--at"),
     ] {
         let refused = send(data.path(), &["--at", at, "from the future"]);

@@ -41,6 +41,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/memory/0002_session_conversations.sql"),
         include_str!("../../../../migrations/memory/0003_scoped_fts.sql"),
         include_str!("../../../../migrations/memory/0004_one_session_table.sql"),
+        include_str!("../../../../migrations/memory/0005_int8_vectors.sql"),
     ],
 };
 

@@ -1,5 +1,6 @@
 //! Stored vectors: one per entry from the model that made it, and a cache by content hash
-//! so equal text is embedded once (least recently used rows go first).
+//! so equal text is embedded once (least recently used rows go first). Vectors are kept as
+//! int8 with one scale each (`encoding` 'i8'); rows of older versions stay f32.
 
 use rusqlite::{OptionalExtension, params};
 
@@ -15,7 +16,7 @@ impl SqliteMemory {
     ) -> Result<(), StorageError> {
         self.read(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT e.seq, e.agent_id, e.user_id, e.session_id, m.vector
+                "SELECT e.seq, e.agent_id, e.user_id, e.session_id, m.vector, m.encoding
                  FROM embeddings m JOIN entries e ON e.seq = m.entry_seq
                  WHERE m.provider = ?1 AND m.model = ?2 AND e.forgotten_at IS NULL",
             )?;
@@ -27,7 +28,8 @@ impl SqliteMemory {
                     session_id: row.get(3)?,
                 };
                 let bytes: Vec<u8> = row.get(4)?;
-                visit(row.get(0)?, scope, from_bytes(&bytes));
+                let encoding: String = row.get(5)?;
+                visit(row.get(0)?, scope, decode(&encoding, &bytes));
             }
             Ok(())
         })
@@ -84,15 +86,18 @@ impl SqliteMemory {
     ) -> Result<HashMap<String, Vec<f32>>, StorageError> {
         self.read(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT vector FROM embedding_cache WHERE content_hash = ?1 AND provider = ?2 AND model = ?3",
+                "SELECT vector, encoding FROM embedding_cache
+                 WHERE content_hash = ?1 AND provider = ?2 AND model = ?3",
             )?;
             let mut found = HashMap::new();
             for hash in hashes {
-                let bytes: Option<Vec<u8>> = statement
-                    .query_row(params![hash, provider, model], |r| r.get(0))
+                let stored: Option<(Vec<u8>, String)> = statement
+                    .query_row(params![hash, provider, model], |r| {
+                        Ok((r.get(0)?, r.get(1)?))
+                    })
                     .optional()?;
-                if let Some(bytes) = bytes {
-                    found.insert(hash.clone(), from_bytes(&bytes));
+                if let Some((bytes, encoding)) = stored {
+                    found.insert(hash.clone(), decode(&encoding, &bytes));
                 }
             }
             Ok(found)
@@ -110,15 +115,17 @@ impl SqliteMemory {
         self.submit(move |conn| {
             let now = now_ms();
             for (seq, hash, vector) in &rows {
-                let bytes = to_bytes(vector);
+                let bytes = encode_int8(vector);
                 conn.prepare_cached(
-                    "INSERT INTO embeddings (entry_seq, provider, model, dims, vector) VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO embeddings (entry_seq, provider, model, dims, vector, encoding)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'i8')
                      ON CONFLICT (entry_seq) DO UPDATE SET provider = excluded.provider, model = excluded.model,
-                         dims = excluded.dims, vector = excluded.vector",
+                         dims = excluded.dims, vector = excluded.vector, encoding = excluded.encoding",
                 )?
                 .execute(params![seq, provider, model, vector.len() as i64, bytes])?;
                 conn.prepare_cached(
-                    "INSERT INTO embedding_cache (content_hash, provider, model, vector, last_used) VALUES (?1, ?2, ?3, ?4, ?5)
+                    "INSERT INTO embedding_cache (content_hash, provider, model, vector, last_used, encoding)
+                     VALUES (?1, ?2, ?3, ?4, ?5, 'i8')
                      ON CONFLICT DO UPDATE SET last_used = excluded.last_used",
                 )?
                 .execute(params![hash, provider, model, bytes, now])?;
@@ -144,13 +151,31 @@ impl SqliteMemory {
     }
 }
 
-/// A vector as stored: little-endian f32s.
-fn to_bytes(vector: &[f32]) -> Vec<u8> {
-    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
+/// A vector as int8: its scale (the largest magnitude / 127) as a little-endian f32, then
+/// one signed byte per component.
+fn encode_int8(vector: &[f32]) -> Vec<u8> {
+    let largest = vector.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
+    let mut bytes = Vec::with_capacity(4 + vector.len());
+    bytes.extend_from_slice(&scale.to_le_bytes());
+    bytes.extend(
+        vector
+            .iter()
+            .map(|x| ((x / scale).round().clamp(-127.0, 127.0) as i8) as u8),
+    );
+    bytes
 }
 
-/// A stored vector back as f32s.
-fn from_bytes(bytes: &[u8]) -> Vec<f32> {
+/// A stored vector back as f32s: `i8` as [`encode_int8`] wrote it, else little-endian f32s
+/// (rows written before int8 storage).
+fn decode(encoding: &str, bytes: &[u8]) -> Vec<f32> {
+    if encoding == "i8" && bytes.len() >= 4 {
+        let scale = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        return bytes[4..]
+            .iter()
+            .map(|&b| f32::from(b as i8) * scale)
+            .collect();
+    }
     bytes
         .chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -162,8 +187,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vectors_round_trip_through_bytes() {
-        let vector = vec![0.5, -1.25, 3.0];
-        assert_eq!(from_bytes(&to_bytes(&vector)), vector);
+    fn int8_vectors_keep_their_direction() {
+        let vector: Vec<f32> = (0..384)
+            .map(|i| ((i * 37 % 101) as f32 - 50.0) / 70.0)
+            .collect();
+        let bytes = encode_int8(&vector);
+        assert_eq!(
+            bytes.len(),
+            4 + 384,
+            "a quarter of the f32 size, plus the scale"
+        );
+        let back = decode("i8", &bytes);
+        let dot: f32 = vector.iter().zip(&back).map(|(a, b)| a * b).sum();
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cosine = dot / (norm(&vector) * norm(&back));
+        assert!(cosine > 0.9999, "{cosine}");
+        assert_eq!(decode("i8", &encode_int8(&[0.0, 0.0])), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn older_f32_rows_read_as_they_were() {
+        let vector = [0.5f32, -1.25, 3.0];
+        let bytes: Vec<u8> = vector.iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(decode("f32", &bytes), vector.to_vec());
     }
 }
