@@ -357,19 +357,6 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     sums.iter().sum::<f32>() + tail
 }
 
-/// A vector as stored: little-endian f32s.
-pub fn to_bytes(vector: &[f32]) -> Vec<u8> {
-    vector.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-/// A stored vector back as f32s.
-pub fn from_bytes(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
 /// Wakes the background embedder when entries are stored, and tells it to stop.
 #[derive(Default)]
 pub struct EmbedSignal {

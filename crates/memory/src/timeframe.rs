@@ -285,23 +285,25 @@ impl Calendar {
     }
 
     fn month_span(&self, year: i32, month: u32) -> Option<(i64, i64)> {
+        self.months_span(year, month, 1)
+    }
+
+    /// `count` whole months from the first of `month` in `year`.
+    fn months_span(&self, year: i32, month: u32, count: u32) -> Option<(i64, i64)> {
         let from = NaiveDate::from_ymd_opt(year, month, 1)?;
-        let to = from.checked_add_months(Months::new(1))?;
+        let to = from.checked_add_months(Months::new(count))?;
         Some((self.midnight(from), self.midnight(to)))
     }
 
     /// The three months of the latest season starting in `first_month` (northern
-    /// hemisphere: spring is March to May).
+    /// hemisphere: spring is March to May); `or_this`: one still under way counts.
     fn season_span(&self, first_month: u32, or_this: bool) -> Option<(i64, i64)> {
-        let mut year = self.year_of_last(first_month, true);
-        let from = NaiveDate::from_ymd_opt(year, first_month, 1)?;
-        let to = from.checked_add_months(Months::new(3))?;
-        if !or_this && self.midnight(to) > self.now {
-            year -= 1;
+        let year = self.year_of_last(first_month, true);
+        let latest = self.months_span(year, first_month, 3)?;
+        if !or_this && latest.1 > self.now {
+            return self.months_span(year - 1, first_month, 3);
         }
-        let from = NaiveDate::from_ymd_opt(year, first_month, 1)?;
-        let to = from.checked_add_months(Months::new(3))?;
-        Some((self.midnight(from), self.midnight(to)))
+        Some(latest)
     }
 }
 

@@ -133,12 +133,14 @@ impl LocalMemory {
         Ok(bm25)
     }
 
+    /// Whether the query is searched by meaning too (embeddings on, not lexical only).
+    fn wants_vector(&self, query: &RecallQuery) -> bool {
+        self.embedder.is_some() && !query.lexical_only
+    }
+
     /// Whether recall must run the model on the query's text (no vector given).
     fn needs_embedding(&self, query: &RecallQuery) -> bool {
-        self.embedder.is_some()
-            && !query.lexical_only
-            && query.query_vector.is_none()
-            && !query.text.trim().is_empty()
+        self.wants_vector(query) && query.query_vector.is_none() && !query.text.trim().is_empty()
     }
 
     /// BM25 of the entries whose words match the query text (lower is better).
@@ -157,7 +159,7 @@ impl LocalMemory {
 
     /// The query text's vector, when embeddings are on (BM25 alone when the provider fails).
     fn query_vector(&self, query: &RecallQuery) -> Option<Vec<f32>> {
-        if query.lexical_only || self.embedder.is_none() {
+        if !self.wants_vector(query) {
             return None;
         }
         match &query.query_vector {
@@ -330,14 +332,9 @@ fn probe(query: &RecallQuery, text: String) -> RecallQuery {
 
 /// `query` narrowed to the valid times of `frame`.
 fn inside(query: &RecallQuery, frame: &TimeFrame) -> RecallQuery {
-    let latest = |a: Option<i64>, b: Option<i64>| a.max(b);
-    let earliest = |a: Option<i64>, b: Option<i64>| match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
     RecallQuery {
-        since: latest(query.since, frame.from),
-        until: earliest(query.until, frame.to),
+        since: query.since.max(frame.from),
+        until: [query.until, frame.to].into_iter().flatten().min(),
         ..query.clone()
     }
 }
