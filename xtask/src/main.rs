@@ -48,8 +48,14 @@ fn main() -> Result<()> {
     }
 }
 
+/// The workspace this xtask was run from: `cargo run` names the package's directory at
+/// run time, so a binary built from another checkout sharing the target dir never builds
+/// that checkout's tree; the compile-time directory is the fallback.
 fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let manifest_dir = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest_dir
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))

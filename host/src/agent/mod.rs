@@ -46,6 +46,22 @@ struct Turn<'a> {
     timings: TurnTimings,
 }
 
+/// What the model answered a turn, and how long it took.
+struct Answer {
+    completion: Result<llm::Completion, llm::LlmError>,
+    llm_time: Duration,
+}
+
+/// A model's reply to keep: the batch it answers, its session and user, the payload
+/// delivered and the reply's text.
+struct Reply<'a> {
+    batch: &'a Batch,
+    session_id: &'a str,
+    user: Option<&'a str>,
+    payload: &'a str,
+    text: &'a str,
+}
+
 /// Where a turn's time went before its outcome was recorded, journaled with
 /// `turn.completed` so an operator (and the bench) can see which phase is slow.
 #[derive(Debug, Clone, Copy, Default)]
@@ -203,18 +219,21 @@ impl Agent {
             ..TurnTimings::default()
         };
         // The batch's journal events and episodes are written while the turn reads its
-        // context and asks the model; all are on disk before the turn records anything.
+        // context and asks the model; all are on disk before the reply is kept.
         let history_before = crate::store::now_ms();
-        let ((), (context, outcome)) = tokio::join!(self.receive(&batch, &session_id), async {
+        let ((), (context, answer)) = tokio::join!(self.receive(&batch, &session_id), async {
             let assembling = std::time::Instant::now();
             let context = self
                 .context_for(&batch, &session_id, user.clone(), history_before)
                 .await;
             timings.context = assembling.elapsed();
             timings.embedding = context.model_time;
-            let outcome = self.answer(&batch, &context).await;
-            (context, outcome)
+            let answer = self.ask(&batch, &context).await;
+            (context, answer)
         });
+        let outcome = self
+            .deliver_and_keep(&batch, &session_id, user.as_deref(), answer)
+            .await;
         let turn = Turn {
             batch: &batch,
             session_id: &session_id,
@@ -308,8 +327,8 @@ impl Agent {
             })
     }
 
-    /// Prompt the LLM with the batch and its context, and deliver its reply.
-    async fn answer(&self, batch: &Batch, context: &Assembled) -> TurnOutcome {
+    /// Prompt the LLM with the batch and its context.
+    async fn ask(&self, batch: &Batch, context: &Assembled) -> Answer {
         let prompt = batch_prompt(batch, self.config.max_message_chars);
         let mut system = self.config.system_prompt.clone();
         for section in &context.sections {
@@ -317,9 +336,27 @@ impl Agent {
             system.push_str(section);
         }
         let asked = std::time::Instant::now();
-        let answered = self.complete(&system, prompt).await;
-        let llm_time = asked.elapsed();
-        let completion = match answered {
+        let completion = self.complete(&system, prompt).await;
+        Answer {
+            completion,
+            llm_time: asked.elapsed(),
+        }
+    }
+
+    /// Deliver the model's reply while keeping it (its episode and `agent.response` are
+    /// written as the channel delivers it).
+    async fn deliver_and_keep(
+        &self,
+        batch: &Batch,
+        session_id: &str,
+        user: Option<&str>,
+        answer: Answer,
+    ) -> TurnOutcome {
+        let Answer {
+            completion,
+            llm_time,
+        } = answer;
+        let completion = match completion {
             Ok(completion) => completion,
             Err(e) => {
                 return TurnOutcome {
@@ -335,7 +372,14 @@ impl Agent {
         let payload =
             serde_json::json!({"text": completion.content, "model": completion.model}).to_string();
         let delivering = std::time::Instant::now();
-        let delivered = self.deliver(batch, &payload).await;
+        let reply = Reply {
+            batch,
+            session_id,
+            user,
+            payload: &payload,
+            text: &completion.content,
+        };
+        let (delivered, ()) = tokio::join!(self.deliver(batch, &payload), self.keep_reply(reply));
         let (status, error) = match delivered {
             Ok(()) => (BatchStatus::Done, None),
             Err(e) => (BatchStatus::Failed, Some(e)),
@@ -350,9 +394,8 @@ impl Agent {
         }
     }
 
-    /// Log the outcome, save the reply as an episode while journaling `agent.response`,
-    /// then journal `turn.completed` while recording the outcome on the batch (every write
-    /// acknowledged before the turn ends; independent ones side by side).
+    /// Log the outcome, then journal `turn.completed` while recording the outcome on the
+    /// batch (both acknowledged before the turn ends).
     async fn record(&self, turn: Turn<'_>, recalled: &[String], outcome: TurnOutcome) {
         let Turn {
             batch,
@@ -374,35 +417,7 @@ impl Agent {
         } else {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
         }
-        let recording = std::time::Instant::now();
-        let reply_episode = match (&reply, &user) {
-            (Some(reply), Some(user)) => {
-                let text = serde_json::from_str::<serde_json::Value>(reply)
-                    .ok()
-                    .and_then(|v| v["text"].as_str().map(str::to_string))
-                    .unwrap_or_else(|| reply.clone());
-                self.episode(session_id, user, "assistant", text)
-            }
-            _ => None,
-        };
         let session = Some(session_id.to_string());
-        let response = async {
-            if let (Some(journal), Some(reply)) = (&self.journal, &reply) {
-                let payload = serde_json::json!({
-                    "batch_id": batch.id,
-                    "channel": batch.channel,
-                    "conversation": batch.conversation,
-                    "reply": serde_json::from_str::<serde_json::Value>(reply).unwrap_or_default(),
-                });
-                journal
-                    .emit("agent.response", payload, session.clone(), user.clone())
-                    .await;
-            }
-        };
-        tokio::join!(
-            self.remember(session_id, reply_episode.into_iter().collect()),
-            response
-        );
         let completed = async {
             let Some(journal) = &self.journal else {
                 return;
@@ -425,7 +440,6 @@ impl Agent {
                     "session": timings.session.as_micros() as u64,
                     "context": timings.context.saturating_sub(timings.embedding).as_micros() as u64,
                     "deliver": deliver_time.as_micros() as u64,
-                    "record": recording.elapsed().as_micros() as u64,
                 },
             });
             journal
@@ -442,6 +456,42 @@ impl Agent {
             }
         };
         tokio::join!(completed, finished);
+    }
+
+    /// Save a reply as the session's episode while journaling `agent.response` (both
+    /// acknowledged before the turn ends; the reply is kept even when its delivery fails).
+    async fn keep_reply(&self, reply: Reply<'_>) {
+        let Reply {
+            batch,
+            session_id,
+            user,
+            payload,
+            text,
+        } = reply;
+        let episode =
+            user.and_then(|user| self.episode(session_id, user, "assistant", text.to_string()));
+        let response = async {
+            if let Some(journal) = &self.journal {
+                let payload = serde_json::json!({
+                    "batch_id": batch.id,
+                    "channel": batch.channel,
+                    "conversation": batch.conversation,
+                    "reply": serde_json::from_str::<serde_json::Value>(payload).unwrap_or_default(),
+                });
+                journal
+                    .emit(
+                        "agent.response",
+                        payload,
+                        Some(session_id.to_string()),
+                        user.map(str::to_string),
+                    )
+                    .await;
+            }
+        };
+        tokio::join!(
+            self.remember(session_id, episode.into_iter().collect()),
+            response
+        );
     }
 
     /// One side of the conversation as an episode in the session's scope, tagged with the

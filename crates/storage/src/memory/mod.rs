@@ -31,6 +31,7 @@ use crate::readers::ReaderPool;
 use crate::writer::{GroupWriter, Receipt};
 use crate::{Migrations, StorageError, open, open_with_writer};
 
+pub use search::{FullTextMatch, SCORED_MATCHES};
 pub use sessions::{Activity, EndedSession};
 
 /// Migrations of `memory.db`.
@@ -145,11 +146,12 @@ pub trait MemoryStore: Send + Sync {
     /// (provider, model) when vectors are on.
     fn stats(&self, model: Option<(&str, &str)>) -> Result<MemoryStats, StorageError>;
 
-    /// Row numbers and BM25 (lower is better) of the entries matching the full-text
-    /// expression `fts` and `query`'s filters, best first.
+    /// Row numbers and BM25 (lower is better) of the entries matching `fts` and `query`'s
+    /// filters, best first. When a word is in most of the scope's matches it is left out
+    /// of the search (see [`FullTextMatch`]).
     fn lexical_candidates(
         &self,
-        fts: &str,
+        fts: &FullTextMatch,
         query: &RecallQuery,
         limit: usize,
     ) -> Result<HashMap<i64, f64>, StorageError>;
@@ -361,7 +363,7 @@ impl MemoryStore for SqliteMemory {
 
     fn lexical_candidates(
         &self,
-        fts: &str,
+        fts: &FullTextMatch,
         query: &RecallQuery,
         limit: usize,
     ) -> Result<HashMap<i64, f64>, StorageError> {

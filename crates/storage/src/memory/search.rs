@@ -1,19 +1,56 @@
 //! Recall's reads: full-text candidates with their BM25, and the candidates (from the text
 //! or the vector index) that pass a query's filters.
 
-use rusqlite::params_from_iter;
 use rusqlite::types::Value;
+use rusqlite::{Connection, params_from_iter};
 
 use super::entries::{ENTRY_COLUMNS, Filters, row_to_entry};
 use super::*;
 
+/// A full-text search: words any of which may match, within a scope.
+///
+/// `bm25()` costs FTS5 several microseconds per matching row. A word found in most of the
+/// scope's entries (a user's own name, a channel's fixed wording) makes every one of them a
+/// match while telling none of them apart, so when a search matches more than
+/// [`SCORED_MATCHES`] rows, the words in over half of those matches are left out (the
+/// rarest word always stays).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FullTextMatch {
+    /// The query's words as FTS5 phrases, each already quoted.
+    pub phrases: Vec<String>,
+    /// FTS5 conditions every match must meet (the scope's tokens), after the phrases: e.g.
+    /// `AND scope_tokens : (u… OR unone)`; empty for none.
+    pub scope: String,
+}
+
+/// Matches above which a search leaves out its commonest words.
+pub const SCORED_MATCHES: usize = 200;
+
+/// Matches counted per word at most when deciding which words are common.
+const COUNTED_MATCHES: usize = 2 * SCORED_MATCHES;
+
+impl FullTextMatch {
+    /// The FTS5 expression of `phrases` in this match's scope.
+    pub fn expression(&self, phrases: &[String]) -> String {
+        let mut expression = format!("{{content tags}} : ({})", phrases.join(" OR "));
+        if !self.scope.is_empty() {
+            expression.push(' ');
+            expression.push_str(&self.scope);
+        }
+        expression
+    }
+}
+
 impl SqliteMemory {
     pub(super) fn lexical(
         &self,
-        fts: &str,
+        fts: &FullTextMatch,
         query: &RecallQuery,
         limit: usize,
     ) -> Result<HashMap<i64, f64>, StorageError> {
+        if fts.phrases.is_empty() {
+            return Ok(HashMap::new());
+        }
         let filters = recall_filters(query);
         let sql = format!(
             "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
@@ -21,9 +58,10 @@ impl SqliteMemory {
              WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {limit}",
             filters.clause()
         );
-        let mut values = vec![Value::Text(fts.to_string())];
-        values.extend(filters.values);
         self.read(|conn| {
+            let phrases = telling_phrases(conn, fts)?;
+            let mut values = vec![Value::Text(fts.expression(&phrases))];
+            values.extend(filters.values);
             conn.prepare_cached(&sql)?
                 .query_map(params_from_iter(values.iter()), |r| {
                     Ok((r.get(0)?, r.get(1)?))
@@ -93,4 +131,48 @@ fn recall_filters(query: &RecallQuery) -> Filters {
         }
     }
     sql
+}
+
+/// The phrases of `fts` worth scoring: all of them when the search matches at most
+/// [`SCORED_MATCHES`] rows, else those in under half of its matches (at least the rarest).
+fn telling_phrases(conn: &Connection, fts: &FullTextMatch) -> rusqlite::Result<Vec<String>> {
+    let all = &fts.phrases;
+    if all.len() < 2 {
+        return Ok(all.clone());
+    }
+    let matches = count_matches(conn, &fts.expression(all), COUNTED_MATCHES)?;
+    if matches <= SCORED_MATCHES {
+        return Ok(all.clone());
+    }
+    // A word is common once it is in over half of the matches: counting further is waste.
+    let common = matches / 2 + 1;
+    let mut counted = Vec::with_capacity(all.len());
+    for phrase in all {
+        let alone = std::slice::from_ref(phrase);
+        let count = count_matches(conn, &fts.expression(alone), COUNTED_MATCHES / 2 + 1)?;
+        counted.push((count, phrase));
+    }
+    let telling: Vec<String> = counted
+        .iter()
+        .filter(|(count, _)| *count < common)
+        .map(|(_, phrase)| (*phrase).clone())
+        .collect();
+    if !telling.is_empty() {
+        return Ok(telling);
+    }
+    Ok(counted
+        .into_iter()
+        .min_by_key(|(count, _)| *count)
+        .map(|(_, phrase)| vec![phrase.clone()])
+        .unwrap_or_default())
+}
+
+/// How many rows match `expression`, counting at most `cap` (part of the statement's text:
+/// SQLite re-plans a statement whose bound limit changes).
+fn count_matches(conn: &Connection, expression: &str, cap: usize) -> rusqlite::Result<usize> {
+    conn.prepare_cached(&format!(
+        "SELECT count(*) FROM (SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?1 LIMIT {cap})"
+    ))?
+    .query_row([expression], |r| r.get::<_, i64>(0))
+    .map(|count| count as usize)
 }

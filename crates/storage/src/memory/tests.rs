@@ -190,3 +190,95 @@ fn rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alo
             .expect("no-op")
     );
 }
+
+fn episode(id: &str, user: &str, content: &str) -> MemoryEntry {
+    MemoryEntry {
+        id: id.into(),
+        kind: MemoryKind::Episode,
+        content: content.into(),
+        category: "conversation".into(),
+        scope: Scope {
+            agent_id: Some("main".into()),
+            user_id: Some(user.into()),
+            session_id: Some(format!("s-{id}")),
+        },
+        importance: 5,
+        tags: Vec::new(),
+        issue_refs: Vec::new(),
+        pr_refs: Vec::new(),
+        sources: Vec::new(),
+        subject: None,
+        predicate: None,
+        valid_from: 1,
+        valid_to: None,
+        recorded_at: 1,
+        superseded_by: None,
+        forgotten_at: None,
+    }
+}
+
+fn words_matching(memory: &SqliteMemory, phrases: &[&str], user: &str) -> Vec<String> {
+    let fts = FullTextMatch {
+        phrases: phrases.iter().map(|p| format!("\"{p}\"")).collect(),
+        scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode(user)),
+    };
+    let query = RecallQuery {
+        scope: Scope {
+            user_id: Some(user.into()),
+            ..Scope::default()
+        },
+        ..RecallQuery::default()
+    };
+    let seqs: Vec<i64> = memory
+        .lexical(&fts, &query, 1000)
+        .expect("search")
+        .into_keys()
+        .collect();
+    let mut ids: Vec<String> = memory
+        .matching(&seqs, &query)
+        .expect("entries")
+        .into_iter()
+        .map(|(_, e)| e.id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search() {
+    let (_dir, memory) = open();
+    let many = SCORED_MATCHES + 40;
+    for i in 0..many {
+        let text = format!("octocat opened pull request {i} on the bench");
+        memory
+            .insert(episode(&format!("b{i:04}"), "octocat", &text), None, "test")
+            .wait()
+            .expect("stored");
+    }
+    memory
+        .insert(episode("z", "octocat", "a kayak trip"), None, "test")
+        .wait()
+        .expect("stored");
+    // Another user's entries never count toward this user's common words.
+    memory
+        .insert(episode("other", "mona", "octocat kayak"), None, "test")
+        .wait()
+        .expect("stored");
+    // "octocat" is in every one of the scope's matches: only the rarer words are searched.
+    assert_eq!(
+        words_matching(&memory, &["octocat", "17"], "octocat"),
+        ["b0017"]
+    );
+    assert_eq!(
+        words_matching(&memory, &["octocat", "kayak"], "octocat"),
+        ["z"]
+    );
+    // When every word is common, the rarest is searched.
+    let bench = words_matching(&memory, &["octocat", "bench"], "octocat");
+    assert_eq!(bench.len(), many);
+    // A scope with few matches is searched with every word.
+    assert_eq!(
+        words_matching(&memory, &["octocat", "kayak"], "mona"),
+        ["other"]
+    );
+}
