@@ -132,23 +132,8 @@ fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
 fn rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone() {
     let (_dir, memory) = open();
     let entry = MemoryEntry {
-        id: "mem_a".into(),
-        kind: MemoryKind::Episode,
-        content: "the boat is blue".into(),
-        category: "conversation".into(),
         scope: Scope::default(),
-        importance: 5,
-        tags: Vec::new(),
-        issue_refs: Vec::new(),
-        pr_refs: Vec::new(),
-        sources: Vec::new(),
-        subject: None,
-        predicate: None,
-        valid_from: 1,
-        valid_to: None,
-        recorded_at: 1,
-        superseded_by: None,
-        forgotten_at: None,
+        ..episode("mem_a", "nobody", "the boat is blue")
     };
     memory.insert(entry, None, "test").wait().expect("stored");
     assert!(
