@@ -53,12 +53,12 @@ struct Answer {
 }
 
 /// A model's reply to keep: the batch it answers, its session and user, the payload
-/// delivered and the reply's text.
+/// delivered (as JSON, for `agent.response`) and the reply's text.
 struct Reply<'a> {
     batch: &'a Batch,
     session_id: &'a str,
     user: Option<&'a str>,
-    payload: &'a str,
+    reply: &'a serde_json::Value,
     text: &'a str,
 }
 
@@ -369,14 +369,14 @@ impl Agent {
                 };
             }
         };
-        let payload =
-            serde_json::json!({"text": completion.content, "model": completion.model}).to_string();
+        let reply_json = serde_json::json!({"text": completion.content, "model": completion.model});
+        let payload = reply_json.to_string();
         let delivering = std::time::Instant::now();
         let reply = Reply {
             batch,
             session_id,
             user,
-            payload: &payload,
+            reply: &reply_json,
             text: &completion.content,
         };
         let (delivered, ()) = tokio::join!(self.deliver(batch, &payload), self.keep_reply(reply));
@@ -465,7 +465,7 @@ impl Agent {
             batch,
             session_id,
             user,
-            payload,
+            reply,
             text,
         } = reply;
         let episode =
@@ -476,7 +476,7 @@ impl Agent {
                     "batch_id": batch.id,
                     "channel": batch.channel,
                     "conversation": batch.conversation,
-                    "reply": serde_json::from_str::<serde_json::Value>(payload).unwrap_or_default(),
+                    "reply": reply,
                 });
                 journal
                     .emit(
