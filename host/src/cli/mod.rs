@@ -5,6 +5,7 @@
 mod journal;
 mod lock;
 mod memory;
+mod plugin_dev;
 mod plugins;
 mod run;
 mod send;
@@ -45,7 +46,8 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         plugins: PathBuf,
     },
-    /// Inspect a plugin directory without running it.
+    /// Inspect a plugin directory without running it; write and build plugin projects.
+    #[command(visible_alias = "plugin")]
     Plugins {
         #[command(subcommand)]
         command: PluginsCommand,
@@ -138,6 +140,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Plugins {
             command: PluginsCommand::List { dir, json },
         } => list(dir, *json),
+        Command::Plugins {
+            command: PluginsCommand::New(args),
+        } => plugin_dev::new_project(args),
+        Command::Plugins {
+            command: PluginsCommand::Build { dir },
+        } => plugin_dev::build_project(dir),
         Command::Memory { plugins, command } => {
             let config = load_config(&cli)?;
             memory::run(&config, plugins.as_deref(), command)

@@ -1,4 +1,5 @@
-//! `cairn plugins check|list`: validate a plugin directory and show what it holds.
+//! `cairn plugins check|list|new|build`: validate a plugin directory and show what it
+//! holds; scaffold and build plugin projects (`cairn plugin` is the same command).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,6 +30,14 @@ pub enum PluginsCommand {
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
+    },
+    /// Write a new plugin project that `cairn plugin build` builds as generated.
+    New(super::plugin_dev::NewArgs),
+    /// Build a plugin project into the component its manifest names.
+    Build {
+        /// The project directory (holding one manifest).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
     },
 }
 

@@ -36,6 +36,16 @@ pub(super) struct RawDependency {
     pub(super) version: String,
 }
 
+/// Whether validation checks the component file (`load_file`) or leaves it to a build
+/// (`load_unbuilt`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ComponentFile {
+    /// It must be there and be a component.
+    MustExist,
+    /// It is the output of a build about to run.
+    NotBuiltYet,
+}
+
 /// Collects the problems of one file.
 pub(super) struct Problems<'a> {
     pub(super) file: &'a Path,
@@ -146,6 +156,16 @@ pub(super) fn check_component_file(path: &Path) -> Result<(), String> {
 
 /// Parse and validate one manifest file. Every problem found is returned.
 pub fn load_file(file: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    load_checked(file, ComponentFile::MustExist)
+}
+
+/// Read and validate the manifest of a plugin project about to be built: everything is
+/// checked but the component, which the build is to write.
+pub fn load_unbuilt(file: &Path) -> Result<Manifest, Vec<ManifestError>> {
+    load_checked(file, ComponentFile::NotBuiltYet)
+}
+
+fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<ManifestError>> {
     let mut problems = Problems {
         file,
         errors: Vec::new(),
@@ -165,7 +185,7 @@ pub fn load_file(file: &Path) -> Result<Manifest, Vec<ManifestError>> {
             return Err(problems.errors);
         }
     };
-    let manifest = validate(raw, &mut problems);
+    let manifest = validate(raw, &mut problems, component);
     match manifest {
         Some(manifest) if problems.errors.is_empty() => Ok(manifest),
         _ => Err(problems.errors),

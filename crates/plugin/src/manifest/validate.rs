@@ -3,8 +3,13 @@
 
 use super::*;
 
-/// Check a raw manifest, reporting every problem; the manifest when none was found.
-pub(super) fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<Manifest> {
+/// Check a raw manifest, reporting every problem; the manifest when none was found. The
+/// component file is checked only when it `must_exist` (a project not built yet has none).
+pub(super) fn validate(
+    raw: RawManifest,
+    problems: &mut Problems<'_>,
+    component: ComponentFile,
+) -> Option<Manifest> {
     let file = problems.file.to_path_buf();
     if !is_valid_id(&raw.id) {
         problems.add(
@@ -24,7 +29,7 @@ pub(super) fn validate(raw: RawManifest, problems: &mut Problems<'_>) -> Option<
         })
         .ok();
     let (api, api_version) = validate_api(&raw, problems);
-    let component = validate_component(&raw, &file, problems);
+    let component = validate_component(&raw, &file, component, problems);
     let depends_on = validate_dependencies(&raw, problems);
     validate_events(&raw, problems);
     validate_capabilities(&raw, problems);
@@ -84,7 +89,12 @@ fn validate_api(
 }
 
 /// The component's path, relative to the manifest; it must be a WebAssembly component.
-fn validate_component(raw: &RawManifest, file: &Path, problems: &mut Problems<'_>) -> PathBuf {
+fn validate_component(
+    raw: &RawManifest,
+    file: &Path,
+    expected: ComponentFile,
+    problems: &mut Problems<'_>,
+) -> PathBuf {
     let base = file.parent().unwrap_or(Path::new("."));
     let component = base.join(&raw.component);
     if raw.component.as_os_str().is_empty() {
@@ -92,7 +102,9 @@ fn validate_component(raw: &RawManifest, file: &Path, problems: &mut Problems<'_
             "component",
             "expected a path to a .wasm component, relative to the manifest",
         );
-    } else if let Err(message) = check_component_file(&component) {
+    } else if expected == ComponentFile::MustExist
+        && let Err(message) = check_component_file(&component)
+    {
         problems.add("component", message);
     }
     component

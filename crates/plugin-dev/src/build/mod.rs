@@ -1,0 +1,109 @@
+//! `cairn plugin build`: a project's source into the component its manifest names, with the
+//! toolchain of the project's language.
+
+mod c;
+mod js;
+mod python;
+mod rust;
+
+use std::path::{Path, PathBuf};
+
+use cairn_plugin::manifest::{self, Manifest, World};
+
+use crate::{DevError, Language, io_error, write_wit};
+
+/// What a toolchain builds: the project, the world its manifest's kind implements, and
+/// where the component goes (the manifest's `component`).
+#[derive(Debug, Clone)]
+pub(crate) struct BuildTarget {
+    /// The project directory.
+    pub(crate) dir: PathBuf,
+    /// The world the plugin implements.
+    pub(crate) world: World,
+    /// Where to write the component.
+    pub(crate) output: PathBuf,
+}
+
+impl BuildTarget {
+    /// The world's name in the WIT package.
+    pub(crate) fn world_name(&self) -> &'static str {
+        cairn_plugin::runtime::world_name(self.world)
+    }
+}
+
+/// A finished build.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The plugin's id.
+    pub id: String,
+    /// The project's language.
+    pub language: Language,
+    /// The component written.
+    pub component: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// Build the project in `dir`: check its manifest, refresh its `wit/` from the host's, run
+/// its language's toolchain and check the component landed where the manifest says.
+pub fn build(dir: &Path) -> Result<Built, DevError> {
+    let manifest = project_manifest(dir)?;
+    let language = Language::detect(dir)?;
+    let target = &BuildTarget {
+        dir: dir.to_path_buf(),
+        world: World::of(manifest.kind),
+        output: manifest.component.clone(),
+    };
+    write_wit(&target.dir.join("wit"))?;
+    if let Some(parent) = target.output.parent() {
+        std::fs::create_dir_all(parent).map_err(io_error(parent))?;
+    }
+    // A stale component must never pass for a fresh one.
+    match std::fs::remove_file(&target.output) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io_error(&target.output)(e));
+        }
+        _ => {}
+    }
+    match language {
+        Language::Rust => rust::build(target)?,
+        Language::Python => python::build(target)?,
+        Language::Js => js::build(target)?,
+        Language::C => c::build(target)?,
+    }
+    let bytes = std::fs::metadata(&target.output)
+        .map_err(|_| DevError::NoOutput {
+            tool: language.name().to_string(),
+            expected: target.output.clone(),
+        })?
+        .len();
+    Ok(Built {
+        id: manifest.id,
+        language,
+        component: target.output.clone(),
+        bytes,
+    })
+}
+
+/// The one manifest of a project, validated but for the component it is about to build.
+fn project_manifest(dir: &Path) -> Result<Manifest, DevError> {
+    let yaml: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io_error(dir))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.is_file()
+                && matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("yaml") | Some("yml")
+                )
+        })
+        .collect();
+    match yaml.as_slice() {
+        [file] => manifest::load_unbuilt(file).map_err(DevError::Manifest),
+        _ => Err(DevError::ManifestCount {
+            dir: dir.to_path_buf(),
+            found: yaml.len(),
+        }),
+    }
+}
