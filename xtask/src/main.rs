@@ -19,6 +19,9 @@ mod model;
 const WASM_TARGET: &str = "wasm32-wasip2";
 /// The componentize-py release the Python test plugin is built with.
 pub const COMPONENTIZE_PY: &str = "componentize-py==0.25.1";
+/// The componentize-js release JavaScript plugins are built with (as `cairn plugin build`
+/// names it).
+pub const COMPONENTIZE_JS: &str = "@bytecodealliance/componentize-js@0.23.0";
 /// Real GitHub webhook payloads the webhook channel is tested with.
 pub const OCTOKIT_EXAMPLES: &str = "@octokit/webhooks-examples@7.6.1";
 
@@ -40,7 +43,7 @@ fn main() -> Result<()> {
                  run [ARGS...]   build plugins + host and run `cairn run --plugins target/plugins ARGS...`\n  \
                  test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
                  bench           run the benchmark harness (release build), write target/bench/\n  \
-                 install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, webhook examples, the model\n  \
+                 install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, componentize-js, webhook examples, the model\n  \
                  install-model [--dir DIR]  install the local embedding model (all-MiniLM-L6-v2) where cairn looks for it"
             );
             std::process::exit(2);
@@ -93,8 +96,10 @@ fn ensure_wasm_target() -> Result<()> {
 }
 
 /// Add what the tests and benchmarks need beyond the build: the wasm32-wasip2 target,
-/// componentize-py (the Python test plugin), the GitHub webhook examples and the local
-/// embedding model, when missing.
+/// componentize-py (Python plugins), componentize-js (JavaScript plugins, in
+/// `target/tools/componentize-js`), the GitHub webhook examples and the local embedding
+/// model, when missing. C plugins need clang, lld and wasi-libc from the system's packages
+/// (`.ci/run` installs them on Debian).
 fn install_tools() -> Result<()> {
     ensure_wasm_target()?;
     model::install(&[])?;
@@ -108,6 +113,11 @@ fn install_tools() -> Result<()> {
         // Under pyenv a new script needs a shim before it is on PATH.
         let _ = Command::new("pyenv").arg("rehash").status();
     }
+    npm_install(
+        &workspace_root().join("target/tools/componentize-js"),
+        "node_modules/.bin/componentize-js",
+        COMPONENTIZE_JS,
+    )?;
     let examples =
         workspace_root().join("target/npm/node_modules/@octokit/webhooks-examples/package.json");
     if !examples.is_file() {
@@ -121,6 +131,20 @@ fn install_tools() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// `npm install PACKAGE` into its own `prefix` unless `marker` (relative to it) is there.
+fn npm_install(prefix: &Path, marker: &str, package: &str) -> Result<()> {
+    if prefix.join(marker).is_file() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(prefix)?;
+    status(
+        Command::new("npm")
+            .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+            .arg(prefix)
+            .arg(package),
+    )
 }
 
 /// Build a guest workspace for wasm32-wasip2 into `target/guests`.

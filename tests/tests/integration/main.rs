@@ -7,6 +7,7 @@ mod cognition;
 mod journal;
 mod llm;
 mod memory;
+mod plugin_dev;
 mod plugin_host;
 mod recall_quality;
 mod supervisor_api;

@@ -1,0 +1,182 @@
+//! `cairn plugin new` and `cairn plugin build` through the real binary: projects in every
+//! language are generated, built with their real toolchains, checked, and run in a host.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use cairn_tests::{Host, PluginDir, cairn_bin, http_client, test_env, workspace_root};
+
+/// Where `cargo xtask install-tools` puts componentize-js.
+fn componentize_js_bin() -> PathBuf {
+    workspace_root().join("target/tools/componentize-js/node_modules/.bin")
+}
+
+/// `cairn ARGS` with the test environment, componentize-js on PATH and one cargo target
+/// dir for every generated Rust project (so wit-bindgen compiles once).
+fn plugin_command(args: &[&str], path: Option<&str>) -> Output {
+    let mut command = Command::new(cairn_bin());
+    command.args(args).stdin(Stdio::null());
+    for (key, value) in test_env() {
+        command.env(key, value);
+    }
+    let inherited = std::env::var("PATH").unwrap_or_default();
+    let path = path.map_or_else(
+        || format!("{}:{inherited}", componentize_js_bin().display()),
+        str::to_string,
+    );
+    command.env("PATH", path).env(
+        "CARGO_TARGET_DIR",
+        workspace_root().join("target/scaffolded"),
+    );
+    command.output().expect("run cairn")
+}
+
+fn plugin_ok(args: &[&str]) -> String {
+    let out = plugin_command(args, None);
+    assert!(
+        out.status.success(),
+        "cairn {}: {}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Generate, build and check one project; returns its directory.
+fn generate_and_build(root: &Path, id: &str, kind: &str, language: &str) -> PathBuf {
+    let dir = root.join(id);
+    let dir_arg = dir.display().to_string();
+    plugin_ok(&[
+        "plugin", "new", id, "--kind", kind, "--lang", language, "--dir", &dir_arg,
+    ]);
+    let built = plugin_ok(&["plugin", "build", &dir_arg]);
+    assert!(
+        built.contains(&format!("built {id} ({language})")),
+        "{built}"
+    );
+    let checked = plugin_ok(&["plugins", "check", &dir_arg]);
+    assert!(checked.contains("1 plugin(s), all valid"), "{checked}");
+    dir
+}
+
+#[test]
+fn generated_plugins_in_four_languages_build_pass_check_and_run() {
+    let projects = tempfile::tempdir().expect("temp dir");
+    let plugins = PluginDir::new();
+    let languages = ["rust", "python", "js", "c"];
+    for language in languages {
+        let mut kinds = vec!["channel", "handler", "memory-backend"];
+        if matches!(language, "rust" | "c") {
+            kinds.extend(["consolidator", "sleep-handler"]);
+        }
+        for kind in kinds {
+            let id = format!("{language}-{kind}");
+            let dir = generate_and_build(projects.path(), &id, kind, language);
+            if matches!(kind, "channel" | "handler") {
+                for file in [format!("{id}.yaml"), format!("{id}.wasm")] {
+                    std::fs::copy(dir.join(&file), plugins.path().join(&file)).expect("copy");
+                }
+            }
+        }
+    }
+
+    let data = tempfile::tempdir().expect("data dir");
+    let mut host = Host::start(
+        plugins.path(),
+        data.path(),
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    let port = host.webhook_port();
+    let client = http_client();
+    for language in languages {
+        let url = format!("http://127.0.0.1:{port}/channels/{language}-channel/talk-{language}");
+        let mut response = client
+            .post(&url)
+            .header("x-sender", "ann")
+            .send(format!("hello in {language}").as_bytes())
+            .expect("post");
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!(response.status().as_u16(), 202, "{language}: {body}");
+        assert!(body.contains("\"id\""), "{language}: {body}");
+    }
+    host.wait_until(
+        Duration::from_secs(180),
+        "every channel delivered and every handler counted",
+        |log| {
+            languages.iter().all(|language| {
+                let replied = log.lines().any(|l| {
+                    l.contains(&format!("reply to talk-{language}:"))
+                        && l.contains(&format!("ann: hello in {language}"))
+                        && l.contains(&format!("plugin=\"{language}-channel\""))
+                });
+                let counted = log.lines().any(|l| {
+                    l.contains("event #4: message.received")
+                        && l.contains(&format!("plugin=\"{language}-handler\""))
+                });
+                replied && counted
+            })
+        },
+    );
+    host.stop();
+}
+
+#[test]
+fn a_missing_toolchain_or_a_bad_argument_is_named_with_what_to_do() {
+    let projects = tempfile::tempdir().expect("temp dir");
+    let dir = projects.path().join("lonely");
+    let dir_arg = dir.display().to_string();
+    plugin_ok(&[
+        "plugin", "new", "lonely", "--kind", "handler", "--lang", "js", "--dir", &dir_arg,
+    ]);
+
+    // No componentize-js anywhere: the build says which tool and how to get it.
+    let out = plugin_command(&["plugin", "build", &dir_arg], Some("/usr/bin:/bin"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("componentize-js is not installed"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("npm install"), "{stderr}");
+    assert!(!dir.join("lonely.wasm").exists());
+
+    for (args, expected) in [
+        (
+            vec![
+                "plugin", "new", "Bad_Name", "--kind", "handler", "--lang", "c",
+            ],
+            "plugin name `Bad_Name`",
+        ),
+        (
+            vec![
+                "plugin", "new", "ok", "--kind", "handler", "--lang", "cobol",
+            ],
+            "expected rust, python, js or c",
+        ),
+        (
+            vec!["plugin", "new", "ok", "--kind", "gadget", "--lang", "c"],
+            "expected channel, handler",
+        ),
+        (
+            vec![
+                "plugin", "new", "lonely", "--kind", "handler", "--lang", "c", "--dir", &dir_arg,
+            ],
+            "already exists",
+        ),
+    ] {
+        let out = plugin_command(&args, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+
+    // A directory that is no project: no manifest.
+    let empty = projects.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let out = plugin_command(&["plugin", "build", &empty.display().to_string()], None);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("expected one plugin manifest"), "{stderr}");
+}
