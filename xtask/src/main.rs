@@ -98,8 +98,8 @@ fn ensure_wasm_target() -> Result<()> {
 /// Add what the tests and benchmarks need beyond the build: the wasm32-wasip2 target,
 /// componentize-py (Python plugins), componentize-js (JavaScript plugins, in
 /// `target/tools/componentize-js`), the GitHub webhook examples and the local embedding
-/// model, when missing. C plugins need clang, lld and wasi-libc from the system's packages
-/// (`.ci/run` installs them on Debian).
+/// model, and the C toolchain (clang, lld and wasi-libc from Debian's packages), when
+/// missing.
 fn install_tools() -> Result<()> {
     ensure_wasm_target()?;
     model::install(&[])?;
@@ -113,6 +113,7 @@ fn install_tools() -> Result<()> {
         // Under pyenv a new script needs a shim before it is on PATH.
         let _ = Command::new("pyenv").arg("rehash").status();
     }
+    ensure_c_toolchain()?;
     npm_install(
         &workspace_root().join("target/tools/componentize-js"),
         "node_modules/.bin/componentize-js",
@@ -131,6 +132,53 @@ fn install_tools() -> Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Debian's packages C plugins are built with (`cairn plugin build` finds `clang-19`).
+const C_PACKAGES: [&str; 4] = [
+    "clang-19",
+    "lld-19",
+    "wasi-libc",
+    "libclang-rt-19-dev-wasm32",
+];
+
+/// Install the C toolchain with apt when a package is missing (as root, or through sudo).
+fn ensure_c_toolchain() -> Result<()> {
+    let missing: Vec<&str> = C_PACKAGES
+        .into_iter()
+        .filter(|package| {
+            !Command::new("dpkg")
+                .args(["-s", package])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let as_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let apt = |args: &[&str]| {
+        let mut command = if as_root {
+            Command::new("apt-get")
+        } else {
+            let mut sudo = Command::new("sudo");
+            sudo.arg("apt-get");
+            sudo
+        };
+        command.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+        status(&mut command)
+    };
+    apt(&["update", "-qq"])
+        .and_then(|()| apt(&[&["install", "-y", "-qq"][..], &missing].concat()))
+        .with_context(|| {
+            format!(
+                "C plugins need {}; install them with apt-get",
+                missing.join(" ")
+            )
+        })
 }
 
 /// `npm install PACKAGE` into its own `prefix` unless `marker` (relative to it) is there.

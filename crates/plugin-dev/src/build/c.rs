@@ -20,7 +20,7 @@ use crate::{DevError, io_error};
 const INSTALL: &str = "install clang, lld and wasi-libc, e.g. `apt-get install clang-19 lld-19 wasi-libc libclang-rt-19-dev-wasm32` on Debian 12";
 
 pub(super) fn build(target: &BuildTarget) -> Result<(), DevError> {
-    let clang = find_any(&["clang", "clang-19", "clang-20", "clang-18"], INSTALL)?;
+    let clang = find_any(&["clang-19", "clang-20", "clang-18", "clang"], INSTALL)?;
     let work = target.dir.join("build");
     let bindings = work.join("bindings");
     generate_bindings(target, &bindings)?;
