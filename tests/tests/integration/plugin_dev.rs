@@ -88,6 +88,12 @@ fn generated_plugins_in_four_languages_build_pass_check_and_run() {
         data.path(),
         &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
     );
+    // The host compiles two Python and two JavaScript components before it listens: minutes
+    // on a loaded two-core machine in a debug build.
+    host.wait_for(
+        "webhook server listening on http://127.0.0.1:",
+        Duration::from_secs(900),
+    );
     let port = host.webhook_port();
     let client = http_client();
     for language in languages {

@@ -87,18 +87,7 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
 
 /// The one manifest of a project, validated but for the component it is about to build.
 fn project_manifest(dir: &Path) -> Result<Manifest, DevError> {
-    let yaml: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(io_error(dir))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            p.is_file()
-                && matches!(
-                    p.extension().and_then(|e| e.to_str()),
-                    Some("yaml") | Some("yml")
-                )
-        })
-        .collect();
+    let yaml = manifest::manifest_files(dir).map_err(io_error(dir))?;
     match yaml.as_slice() {
         [file] => manifest::load_unbuilt(file).map_err(DevError::Manifest),
         _ => Err(DevError::ManifestCount {

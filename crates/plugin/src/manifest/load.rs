@@ -207,8 +207,8 @@ pub(super) fn split_serde_error(text: &str) -> (String, String) {
     }
 }
 
-/// Read every `*.yaml` / `*.yml` manifest of a directory, sorted by file name.
-pub fn load_dir(dir: &Path) -> Result<(Vec<Manifest>, Vec<ManifestError>), std::io::Error> {
+/// The manifest files (`*.yaml`, `*.yml`) of a directory, sorted by file name.
+pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| {
@@ -220,6 +220,12 @@ pub fn load_dir(dir: &Path) -> Result<(Vec<Manifest>, Vec<ManifestError>), std::
         })
         .collect();
     files.sort();
+    Ok(files)
+}
+
+/// Read every manifest of a directory, sorted by file name.
+pub fn load_dir(dir: &Path) -> Result<(Vec<Manifest>, Vec<ManifestError>), std::io::Error> {
+    let files = manifest_files(dir)?;
     let mut manifests = Vec::new();
     let mut errors = Vec::new();
     for file in files {

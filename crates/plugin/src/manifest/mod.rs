@@ -313,7 +313,10 @@ impl Default for Limits {
 }
 
 use load::*;
-pub use load::{check_cron, is_valid_id, load_dir, load_file, load_unbuilt, parse_network_target};
+pub use load::{
+    check_cron, is_valid_id, load_dir, load_file, load_unbuilt, manifest_files,
+    parse_network_target,
+};
 use validate::*;
 
 #[cfg(test)]
