@@ -11,7 +11,7 @@
 //!
 //! Each database file (`host.db`, `buffer.db`, `journal.db`, `memory.db`) has its
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
-//! is kept in SQLite's `user_version`; migrations run in one transaction each.
+//! is kept in SQLite's `user_version`; pending migrations run in one transaction.
 
 #![deny(missing_docs)]
 
@@ -204,20 +204,31 @@ fn migrate(
             known,
         });
     }
-    for (index, script) in migrations.scripts.iter().enumerate().skip(current) {
-        let version = index + 1;
-        let fail = |e: rusqlite::Error| StorageError::Migrate {
+    if current == known {
+        return Ok(());
+    }
+    // All pending scripts commit together: a reader (`cairn status` while a host starts)
+    // sees the old schema or the new one, never a database migrated half way.
+    let fail = |version: usize| {
+        move |e: rusqlite::Error| StorageError::Migrate {
             path: path.to_path_buf(),
             version,
             message: e.to_string(),
-        };
-        let tx = conn.transaction().map_err(fail)?;
-        tx.execute_batch(script).map_err(fail)?;
-        tx.pragma_update(None, "user_version", version as i64)
-            .map_err(fail)?;
-        tx.commit().map_err(fail)?;
-        tracing::debug!(database = migrations.name, version, "applied migration");
+        }
+    };
+    let tx = conn.transaction().map_err(fail(current + 1))?;
+    for (index, script) in migrations.scripts.iter().enumerate().skip(current) {
+        tx.execute_batch(script).map_err(fail(index + 1))?;
     }
+    tx.pragma_update(None, "user_version", known as i64)
+        .map_err(fail(known))?;
+    tx.commit().map_err(fail(known))?;
+    tracing::debug!(
+        database = migrations.name,
+        from = current,
+        to = known,
+        "applied migrations"
+    );
     Ok(())
 }
 
@@ -251,5 +262,38 @@ mod tests {
         drop(conn);
         let err = open(&path, &host::MIGRATIONS).expect_err("too new");
         assert!(matches!(err, StorageError::TooNew { found: 99, .. }));
+    }
+
+    #[test]
+    fn a_failing_migration_leaves_the_earlier_schema_whole() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("test.db");
+        let first = Migrations {
+            name: "test",
+            scripts: &["CREATE TABLE a (x INTEGER);"],
+        };
+        drop(open(&path, &first).expect("version 1"));
+        let broken = Migrations {
+            name: "test",
+            scripts: &[
+                "CREATE TABLE a (x INTEGER);",
+                "CREATE TABLE b (y INTEGER);",
+                "CREATE TABLE c (z INTEGER); THIS IS NOT SQL;",
+            ],
+        };
+        let err = open(&path, &broken).expect_err("script 3 fails");
+        assert!(
+            matches!(err, StorageError::Migrate { version: 3, .. }),
+            "{err}"
+        );
+        let conn = open(&path, &first).expect("still at version 1");
+        let tables: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN ('b', 'c')",
+                [],
+                |r| r.get(0),
+            )
+            .expect("count");
+        assert_eq!(tables, 0, "nothing of versions 2 and 3 was kept");
     }
 }
