@@ -8,13 +8,13 @@ use std::time::Duration;
 use cairn_tests::{Host, PluginDir, cairn_bin, http_client, test_env, workspace_root};
 
 /// Where `cargo xtask install-tools` puts componentize-js.
-fn componentize_js_bin() -> PathBuf {
+pub(crate) fn componentize_js_bin() -> PathBuf {
     workspace_root().join("target/tools/componentize-js/node_modules/.bin")
 }
 
 /// `cairn ARGS` with the test environment, componentize-js on PATH and one cargo target
 /// dir for every generated Rust project (so wit-bindgen compiles once).
-fn plugin_command(args: &[&str], path: Option<&str>) -> Output {
+pub(crate) fn plugin_command(args: &[&str], path: Option<&str>) -> Output {
     let mut command = Command::new(cairn_bin());
     command.args(args).stdin(Stdio::null());
     for (key, value) in test_env() {
@@ -32,7 +32,8 @@ fn plugin_command(args: &[&str], path: Option<&str>) -> Output {
     command.output().expect("run cairn")
 }
 
-fn plugin_ok(args: &[&str]) -> String {
+/// `cairn ARGS` as [`plugin_command`] runs it, asserting success; its stdout.
+pub(crate) fn plugin_ok(args: &[&str]) -> String {
     let out = plugin_command(args, None);
     assert!(
         out.status.success(),

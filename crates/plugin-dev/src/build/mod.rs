@@ -47,10 +47,12 @@ pub struct Built {
 /// Build the project in `dir`: check its manifest, refresh its `wit/` from the host's, run
 /// its language's toolchain and check the component landed where the manifest says.
 pub fn build(dir: &Path) -> Result<Built, DevError> {
+    // Toolchains run inside the project: a relative path would mean another place to them.
+    let dir = &std::path::absolute(dir).map_err(io_error(dir))?;
     let manifest = project_manifest(dir)?;
     let language = Language::detect(dir)?;
     let target = &BuildTarget {
-        dir: dir.to_path_buf(),
+        dir: dir.clone(),
         world: World::of(manifest.kind),
         output: manifest.component.clone(),
     };
