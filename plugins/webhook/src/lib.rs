@@ -3,12 +3,16 @@
 //! granted environment variable, and pushes one message per delivery. The conversation is
 //! `<owner>/<repo>#<number>` when the delivery is about a pull request or issue, else the
 //! repository. A redelivery (same `X-GitHub-Delivery`) is answered with the first message's
-//! id and stores nothing. Replies are logged and kept in kv under `reply:<conversation>`.
+//! id and stores nothing. Replies are logged and kept in kv under `reply:<conversation>`;
+//! with a GitHub token (the variable `config.token_env` names, granted in `capabilities.env`)
+//! a reply to an issue or pull request is also posted there as a comment (`github.rs`).
 
 wit_bindgen::generate!({
     path: "../../wit/v0.1",
     world: "channel",
 });
+
+mod github;
 
 use std::cell::RefCell;
 
@@ -21,6 +25,7 @@ use sha2::Sha256;
 
 thread_local! {
     static SECRET: RefCell<Option<Vec<u8>>> = const { RefCell::new(None) };
+    static POSTER: RefCell<Option<github::Poster>> = const { RefCell::new(None) };
 }
 
 struct Webhook;
@@ -99,6 +104,19 @@ impl Guest for Webhook {
                 ),
             ),
         }
+        let token_env = config.get("token_env").and_then(Value::as_str).unwrap_or("GITHUB_TOKEN");
+        let api_base = config.get("api_base").and_then(Value::as_str).unwrap_or("https://api.github.com");
+        match std::env::var(token_env) {
+            Ok(token) if !token.is_empty() => {
+                let poster = github::Poster::new(api_base, token).map_err(Error::InvalidInput)?;
+                log::log(LogLevel::Info, &format!("webhook: replies to issues and pull requests are posted as comments via {api_base}"));
+                POSTER.with_borrow_mut(|p| *p = Some(poster));
+            }
+            _ => log::log(
+                LogLevel::Info,
+                &format!("webhook: {token_env} is not set, so replies are logged and kept in kv, not posted to GitHub"),
+            ),
+        }
         Ok(())
     }
 
@@ -112,7 +130,18 @@ impl Guest for Webhook {
             .and_then(|p| p.get("text").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| message.payload.clone());
         log::log(LogLevel::Info, &format!("webhook: reply to {}: {text}", message.conversation));
-        kv::set(&format!("reply:{}", message.conversation), message.payload.as_bytes())
+        kv::set(&format!("reply:{}", message.conversation), message.payload.as_bytes())?;
+        let is_thread = message.conversation.contains('#');
+        POSTER.with_borrow(|poster| match poster {
+            Some(poster) if is_thread => {
+                let url = poster
+                    .comment(&message.conversation, &text)
+                    .map_err(|reason| Error::Unavailable(format!("posting the reply to {}: {reason}", message.conversation)))?;
+                log::log(LogLevel::Info, &format!("webhook: reply posted to {} {url}", message.conversation));
+                Ok(())
+            }
+            _ => Ok(()),
+        })
     }
 
     fn handle_webhook(request: HttpRequest) -> HttpResponse {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::Duration;
 
+use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{
     Host, PluginDir, buffer_db, cairn, github_examples, github_signature, http_client, kill_pause,
     post_webhook, post_webhook_to, spawn_webhook_sender, status_json,
@@ -766,5 +767,108 @@ fn closing_stdin_gets_the_answer_then_a_clean_stop_and_the_default_start_logs_no
     assert!(
         status["host"]["stopped_at"].is_i64(),
         "a clean stop: {status}"
+    );
+}
+
+/// The bundled webhook manifest with its GitHub API at `api_base`, granted `http`.
+fn webhook_posting_to(dir: &PluginDir, api_base: &str, http: &str) {
+    dir.bundled_with("webhook", |manifest| {
+        manifest
+            .replace(
+                "api_base: https://api.github.com",
+                &format!("api_base: {api_base}"),
+            )
+            .replace("http: [api.github.com]", &format!("http: ['{http}']"))
+    });
+}
+
+/// Sign and post one `issues` delivery about `octo/repo#7`.
+fn post_issue(port: u16, delivery: &str) {
+    let body = serde_json::to_vec(&serde_json::json!({
+        "action": "opened",
+        "issue": {"number": 7, "title": "The build is red"},
+        "repository": {"full_name": "octo/repo"},
+        "sender": {"login": "ann"},
+    }))
+    .expect("json");
+    let signature = github_signature(SECRET.as_bytes(), &body);
+    let (status, answer) = post_webhook(
+        &http_client(),
+        port,
+        "issues",
+        delivery,
+        &body,
+        Some(&signature),
+    )
+    .expect("post");
+    assert_eq!(status, 202, "{answer}");
+}
+
+#[test]
+fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
+    let api = StubServer::answering(|request| {
+        if request.line.starts_with("POST /repos/") {
+            Reply::status(
+                201,
+                r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
+            )
+        } else {
+            Reply::status(404, r#"{"message": "Not Found"}"#)
+        }
+    });
+    let mut env = fast_env();
+    env.push(("GITHUB_TOKEN", "token-for-tests"));
+
+    // Granted: the reply becomes a comment on the issue.
+    let dir = PluginDir::new();
+    let host_port = api.url().trim_start_matches("http://").to_string();
+    webhook_posting_to(&dir, &api.url(), &format!("http://{host_port}"));
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = host.webhook_port();
+    post_issue(port, "issue-1");
+    host.wait_for("webhook: reply posted to octo/repo#7", LONG);
+    host.stop();
+    let posted: Vec<_> = api
+        .seen()
+        .into_iter()
+        .filter(|r| r.line == "POST /repos/octo/repo/issues/7/comments")
+        .collect();
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    let comment = &posted[0];
+    assert_eq!(
+        comment.header("authorization"),
+        Some("Bearer token-for-tests")
+    );
+    assert_eq!(comment.header("host"), Some(host_port.as_str()));
+    assert!(
+        comment.json()["body"]
+            .as_str()
+            .is_some_and(|text| text.contains("[offline] I received")),
+        "{comment:?}"
+    );
+
+    // Not granted (the manifest still names api.github.com): denied before it leaves.
+    let dir = PluginDir::new();
+    webhook_posting_to(&dir, &api.url(), "api.github.com");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = host.webhook_port();
+    post_issue(port, "issue-2");
+    host.wait_for("the host denied the request", LONG);
+    let (_, log) = host.stop();
+    assert!(
+        log.contains(&format!(
+            "outgoing HTTP request denied: http://{host_port} is not in capabilities.http"
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        api.seen()
+            .iter()
+            .filter(|r| r.line.starts_with("POST"))
+            .count(),
+        1,
+        "the denied request never reached the API"
     );
 }

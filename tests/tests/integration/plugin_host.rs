@@ -2,10 +2,9 @@
 //! example, a Python plugin, hostile plugins contained by the sandbox and the supervisor,
 //! and manifest errors reported all at once.
 
-use std::io::Read;
-use std::net::TcpListener;
 use std::time::Duration;
 
+use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{
     Host, PluginDir, cairn, count_lines, plugin_status, status_json, wait_for_state,
 };
@@ -175,9 +174,8 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
     std::os::unix::fs::symlink(&secret, granted.join("link-absolute")).expect("symlink");
     std::os::unix::fs::symlink("../secret.txt", granted.join("link-relative")).expect("symlink");
 
-    let listener = TcpListener::bind("127.0.0.1:0").expect("listener");
-    listener.set_nonblocking(true).expect("nonblocking");
-    let target = listener.local_addr().expect("addr").to_string();
+    let server = StubServer::start(vec![Reply::status(200, "probed")]);
+    let target = server.url().trim_start_matches("http://").to_string();
 
     hostile(
         &dir,
@@ -197,11 +195,51 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
         "hostile",
         &format!("config: {{mode: net-connect, target: '{target}'}}\n"),
     );
+    // An HTTP grant is for wasi:http requests only: sockets stay closed.
     dir.plugin(
         "net-granted",
         "handler",
         "hostile",
-        &format!("config: {{mode: net-connect, target: '{target}'}}\ncapabilities:\n  http: ['{target}']\n"),
+        &format!("config: {{mode: net-connect, target: '{target}'}}\ncapabilities:\n  http: ['http://{target}']\n"),
+    );
+    dir.plugin(
+        "http-granted",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: http-get, target: '{target}'}}\ncapabilities:\n  http: ['http://{target}']\n"),
+    );
+    dir.plugin(
+        "http-https-only",
+        "handler",
+        "hostile",
+        &format!(
+            "config: {{mode: http-get, target: '{target}'}}\ncapabilities:\n  http: ['{target}']\n"
+        ),
+    );
+    dir.plugin(
+        "http-denied",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: http-get, target: '{target}'}}\n"),
+    );
+    let big = StubServer::start(vec![Reply::status(200, &"x".repeat(1000))]);
+    let big = big.url().trim_start_matches("http://").to_string();
+    dir.plugin(
+        "http-too-big",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: http-get, target: '{big}'}}\ncapabilities:\n  http: ['http://{big}']\nlimits: {{http_response_bytes: 100}}\n"),
+    );
+    let slow = StubServer::start(vec![Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(Reply::status(200, "late")),
+    )]);
+    let slow = slow.url().trim_start_matches("http://").to_string();
+    dir.plugin(
+        "http-too-slow",
+        "handler",
+        "hostile",
+        &format!("config: {{mode: http-get, target: '{slow}'}}\ncapabilities:\n  http: ['http://{slow}']\nlimits: {{http_timeout_ms: 200}}\n"),
     );
     steady(&dir);
 
@@ -210,7 +248,17 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
         ("CAIRN_TEST_SECRET", "TOP-SECRET-ENV"),
     ];
     let mut host = Host::start(dir.path(), data.path(), &env);
-    for id in ["fs-escape", "env-snoop", "net-denied", "net-granted"] {
+    for id in [
+        "fs-escape",
+        "env-snoop",
+        "net-denied",
+        "net-granted",
+        "http-granted",
+        "http-https-only",
+        "http-denied",
+        "http-too-big",
+        "http-too-slow",
+    ] {
         wait_for_state(&mut host, data.path(), id, "running", LONG);
     }
     host.wait_for("steady: tick", LONG);
@@ -235,8 +283,17 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
         "{log}"
     );
     assert!(
-        probe("net-granted", "net-connect").contains(": ok"),
+        probe("http-granted", "http-get").contains("ok 200"),
         "{log}"
+    );
+    assert_eq!(
+        server
+            .seen()
+            .iter()
+            .filter(|r| r.line == "GET /probe")
+            .count(),
+        1,
+        "only the granted plugin's request reached the server"
     );
     // ...and nothing else does.
     for name in [
@@ -256,23 +313,37 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
     assert!(probe("env-snoop", "env-secret").contains(": denied"));
     assert!(probe("env-snoop", "env-home").contains(": denied"));
     assert!(probe("net-denied", "net-connect").contains(": denied"));
+    assert!(
+        probe("net-granted", "net-connect").contains(": denied"),
+        "no raw sockets"
+    );
+    for plugin in ["http-denied", "http-https-only"] {
+        assert!(
+            probe(plugin, "http-get").contains("denied ErrorCode::HttpRequestDenied"),
+            "{plugin}: {log}"
+        );
+        assert!(
+            log.lines().any(|l| l.contains(&format!("plugin={plugin}"))
+                && l.contains(&format!(
+                    "outgoing HTTP request denied: http://{target} is not in capabilities.http"
+                ))),
+            "the host names the destination and the field: {log}"
+        );
+    }
+    assert!(
+        probe("http-too-big", "http-get").contains("HttpResponseBodySize(Some(1000))"),
+        "limits.http_response_bytes: {log}"
+    );
+    assert!(
+        probe("http-too-slow", "http-get").contains("Timeout"),
+        "limits.http_timeout_ms: {log}"
+    );
     assert!(!log.contains("TOP-SECRET"), "a secret leaked:\n{log}");
     assert!(!log.contains("root:x:0"), "/etc/passwd leaked:\n{log}");
     assert!(
         !granted.join("written.txt").exists(),
         "a read-only grant was written to"
     );
-
-    // Exactly one connection reached the listener: the granted plugin's.
-    let mut accepted = 0;
-    while let Ok((mut stream, _)) = listener.accept() {
-        let mut sink = Vec::new();
-        let _ = stream.set_nonblocking(false);
-        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-        let _ = stream.read_to_end(&mut sink);
-        accepted += 1;
-    }
-    assert_eq!(accepted, 1, "only the granted plugin may connect");
 }
 
 #[test]

@@ -9,6 +9,7 @@
 //! (`log.rs`, `kv.rs`, `buffer.rs`, `journal.rs`, `memory.rs`, `llm.rs`, `lifecycle.rs`).
 
 mod buffer;
+mod http;
 mod journal;
 mod kv;
 mod lifecycle;
@@ -18,14 +19,13 @@ mod log;
 mod memory;
 
 use std::collections::BTreeSet;
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use wasmtime::StoreLimitsBuilder;
 use wasmtime::component::ResourceTable;
-use wasmtime_wasi::sockets::SocketAddrUse;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::v0_1::convert::to_wit_error;
 use super::bindings::v0_1::convert::{
@@ -37,7 +37,6 @@ use super::kv::{KvError, PluginKv};
 use super::logging::{Level, LogStream, PluginLog};
 use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
-    parse_network_target,
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
 use crate::llm_gate::{LlmBudget, LlmGate};
@@ -47,6 +46,7 @@ use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
 use cairn_vocab::session::SessionState;
+pub use http::{Egress, EgressHooks};
 pub use limits::MemoryLimiter;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
@@ -135,7 +135,12 @@ pub fn describe_grants(manifest: &Manifest, data_dir: &Path) -> Vec<String> {
         ));
     }
     if !caps.http.is_empty() {
-        out.push(format!("network: tcp connect to {}", caps.http.join(", ")));
+        out.push(format!(
+            "http: outgoing requests to {} ({} ms timeout, {} byte responses)",
+            caps.http.join(", "),
+            manifest.limits.http_timeout_ms,
+            manifest.limits.http_response_bytes
+        ));
     }
     if !caps.env.is_empty() {
         out.push(format!("env: {}", caps.env.join(", ")));
@@ -206,6 +211,8 @@ pub enum SandboxError {
 pub struct PluginContext {
     plugin: Arc<str>,
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    egress: EgressHooks,
     table: ResourceTable,
     limits: MemoryLimiter,
     grants: Arc<Grants>,
@@ -221,13 +228,13 @@ pub struct Sandbox {
     stdio: bool,
     env: Vec<(String, String)>,
     preopens: Vec<(PathBuf, String, FileMode)>,
-    network: Option<Arc<BTreeSet<SocketAddr>>>,
+    egress: Arc<Egress>,
     memory_bytes: usize,
 }
 
 impl Sandbox {
     /// Prepare the sandbox of a plugin: create its granted directories, read its granted
-    /// environment variables and resolve its allowed network destinations.
+    /// environment variables and take its outgoing HTTP policy.
     pub fn prepare(
         manifest: &Manifest,
         data_dir: &Path,
@@ -248,8 +255,6 @@ impl Sandbox {
             .iter()
             .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
             .collect();
-        let network = (!caps.http.is_empty())
-            .then(|| Arc::new(resolve_destinations(&manifest.id, &caps.http)));
         Ok(Self {
             plugin: manifest.id.as_str().into(),
             grants: Arc::new(Grants::from_manifest(manifest)),
@@ -257,7 +262,7 @@ impl Sandbox {
             stdio: caps.stdio,
             env,
             preopens,
-            network,
+            egress: Arc::new(Egress::from_manifest(manifest)),
             memory_bytes: (manifest.limits.memory_mb as usize) << 20,
         })
     }
@@ -284,30 +289,11 @@ impl Sandbox {
                     message: e.to_string(),
                 })?;
         }
-        match &self.network {
-            Some(allowed) => {
-                let allowed = allowed.clone();
-                wasi.allow_tcp(true)
-                    .allow_udp(false)
-                    .allow_ip_name_lookup(true);
-                wasi.socket_addr_check(move |addr, usage| {
-                    // Outbound TCP only: connect to a granted destination, plus the implicit
-                    // wildcard bind that precedes a connect. No listening, no UDP.
-                    let permitted = match usage {
-                        SocketAddrUse::TcpConnect => allowed.contains(&addr),
-                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                        _ => false,
-                    };
-                    Box::pin(async move { permitted })
-                });
-            }
-            None => {
-                wasi.allow_tcp(false)
-                    .allow_udp(false)
-                    .allow_ip_name_lookup(false);
-                wasi.socket_addr_check(|_, _| Box::pin(async { false }));
-            }
-        }
+        // No sockets: the only network is wasi:http, checked per request by `egress`.
+        wasi.allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false);
+        wasi.socket_addr_check(|_, _| Box::pin(async { false }));
         let limits = MemoryLimiter::new(
             StoreLimitsBuilder::new()
                 .memory_size(self.memory_bytes)
@@ -317,6 +303,8 @@ impl Sandbox {
         Ok(PluginContext {
             plugin: self.plugin.clone(),
             wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            egress: EgressHooks(self.egress.clone()),
             table: ResourceTable::new(),
             limits,
             grants: self.grants.clone(),
@@ -324,26 +312,6 @@ impl Sandbox {
             log: self.log.clone(),
         })
     }
-}
-
-/// Resolve `host[:port]` destinations to socket addresses; a bare host allows 80 and 443.
-fn resolve_destinations(plugin: &str, targets: &[String]) -> BTreeSet<SocketAddr> {
-    let mut allowed = BTreeSet::new();
-    for target in targets {
-        let Some((host, port)) = parse_network_target(target) else {
-            continue;
-        };
-        let ports = port.map(|p| vec![p]).unwrap_or_else(|| vec![80, 443]);
-        for port in ports {
-            match (host.as_str(), port).to_socket_addrs() {
-                Ok(addrs) => allowed.extend(addrs),
-                Err(e) => {
-                    tracing::warn!(plugin, destination = %target, "cannot resolve granted destination: {e}")
-                }
-            }
-        }
-    }
-    allowed
 }
 
 impl PluginContext {
@@ -355,6 +323,16 @@ impl PluginContext {
     /// Whether the memory limiter refused a growth in this store.
     pub fn hit_memory_limit(&self) -> bool {
         self.limits.refused()
+    }
+}
+
+impl WasiHttpView for PluginContext {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            ctx: &mut self.http,
+            table: &mut self.table,
+            hooks: &mut self.egress,
+        }
     }
 }
 

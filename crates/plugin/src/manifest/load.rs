@@ -92,29 +92,6 @@ pub(super) fn is_valid_dir_name(name: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
 }
 
-/// Parse `host` or `host:port` into its parts; the host is a DNS name or an IP literal.
-pub fn parse_network_target(target: &str) -> Option<(String, Option<u16>)> {
-    let (host, port) = match target.rsplit_once(':') {
-        Some((host, port)) if !host.contains(':') => {
-            (host, Some(port.parse::<u16>().ok().filter(|p| *p != 0)?))
-        }
-        Some(_) => return None,
-        None => (target, None),
-    };
-    let host_ok = host.parse::<std::net::IpAddr>().is_ok()
-        || (!host.is_empty()
-            && host.len() <= 253
-            && host.split('.').all(|label| {
-                !label.is_empty()
-                    && label.len() <= 63
-                    && !label.starts_with('-')
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
-            }));
-    host_ok.then(|| (host.to_ascii_lowercase(), port))
-}
-
 /// Check that a five-field cron expression parses.
 pub fn check_cron(expression: &str) -> Result<(), String> {
     if expression.split_whitespace().count() != 5 {

@@ -13,8 +13,11 @@ use semver::{Version, VersionReq};
 use serde::{Deserialize, Serialize};
 
 use super::bindings::{ApiVersion, SUPPORTED_APIS};
+mod destination;
 mod load;
 mod validate;
+
+pub use destination::HttpDestination;
 
 pub use cairn_vocab::plugin::PluginKind;
 use cairn_vocab::topic::is_topic_segment;
@@ -263,7 +266,9 @@ pub struct Capabilities {
     /// Directories under the plugin's data dir.
     #[serde(default)]
     pub files: Vec<FileGrant>,
-    /// Outbound network destinations, `host` or `host:port` (TCP connect only).
+    /// Where `wasi:http/outgoing-handler` requests may go ([`HttpDestination`] entries:
+    /// `host`, `host:port`, `*.domain`, `http://host:port`); checked on every request. No
+    /// other network is reachable.
     #[serde(default)]
     pub http: Vec<String>,
     /// Host environment variables the plugin can read.
@@ -299,6 +304,11 @@ pub struct Limits {
     /// Tokens (prompt and answer) its `llm.complete` calls may use in any hour (default
     /// 200000).
     pub llm_tokens_per_hour: u64,
+    /// Longest an outgoing HTTP request may take to connect, and then to send its first
+    /// response byte, and then between bytes, in ms (default 10000).
+    pub http_timeout_ms: u64,
+    /// Largest outgoing HTTP response body the plugin may receive, in bytes (default 4 MiB).
+    pub http_response_bytes: u64,
 }
 
 impl Default for Limits {
@@ -308,15 +318,14 @@ impl Default for Limits {
             timeout_ms: 5000,
             llm_calls_per_hour: 60,
             llm_tokens_per_hour: 200_000,
+            http_timeout_ms: 10_000,
+            http_response_bytes: 4 << 20,
         }
     }
 }
 
 use load::*;
-pub use load::{
-    check_cron, is_valid_id, load_dir, load_file, load_unbuilt, manifest_files,
-    parse_network_target,
-};
+pub use load::{check_cron, is_valid_id, load_dir, load_file, load_unbuilt, manifest_files};
 use validate::*;
 
 #[cfg(test)]
@@ -421,19 +430,5 @@ mod tests {
         assert!(!is_valid_topic_pattern("session..ended"));
         assert!(!is_valid_topic_pattern("session.*.ended"));
         assert!(!is_valid_topic("a.*"));
-    }
-
-    #[test]
-    fn network_targets() {
-        assert_eq!(
-            parse_network_target("api.example.com"),
-            Some(("api.example.com".into(), None))
-        );
-        assert_eq!(
-            parse_network_target("127.0.0.1:8080"),
-            Some(("127.0.0.1".into(), Some(8080)))
-        );
-        assert_eq!(parse_network_target("host:0"), None);
-        assert_eq!(parse_network_target("-bad.com"), None);
     }
 }

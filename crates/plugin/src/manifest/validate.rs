@@ -183,6 +183,24 @@ fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
             ),
         );
     }
+    if limits.http_timeout_ms == 0 || limits.http_timeout_ms > 600_000 {
+        problems.add(
+            "limits.http_timeout_ms",
+            format!(
+                "{} is out of range; expected 1 to 600000",
+                limits.http_timeout_ms
+            ),
+        );
+    }
+    if limits.http_response_bytes == 0 || limits.http_response_bytes > 1 << 30 {
+        problems.add(
+            "limits.http_response_bytes",
+            format!(
+                "{} is out of range; expected 1 to 1073741824",
+                limits.http_response_bytes
+            ),
+        );
+    }
 }
 
 /// The free-form `config` as the JSON handed to `init` (an empty object when absent).
@@ -327,10 +345,13 @@ pub(super) fn validate_capabilities(raw: &RawManifest, problems: &mut Problems<'
         }
     }
     for (i, target) in caps.http.iter().enumerate() {
-        if parse_network_target(target).is_none() {
+        if HttpDestination::parse(target).is_none() {
             problems.add(
                 format!("capabilities.http[{i}]"),
-                format!("`{target}` is not a destination; expected `host` or `host:port`"),
+                format!(
+                    "`{target}` is not a destination; expected `host`, `host:port`, `*.domain` \
+                     or `http://host:port` for plain HTTP"
+                ),
             );
         }
     }

@@ -214,6 +214,10 @@ impl Runtime {
         };
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(RuntimeError::Engine)?;
+        // wasi:http/outgoing-handler (and its types): what a plugin sends is checked against
+        // its manifest per request (capabilities/http.rs).
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
+            .map_err(RuntimeError::Engine)?;
         handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(
             &mut linker,
             |state| state,

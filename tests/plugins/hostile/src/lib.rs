@@ -8,6 +8,7 @@
 //! - `fs-escape`: tries to read and write outside its preopened directory;
 //! - `env-snoop`: reads environment variables it was not granted;
 //! - `net-connect`: opens a TCP connection to `config.target`;
+//! - `http-get`: sends `GET http://<config.target>/probe` through wasi:http;
 //! - `log-flood`: writes tens of thousands of log and stdout lines;
 //! - `emit`: emits `config.allowed` and `config.denied` through `journal.emit`.
 //!
@@ -75,6 +76,24 @@ fn net_connect(target: &str) {
     probe("net-connect", std::net::TcpStream::connect(target).map(|s| s.peer_addr().ok()));
 }
 
+/// `GET http://<target>/probe` through wasi:http; the status, or the error code.
+fn http_get(target: &str) {
+    use wasi::http::types::{Fields, Method, OutgoingRequest, Scheme};
+    let request = OutgoingRequest::new(Fields::new());
+    let _ = request.set_method(&Method::Get);
+    let _ = request.set_scheme(Some(&Scheme::Http));
+    let _ = request.set_authority(Some(target));
+    let _ = request.set_path_with_query(Some("/probe"));
+    let outcome = wasi::http::outgoing_handler::handle(request, None).and_then(|pending| {
+        pending.subscribe().block();
+        match pending.get() {
+            Some(Ok(result)) => result.map(|response| response.status()),
+            _ => Err(wasi::http::types::ErrorCode::InternalError(Some("no response".into()))),
+        }
+    });
+    probe("http-get", outcome.map_err(|code| format!("{code:?}")));
+}
+
 fn memory_bomb() {
     let mut hoard: Vec<Vec<u8>> = Vec::new();
     loop {
@@ -121,6 +140,7 @@ impl Guest for Hostile {
             "fs-escape" => fs_escape(),
             "env-snoop" => env_snoop(),
             "net-connect" => net_connect(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
+            "http-get" => http_get(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "log-flood" => log_flood(),
             "emit" => {
                 for key in ["allowed", "denied"] {
