@@ -299,6 +299,13 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
             .args(["build", "--release", "-p", "cairn"])
             .current_dir(root),
     )?;
+    // The per-language rows build their plugins with componentize-js from install-tools.
+    let tools = root.join("target/tools/componentize-js/node_modules/.bin");
+    let path = format!(
+        "{}:{}",
+        tools.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     status(
         cargo()
             .args([
@@ -311,6 +318,7 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
                 "--",
             ])
             .args(extra)
+            .env("PATH", path)
             .current_dir(root),
     )
 }

@@ -8,6 +8,8 @@
 
 #[path = "bench/cognition.rs"]
 mod cognition;
+#[path = "bench/languages.rs"]
+mod languages;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -26,10 +28,10 @@ use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::PluginKv;
 use cairn::plugin::llm_gate::LlmGate;
 use cairn::plugin::manifest;
-use cairn::plugin::runtime::{CacheOutcome, Runtime};
+use cairn::plugin::runtime::Runtime;
 use cairn::router::{Router, RouterConfig};
 use cairn::store::host::SqliteHost;
-use cairn_tests::{guests_dir, python_plugin, workspace_root};
+use cairn_tests::{guests_dir, workspace_root};
 use cairn_vocab::event::Event;
 
 /// One row of the table.
@@ -85,47 +87,6 @@ fn runtime(cache: &Path) -> Result<Runtime> {
     Ok(Runtime::new(&RuntimeConfig::default(), cache, 256)?)
 }
 
-fn compile_rows(
-    rows: &mut Vec<Row>,
-    scratch: &Path,
-    label: &str,
-    component: &Path,
-    runs: usize,
-) -> Result<()> {
-    let mut cold = Vec::new();
-    let mut warm = Vec::new();
-    for run in 0..runs {
-        let cache = scratch.join(format!("cache-{label}-{run}"));
-        let started = Instant::now();
-        let (_, outcome) = runtime(&cache)?.load_component(component)?;
-        cold.push(started.elapsed().as_secs_f64() * 1e3);
-        anyhow::ensure!(outcome == CacheOutcome::Compiled, "cold load must compile");
-        for _ in 0..3 {
-            let fresh = runtime(&cache)?;
-            let started = Instant::now();
-            let (_, outcome) = fresh.load_component(component)?;
-            warm.push(started.elapsed().as_secs_f64() * 1e3);
-            anyhow::ensure!(outcome == CacheOutcome::Hit, "warm load must hit the cache");
-        }
-    }
-    let size = std::fs::metadata(component)?.len() as f64 / (1 << 20) as f64;
-    let cold_ms = median(cold);
-    let warm_ms = median(warm);
-    rows.push(Row {
-        name: format!("cold compile, {label} plugin"),
-        value: cold_ms,
-        unit: "ms",
-        note: format!("{size:.2} MiB component, median of {runs}"),
-    });
-    rows.push(Row {
-        name: format!("load from warm cache, {label} plugin"),
-        value: warm_ms,
-        unit: "ms",
-        note: format!("{:.0}x faster than compiling", cold_ms / warm_ms),
-    });
-    Ok(())
-}
-
 fn main() -> Result<()> {
     // SAFETY: no other thread exists yet.
     unsafe {
@@ -137,7 +98,6 @@ fn main() -> Result<()> {
     let scratch = tempfile::tempdir_in(&scratch_root)?;
     let mut rows = Vec::new();
     let rust_component = guests_dir().join("bench.wasm");
-    let python_component = python_plugin();
     anyhow::ensure!(
         rust_component.is_file(),
         "{} missing: run via `cargo xtask bench`",
@@ -150,12 +110,7 @@ fn main() -> Result<()> {
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
         eprintln!("bench: plugins");
-        plugin_rows(
-            &mut rows,
-            scratch.path(),
-            &rust_component,
-            &python_component,
-        )?;
+        plugin_rows(&mut rows, scratch.path(), &rust_component)?;
     }
     if wanted("buffer") {
         eprintln!("bench: buffer");
@@ -190,20 +145,7 @@ fn main() -> Result<()> {
 }
 
 /// Compile, cache, instantiate and call rows on the Rust bench plugin (and the Python one).
-fn plugin_rows(
-    rows: &mut Vec<Row>,
-    scratch: &Path,
-    rust_component: &Path,
-    python_component: &Path,
-) -> Result<()> {
-    compile_rows(rows, scratch, "Rust", rust_component, 5)?;
-    compile_rows(rows, scratch, "Python", python_component, 2)?;
-
-    // Instantiate from the InstancePre, and calls, on the Rust bench plugin.
-    let cache = scratch.join("cache-calls");
-    let runtime = runtime(&cache)?;
-    let manifest = write_manifest(scratch, "bench", rust_component)?;
-    let prepared = runtime.prepare(manifest, scratch)?;
+fn plugin_rows(rows: &mut Vec<Row>, scratch: &Path, rust_component: &Path) -> Result<()> {
     let host_db = Arc::new(SqliteHost::open(scratch)?);
     let services = Arc::new(HostServices {
         kv: Arc::new(PluginKv::new(host_db.clone(), KvConfig::default())),
@@ -215,92 +157,20 @@ fn plugin_rows(
         llm: Some(Arc::new(LlmGate::new(Arc::new(OfflineProvider), host_db))),
         memory_writes: Default::default(),
     });
+    languages::language_rows(rows, scratch, &services)?;
 
-    let instantiations = 2_000;
-    let started = Instant::now();
-    for _ in 0..instantiations {
-        black_box(
-            prepared
-                .instantiate(services.clone())
-                .map_err(|f| anyhow::anyhow!("{f}"))?,
-        );
-    }
-    let per_instantiate = started.elapsed().as_secs_f64() * 1e6 / f64::from(instantiations);
-    rows.push(Row {
-        name: "instantiate from InstancePre (new Store + WASI ctx)".into(),
-        value: per_instantiate,
-        unit: "µs",
-        note: format!("pooling allocator: {}", runtime.pooling()),
-    });
-
+    // llm.complete through the Rust bench plugin, next to the same call made directly.
+    let cache = scratch.join("cache-llm");
+    let runtime = runtime(&cache)?;
+    let manifest = write_manifest(scratch, "bench", rust_component)?;
+    let prepared = runtime.prepare(manifest, scratch)?;
     let mut instance = prepared
         .instantiate(services.clone())
         .map_err(|f| anyhow::anyhow!("{f}"))?;
     instance.init("{}").context("init")?;
-    let event = |topic: &str, payload: String| Event {
-        seq: 1,
-        topic: topic.into(),
-        payload,
-        source: "bench".into(),
-        session_id: None,
-        agent_id: None,
-        user_id: None,
-        created_at: 0,
-    };
-    let checksum = event(
-        "bench.checksum",
-        format!("{{\"text\":\"{}\"}}", "x".repeat(54)),
-    );
-    let calls = 200_000u32;
-    for _ in 0..1_000 {
-        instance.on_event(checksum.clone()).context("warm-up")?;
-    }
-    let started = Instant::now();
-    for _ in 0..calls {
-        instance
-            .on_event(black_box(checksum.clone()))
-            .context("call")?;
-    }
-    let wasm_ns = started.elapsed().as_secs_f64() * 1e9 / f64::from(calls);
-    let started = Instant::now();
-    for _ in 0..calls {
-        native_on_event(black_box(&checksum)).map_err(anyhow::Error::msg)?;
-    }
-    let native_ns = started.elapsed().as_secs_f64() * 1e9 / f64::from(calls);
-    rows.push(Row {
-        name: "host→guest call round trip (on-event, 64 B payload)".into(),
-        value: wasm_ns,
-        unit: "ns",
-        note: format!(
-            "native same function {native_ns:.1} ns, ratio {:.0}x",
-            wasm_ns / native_ns
-        ),
-    });
-
-    let imports = 1_000_000u64;
-    let empty = event("bench.imports", "0".into());
-    let many = event("bench.imports", imports.to_string());
-    let mut base = Duration::MAX;
-    let mut full = Duration::MAX;
-    for _ in 0..5 {
-        let started = Instant::now();
-        instance.on_event(empty.clone()).context("imports 0")?;
-        base = base.min(started.elapsed());
-        let started = Instant::now();
-        instance.on_event(many.clone()).context("imports")?;
-        full = full.min(started.elapsed());
-    }
-    let per_import = (full.saturating_sub(base)).as_secs_f64() * 1e9 / imports as f64;
-    rows.push(Row {
-        name: "guest→host import call (lifecycle.interrupted)".into(),
-        value: per_import,
-        unit: "ns",
-        note: format!("{imports} calls inside one on-event"),
-    });
-
     let asks = 5_000u64;
-    let empty = event("bench.llm", "0".into());
-    let many = event("bench.llm", asks.to_string());
+    let empty = languages::event("bench.llm", "0".into());
+    let many = languages::event("bench.llm", asks.to_string());
     let (mut base, mut full) = (Duration::MAX, Duration::MAX);
     for _ in 0..3 {
         let started = Instant::now();
