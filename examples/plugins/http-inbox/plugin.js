@@ -9,13 +9,16 @@
 //   DELETE /channels/http-inbox/<conversation>?through=<id> acknowledge the replies up to
 //          and including <id>: 200 {"removed": n}.
 //
-// Replies wait in the host's kv store (durable across restarts) until acknowledged.
+// Replies wait in the host's kv store (durable across restarts) until acknowledged. With
+// `forward_to` set, each reply is first POSTed there as JSON with `fetch` (the URL's host must
+// be granted in capabilities.http); a failed forward fails the delivery, which the host
+// retries, so a reply is kept only once it has been forwarded.
 
 import { push } from "cairn:plugin/buffer@0.1.0";
 import { log } from "cairn:plugin/log@0.1.0";
 import { get, set, delete as remove, listKeys } from "cairn:plugin/kv@0.1.0";
 
-const settings = { max_pending: 1000 };
+const settings = { max_pending: 1000, forward_to: "" };
 const encoder = new TextEncoder();
 const decoder = new TextDecoder();
 
@@ -25,23 +28,26 @@ export const channelPlugin = {
     if (!Number.isInteger(settings.max_pending) || settings.max_pending < 1) {
       throw { tag: "invalid-input", val: "config.max_pending: expected a positive integer" };
     }
-    log("info", `http-inbox keeps up to ${settings.max_pending} replies per conversation`);
+    const forward = settings.forward_to ? `, forwarded to ${settings.forward_to}` : "";
+    log("info", `http-inbox keeps up to ${settings.max_pending} replies per conversation${forward}`);
   },
 
   poll() {},
 
-  deliver(message) {
+  async deliver(message) {
     const conversation = message.conversation;
-    const id = nextId(conversation);
     const payload = JSON.parse(message.payload);
     const reply = {
-      id,
       text: payload.text ?? message.payload,
       recipient: message.recipient ?? null,
       // list<u64> arrives as a BigUint64Array: JSON needs plain numbers.
       in_reply_to: Array.from(message.inReplyTo, Number),
     };
-    set(replyKey(conversation, id), encoder.encode(JSON.stringify(reply)));
+    if (settings.forward_to) {
+      await forward({ conversation, ...reply });
+    }
+    const id = nextId(conversation);
+    set(replyKey(conversation, id), encoder.encode(JSON.stringify({ id, ...reply })));
     const pending = listKeys(outboxPrefix(conversation));
     for (const key of pending.slice(0, Math.max(0, pending.length - settings.max_pending))) {
       remove(key);
@@ -73,6 +79,17 @@ export const channelPlugin = {
     }
   },
 };
+
+async function forward(reply) {
+  const response = await fetch(settings.forward_to, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(reply),
+  });
+  if (!response.ok) {
+    throw { tag: "unavailable", val: `forward_to answered ${response.status}` };
+  }
+}
 
 function receive(conversation, request) {
   const header = (name) => request.headers.find(([key]) => key === name)?.[1];

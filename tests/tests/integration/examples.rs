@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{Host, PluginDir, http_client, journal_events, workspace_root};
 
 use crate::plugin_dev::plugin_ok;
@@ -83,6 +84,17 @@ fn python_js_and_c_examples_build_and_do_their_work_in_one_host() {
     for name in ["file-drop", "http-inbox", "topic-tally"] {
         build_example(projects.path(), name, &plugins);
     }
+    // The inbox also forwards each reply, with fetch, to a hook granted in capabilities.http.
+    let hook = StubServer::start(vec![Reply::status(204, "")]);
+    let manifest = plugins.path().join("http-inbox.yaml");
+    let yaml = std::fs::read_to_string(&manifest)
+        .expect("manifest")
+        .replace("http: []", &format!("http: ['{}']", hook.url()))
+        .replace(
+            "forward_to: \"\"",
+            &format!("forward_to: \"{}/hooks/replies\"", hook.url()),
+        );
+    std::fs::write(&manifest, yaml).expect("manifest");
     let data = tempfile::tempdir().expect("data dir");
     let inbox_dir = drop_dir(data.path()).join("inbox");
     std::fs::create_dir_all(inbox_dir.join("ann")).expect("inbox");

@@ -21,8 +21,9 @@ pub(super) fn build(target: &BuildTarget) -> Result<(), DevError> {
     run(
         Command::new(tool)
             .args(["--wit", "wit", "--world-name", target.world_name()])
-            // The host links WASI 0.2 without wasi:http: leave out what would import it.
-            .args(["--disable", "http", "fetch-event", "--out"])
+            // `fetch` goes out through wasi:http/outgoing-handler (checked against
+            // capabilities.http); a plugin serves no HTTP itself, so no incoming handler.
+            .args(["--disable", "fetch-event", "--out"])
             .arg(&target.output)
             .arg("plugin.js")
             .current_dir(&target.dir),
