@@ -119,6 +119,23 @@ impl PluginDir {
     }
 }
 
+/// Copy a plugin project's source files from `from` into `to` (created), leaving out the
+/// component a local build may have left beside them and every folder (`wit/`, `build/`).
+pub fn copy_project_sources(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let path = entry?.path();
+        let built = path.extension().is_some_and(|e| e == "wasm");
+        if path.is_file()
+            && !built
+            && let Some(name) = path.file_name()
+        {
+            std::fs::copy(&path, to.join(name))?;
+        }
+    }
+    Ok(())
+}
+
 /// Every event of a data dir's journal, oldest first, as `cairn journal tail --json` prints
 /// them (it reads beside a running host).
 pub fn journal_events(data: &Path) -> Vec<serde_json::Value> {

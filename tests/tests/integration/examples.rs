@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use cairn_tests::stub_http::{Reply, StubServer};
-use cairn_tests::{Host, PluginDir, http_client, journal_events, workspace_root};
+use cairn_tests::{
+    Host, PluginDir, copy_project_sources, http_client, journal_events, workspace_root,
+};
 
 use crate::plugin_dev::plugin_ok;
 
@@ -14,14 +16,7 @@ use crate::plugin_dev::plugin_ok;
 fn build_example(projects: &Path, name: &str, plugins: &PluginDir) {
     let source = workspace_root().join("examples/plugins").join(name);
     let dir = projects.join(name);
-    std::fs::create_dir_all(&dir).expect("project dir");
-    for entry in std::fs::read_dir(&source).expect("example dir") {
-        let path = entry.expect("entry").path();
-        let built = path.extension().is_some_and(|e| e == "wasm");
-        if path.is_file() && !built {
-            std::fs::copy(&path, dir.join(path.file_name().expect("name"))).expect("copy");
-        }
-    }
+    copy_project_sources(&source, &dir).expect("copy the example's sources");
     let dir_arg = dir.display().to_string();
     plugin_ok(&["plugin", "build", &dir_arg]);
     for file in [format!("{name}.yaml"), format!("{name}.wasm")] {

@@ -46,7 +46,7 @@ use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
 use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
 use cairn_vocab::session::SessionState;
-pub use http::{Egress, EgressHooks};
+use http::{Egress, EgressHooks};
 pub use limits::MemoryLimiter;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.

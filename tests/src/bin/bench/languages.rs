@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::runtime::{CacheOutcome, PluginInstance};
-use cairn_tests::{guests_dir, workspace_root};
+use cairn_tests::{copy_project_sources, guests_dir, workspace_root};
 use cairn_vocab::event::Event;
 
 use crate::{Row, median, native_on_event, runtime, write_manifest};
@@ -40,7 +40,7 @@ pub fn subjects(scratch: &Path) -> Result<Vec<Subject>> {
         ("Python", "bench-python", 2),
     ] {
         let dir = scratch.join("projects").join(project);
-        copy_sources(&workspace_root().join("tests/plugins").join(project), &dir)?;
+        copy_project_sources(&workspace_root().join("tests/plugins").join(project), &dir)?;
         eprintln!("bench: building the {language} bench plugin");
         let built = cairn_plugin_dev::build(&dir).with_context(|| format!("building {project}"))?;
         subjects.push(Subject {
@@ -50,18 +50,6 @@ pub fn subjects(scratch: &Path) -> Result<Vec<Subject>> {
         });
     }
     Ok(subjects)
-}
-
-/// Copy a project's source files (not a local build's outputs) into `to`.
-fn copy_sources(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let path = entry?.path();
-        if path.is_file() && path.extension().is_none_or(|e| e != "wasm") {
-            std::fs::copy(&path, to.join(path.file_name().context("file name")?))?;
-        }
-    }
-    Ok(())
 }
 
 /// A measure's name, unit, and how to read it from [`Measured`].
