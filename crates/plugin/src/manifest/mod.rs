@@ -379,7 +379,7 @@ mod tests {
                     events:\n  subscribes: [session.ended]\n  emits: [session.ended, 'bad topic']\n\
                     schedule:\n  - name: nightly\n    cron: '61 * * * *'\n\
                     capabilities:\n  env: [lower]\n  http: ['exa mple.com']\n  files: [{name: '../x', mode: ro}]\n\
-                    limits:\n  memory_mb: 0\n";
+                    limits:\n  memory_mb: 0\n  http_timeout_ms: 0\n  http_response_bytes: 0\n";
         let path = write_manifest(dir.path(), "p.yaml", body);
         let errors = load_file(&path).expect_err("invalid");
         let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
@@ -397,6 +397,8 @@ mod tests {
             "capabilities.http[0]",
             "capabilities.files[0].name",
             "limits.memory_mb",
+            "limits.http_timeout_ms",
+            "limits.http_response_bytes",
         ] {
             assert!(
                 fields.contains(&expected),
