@@ -44,7 +44,7 @@ pub fn scaffold(project: &NewProject) -> Result<Vec<PathBuf>, DevError> {
         }
         std::fs::write(&full, text).map_err(io_error(&full))?;
     }
-    write_wit(&project.dir.join("wit"))?;
+    write_wit(&project.dir.join("wit"), API_VERSION)?;
     Ok(files.into_iter().map(|(path, _)| path).collect())
 }
 
@@ -120,8 +120,12 @@ fn manifest(project: &NewProject) -> String {
          kind: {kind}\n\
          description: A {kind} plugin written in {lang}.\n\
          component: {id}.wasm\n\
-         api: ^{API_VERSION}\n",
+         api: ^{api}\n",
         lang = project.language,
+        api = {
+            let version = API_VERSION.version();
+            format!("{}.{}", version.major, version.minor)
+        },
     );
     if kind == PluginKind::Channel {
         text.push_str("channel:\n  webhook: true        # served on /channels/");
@@ -194,15 +198,22 @@ mod tests {
     }
 
     #[test]
-    fn the_written_wit_parses_and_names_every_world() {
-        let temp = tempfile::tempdir().expect("temp dir");
-        write_wit(temp.path()).expect("write wit");
-        let mut resolve = wit_parser::Resolve::default();
-        let (package, _) = resolve.push_path(temp.path()).expect("the WIT parses");
-        for world in ["channel", "handler", "memory-backend"] {
-            resolve
-                .select_world(&[package], Some(world))
-                .unwrap_or_else(|e| panic!("world {world}: {e}"));
+    fn the_written_wit_of_every_api_parses_and_names_every_world() {
+        for &api in cairn_plugin::bindings::SUPPORTED_APIS {
+            let temp = tempfile::tempdir().expect("temp dir");
+            write_wit(temp.path(), api).expect("write wit");
+            let mut resolve = wit_parser::Resolve::default();
+            let (package, _) = resolve.push_path(temp.path()).expect("the WIT parses");
+            assert_eq!(
+                resolve.packages[package].name.version,
+                Some(api.version()),
+                "the package of {api:?}"
+            );
+            for world in ["channel", "handler", "memory-backend"] {
+                resolve
+                    .select_world(&[package], Some(world))
+                    .unwrap_or_else(|e| panic!("{api:?} world {world}: {e}"));
+            }
         }
     }
 

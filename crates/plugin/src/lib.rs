@@ -5,6 +5,7 @@
 
 pub mod bindings;
 pub mod capabilities;
+pub mod component;
 pub mod config;
 pub mod kv;
 pub mod llm_gate;
@@ -72,12 +73,13 @@ async fn load(
     };
     let (cache, load_time) = prepared.load_stats();
     let load_ms = load_time.as_millis() as u64;
+    let api = prepared.api().version().to_string();
     match cache {
         runtime::CacheOutcome::Compiled => {
-            tracing::info!(plugin = %manifest.id, load_ms, "component compiled and cached")
+            tracing::info!(plugin = %manifest.id, api, load_ms, "component compiled and cached")
         }
         runtime::CacheOutcome::Hit => {
-            tracing::debug!(plugin = %manifest.id, load_ms, "component loaded from cache")
+            tracing::info!(plugin = %manifest.id, api, load_ms, "component loaded from cache")
         }
     }
     Ok(Some(prepared))

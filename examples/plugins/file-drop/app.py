@@ -8,13 +8,15 @@ the agent, and every reply is appended to a text file in the outbox folder.
 Write a file elsewhere and move it in (or name it `.something` / `*.part` until it is
 complete): a file is read as soon as a poll sees it. Once the buffer holds the message the
 file moves to inbox/.processed/<sender>/; a file the buffer refuses (too large, not text)
-moves to inbox/.rejected/ with a warning. A crash between the two steps loses nothing and
+moves to inbox/.rejected/ with a warning. A message is dated by its file's modification
+time, so a note written last week is remembered as said last week. A crash between the two steps loses nothing and
 duplicates nothing: the next poll pushes the file again under the same dedup key, and the
 buffer answers with the first message's id.
 """
 
 import json
 import os
+import time
 
 from componentize_py_types import Err
 from wit_world import exports
@@ -102,6 +104,8 @@ def take_in(sender: str, path: str) -> None:
         priority=None,
         # The same file, unchanged, is the same message however often it is pushed.
         dedup_key=f"{sender}/{name}:{stat.st_size}:{stat.st_mtime_ns}",
+        # Said when it was written (a clock ahead of the host's counts as now).
+        said_at=min(stat.st_mtime_ns // 1_000_000, int(time.time() * 1000)),
     )
     try:
         message_id = buffer.push(message)

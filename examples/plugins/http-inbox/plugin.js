@@ -2,8 +2,9 @@
 // shortcut or a shell script that cannot keep a connection open.
 //
 //   POST   /channels/http-inbox/<conversation>              send a message (text body, or
-//          JSON {"text", "sender"}); header x-sender names the sender, idempotency-key
-//          makes a retried POST the same message. Answers 202 {"id": <buffer id>}.
+//          JSON {"text", "sender", "said_at"}); header x-sender names the sender,
+//          idempotency-key makes a retried POST the same message, x-said-at (RFC 3339)
+//          dates a message written earlier. Answers 202 {"id": <buffer id>}.
 //   GET    /channels/http-inbox/<conversation>              the replies not yet acknowledged:
 //          200 {"replies": [{"id", "text", "recipient", "in_reply_to"}]}, oldest first.
 //   DELETE /channels/http-inbox/<conversation>?through=<id> acknowledge the replies up to
@@ -14,9 +15,9 @@
 // be granted in capabilities.http); a failed forward fails the delivery, which the host
 // retries, so a reply is kept only once it has been forwarded.
 
-import { push } from "cairn:plugin/buffer@0.1.0";
-import { log } from "cairn:plugin/log@0.1.0";
-import { get, set, delete as remove, listKeys } from "cairn:plugin/kv@0.1.0";
+import { push } from "cairn:plugin/buffer@0.2.0";
+import { log } from "cairn:plugin/log@0.2.0";
+import { get, set, delete as remove, listKeys } from "cairn:plugin/kv@0.2.0";
 
 const settings = { max_pending: 1000, forward_to: "" };
 const encoder = new TextEncoder();
@@ -96,6 +97,7 @@ function receive(conversation, request) {
   const body = decoder.decode(request.body);
   let text = body;
   let sender = header("x-sender");
+  let saidAt = header("x-said-at");
   if ((header("content-type") ?? "").startsWith("application/json")) {
     let parsed;
     try {
@@ -108,6 +110,11 @@ function receive(conversation, request) {
     }
     text = parsed.text;
     sender = sender ?? parsed.sender;
+    saidAt = saidAt ?? parsed.said_at;
+  }
+  const saidAtMs = saidAt === undefined ? undefined : Date.parse(saidAt);
+  if (Number.isNaN(saidAtMs)) {
+    return respond(400, { error: `said-at: expected an RFC 3339 time, got ${saidAt}` });
   }
   if (!text.trim()) {
     return respond(400, { error: "empty message" });
@@ -118,6 +125,8 @@ function receive(conversation, request) {
     payload: JSON.stringify({ text }),
     priority: undefined,
     dedupKey: header("idempotency-key"),
+    // s64 crosses as a BigInt; the host refuses a time still to come.
+    saidAt: saidAtMs === undefined ? undefined : BigInt(saidAtMs),
   });
   return respond(202, { id: Number(id) });
 }

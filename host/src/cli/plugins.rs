@@ -9,7 +9,9 @@ use clap::Subcommand;
 use serde_json::json;
 
 use super::BadInput;
+use crate::plugin::bindings::{ApiVersion, bind_api};
 use crate::plugin::capabilities::describe_grants;
+use crate::plugin::component;
 use crate::plugin::manifest::{self, ManifestError};
 use crate::plugin::resolve;
 
@@ -55,20 +57,46 @@ pub fn manifest_errors(dir: &Path, errors: &[ManifestError]) -> anyhow::Error {
     .into()
 }
 
-/// `cairn plugins check DIR`: validate, resolve, print the start order and grants.
+/// The API version each plugin's component was built against, in start order, or a problem
+/// naming the component that implements no world of its kind under its manifest's `api`.
+fn bound_apis(set: &resolve::PluginSet) -> Result<Vec<ApiVersion>, Vec<ManifestError>> {
+    let mut apis = Vec::new();
+    let mut problems = Vec::new();
+    for manifest in set.start_order() {
+        match component::exported_names(&manifest.component)
+            .and_then(|exported| bind_api(&exported, manifest))
+        {
+            Ok(api) => apis.push(api),
+            Err(message) => problems.push(ManifestError {
+                file: manifest.file.clone(),
+                field: "component".into(),
+                message,
+            }),
+        }
+    }
+    if problems.is_empty() {
+        Ok(apis)
+    } else {
+        Err(problems)
+    }
+}
+
+/// `cairn plugins check DIR`: validate, resolve, read which world and API each component
+/// implements, print the start order and grants.
 pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
-    match resolve::load(dir) {
-        Ok(set) => {
+    match resolve::load(dir).and_then(|set| bound_apis(&set).map(|apis| (set, apis))) {
+        Ok((set, apis)) => {
             if json_output {
                 let plugins: Vec<_> = set
                     .start_order()
                     .iter()
-                    .map(|m| {
+                    .zip(&apis)
+                    .map(|(m, api)| {
                         json!({
                             "id": m.id,
                             "version": m.version.to_string(),
                             "kind": m.kind,
-                            "api": m.api_version.version().to_string(),
+                            "api": api.version().to_string(),
                             "component": m.component,
                             "depends_on": m.depends_on.iter().map(|d| json!({"id": d.id, "version": d.version.to_string()})).collect::<Vec<_>>(),
                             "grants": describe_grants(m, data_dir),
@@ -84,7 +112,7 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                     dir.display(),
                     set.start_order().len()
                 );
-                for (position, m) in set.start_order().iter().enumerate() {
+                for (position, (m, api)) in set.start_order().iter().zip(&apis).enumerate() {
                     let deps: Vec<String> = m
                         .depends_on
                         .iter()
@@ -96,7 +124,7 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                         m.id,
                         m.version,
                         m.kind,
-                        m.api_version.version(),
+                        api.version(),
                         if deps.is_empty() {
                             String::new()
                         } else {

@@ -7,7 +7,7 @@
 //! answered, unless `config.stop_at_end_of_input` is false.
 
 wit_bindgen::generate!({
-    path: "../../wit/v0.1",
+    path: "../../wit/v0.2",
     world: "channel",
 });
 
@@ -58,6 +58,7 @@ fn push_line(state: &State, line: &str) {
         payload: serde_json::json!({ "text": line }).to_string(),
         priority: None,
         dedup_key: None,
+        said_at: None,
     };
     if let Err(error) = buffer::push(&message) {
         log::log(LogLevel::Warn, &format!("cli: message not stored: {error:?}"));

@@ -20,7 +20,7 @@ pub mod text;
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../../wit/v0.1",
+        path: "../../wit/v0.2",
         world: "handler",
         default_bindings_module: "cognition::bindings",
         pub_export_macro: true,
@@ -31,7 +31,7 @@ pub mod bindings {
 pub use bindings::cairn::plugin::types::{
     Error, Event, MemoryEntry, MemoryKind, MemoryScope, NewMemory,
 };
-pub use bindings::cairn::plugin::{journal, kv, lifecycle, llm, log, memory};
+pub use bindings::cairn::plugin::{consolidation, journal, kv, lifecycle, llm, log, memory};
 pub use bindings::exports::cairn::plugin::handler_plugin::Guest;
 
 /// Log a line at `info` under the plugin's name.

@@ -1,7 +1,7 @@
 //! Asking the host's model for JSON of a known shape, with one retry when the answer does
 //! not have it.
 
-use crate::bindings::cairn::plugin::types::{ChatMessage, CompletionRequest};
+use crate::bindings::cairn::plugin::types::{ChatMessage, CompletionRequest, ResponseFormat};
 use crate::text::{excerpt, first_json_object};
 use crate::{Error, llm};
 
@@ -49,10 +49,11 @@ pub fn ask<T>(
         excerpt: String::new(),
     };
     for _attempt in 0..2 {
-        let answer = llm::complete_json(&CompletionRequest {
+        let answer = llm::complete(&CompletionRequest {
             messages: messages.clone(),
             max_tokens: Some(max_tokens),
             temperature: Some(0.0),
+            format: ResponseFormat::Json,
         })?;
         let read = first_json_object(&answer.content)
             .ok_or_else(|| "the answer holds no JSON object".to_string())

@@ -7,7 +7,7 @@
 use crate::facts::{self, Candidate, Selection};
 use crate::model::{self, Garbage};
 use crate::summary::{self, Line, Summary};
-use crate::{Error, MemoryEntry, MemoryKind, MemoryScope, NewMemory, memory, prompts};
+use crate::{Error, MemoryEntry, MemoryKind, MemoryScope, NewMemory, consolidation, memory, prompts};
 
 /// Most sources a summary memory lists (the session's first episodes).
 const MAX_SUMMARY_SOURCES: usize = 100;
@@ -28,7 +28,7 @@ pub struct Session {
 impl Session {
     /// Load a session's episodes; `user` names its user when it has none.
     pub fn load(id: &str, user: Option<String>) -> Result<Self, Error> {
-        let episodes = memory::session_episodes(id)?;
+        let episodes = consolidation::session_episodes(id)?;
         let first = episodes.first().map(|e| e.scope.clone());
         Ok(Self {
             id: id.to_string(),
@@ -36,6 +36,12 @@ impl Session {
             user_id: first.and_then(|s| s.user_id).or(user),
             episodes,
         })
+    }
+
+    /// When the session's last episode was said: what is drawn from the session holds from
+    /// then (so history replayed with its real dates is remembered at those dates).
+    pub fn said_until(&self) -> Option<i64> {
+        self.episodes.iter().map(|e| e.valid_from).max()
     }
 
     /// The scope of what is learned about the user: every later session sees it.
@@ -115,6 +121,7 @@ pub fn store_summary(session: &Session, summary: &Summary) -> Result<String, Err
         subject: None,
         predicate: None,
         supersedes: None,
+        valid_from: session.said_until(),
     })
 }
 
@@ -204,9 +211,9 @@ pub fn extract_and_save(
     let saved = if new.is_empty() {
         Vec::new()
     } else {
-        memory::save_facts(&session.id, &new)?
+        consolidation::save_facts(&session.id, &new)?
     };
-    memory::mark_consolidated(&session.id)?;
+    consolidation::mark_consolidated(&session.id)?;
     Ok(Ok(Extraction { saved, selection }))
 }
 
@@ -227,5 +234,6 @@ fn fact_memory(session: &Session, candidate: &Candidate) -> NewMemory {
             .or_else(|| candidate.predicate.as_ref().map(|_| "user".into())),
         predicate: candidate.predicate.clone(),
         supersedes: None,
+        valid_from: session.said_until(),
     }
 }

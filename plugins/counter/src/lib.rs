@@ -5,7 +5,7 @@
 //! counter the same way. Its manifest is `manifests/counter.yaml`.
 
 wit_bindgen::generate!({
-    path: "../../wit/v0.1",
+    path: "../../wit/v0.2",
     world: "handler",
 });
 

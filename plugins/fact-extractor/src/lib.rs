@@ -37,7 +37,7 @@ impl Guest for FactExtractor {
                 event.seq
             )));
         };
-        if cognition::memory::is_consolidated(session_id)? {
+        if cognition::consolidation::is_consolidated(session_id)? {
             info(&format!("session {session_id}: already consolidated"));
             return Ok(());
         }

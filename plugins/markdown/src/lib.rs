@@ -9,7 +9,7 @@
 //! Point `memory.backend` in `cairn.yaml` at this plugin's id to use it.
 
 wit_bindgen::generate!({
-    path: "../../wit/v0.1",
+    path: "../../wit/v0.2",
     world: "memory-backend",
 });
 

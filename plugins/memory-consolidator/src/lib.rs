@@ -15,9 +15,9 @@
 use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use cognition::bindings::cairn::plugin::memory::Session as PendingSession;
+use cognition::bindings::cairn::plugin::types::Session as PendingSession;
 use cognition::pipeline::{self, FactPolicy, Session};
-use cognition::{Error, Event, Guest, emit, info, memory};
+use cognition::{Error, Event, Guest, consolidation, emit, info};
 
 struct MemoryConsolidator;
 
@@ -55,7 +55,7 @@ impl Guest for MemoryConsolidator {
         let now = now_ms();
         let left = left_by_user(&event);
         let mut report = Report::default();
-        for session in memory::pending_sessions(settings.batch)? {
+        for session in consolidation::pending_sessions(settings.batch)? {
             let named = left.as_deref() == Some(session.id.as_str());
             if !named && !ended_long_ago(&session, now, settings.grace_ms) {
                 report.waiting += 1;
@@ -129,7 +129,7 @@ fn consolidate(
 ) -> Result<(), Error> {
     let session = Session::load(&pending.id, pending.user_id.clone())?;
     if session.episodes.is_empty() {
-        memory::mark_consolidated(&session.id)?;
+        consolidation::mark_consolidated(&session.id)?;
         report.consolidated.push(session.id);
         return Ok(());
     }

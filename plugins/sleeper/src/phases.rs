@@ -310,6 +310,7 @@ fn derive(
             subject: None,
             predicate: None,
             supersedes: None,
+            valid_from: None,
         })?;
         stored += 1;
     }

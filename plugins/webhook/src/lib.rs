@@ -8,7 +8,7 @@
 //! a reply to an issue or pull request is also posted there as a comment (`github.rs`).
 
 wit_bindgen::generate!({
-    path: "../../wit/v0.1",
+    path: "../../wit/v0.2",
     world: "channel",
 });
 
@@ -178,6 +178,7 @@ impl Guest for Webhook {
             priority: None,
             // GitHub redelivers with the same delivery id: the buffer answers the first id.
             dedup_key: delivery,
+            said_at: None,
         };
         match buffer::push(&message) {
             Ok(id) => respond(202, json!({"id": id})),

@@ -2,7 +2,7 @@
 // `bench.checksum` computes the FNV-1a checksum of the payload, `bench.imports` calls
 // `lifecycle.interrupted` as many times as the payload says.
 
-import { interrupted } from "cairn:plugin/lifecycle@0.1.0";
+import { interrupted } from "cairn:plugin/lifecycle@0.2.0";
 
 const encoder = new TextEncoder();
 

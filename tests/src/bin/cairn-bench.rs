@@ -75,7 +75,7 @@ fn write_manifest(dir: &Path, id: &str, component: &Path) -> Result<Arc<manifest
     std::fs::write(
         &file,
         format!(
-            "id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\ncapabilities: {{kv: true, lifecycle: true, llm: true}}\nlimits: {{memory_mb: 256, timeout_ms: 60000, llm_calls_per_hour: 100000}}\n",
+            "id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.2\ncapabilities: {{kv: true, lifecycle: true, llm: true}}\nlimits: {{memory_mb: 256, timeout_ms: 60000, llm_calls_per_hour: 100000}}\n",
             component.display()
         ),
     )?;
@@ -614,7 +614,7 @@ async fn bench_subscribers(
         std::fs::write(
             plugins.join(format!("sub{i}.yaml")),
             format!(
-                "id: sub{i}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\nevents: {{subscribes: ['bench.*']}}\n",
+                "id: sub{i}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.2\nevents: {{subscribes: ['bench.*']}}\n",
                 component.display()
             ),
         )?;

@@ -31,14 +31,30 @@ fn drop_dir(data: &Path) -> PathBuf {
 
 /// `(status, JSON body)` of one request to the HTTP inbox.
 fn inbox(port: u16, method: &str, path: &str, body: &str) -> (u16, serde_json::Value) {
+    inbox_dated(port, method, path, body, None)
+}
+
+/// [`inbox`], with an `x-said-at` header on a POST when `said_at` is given.
+fn inbox_dated(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: &str,
+    said_at: Option<&str>,
+) -> (u16, serde_json::Value) {
     let url = format!("http://127.0.0.1:{port}/channels/http-inbox/{path}");
     let client = http_client();
     let response = match method {
-        "POST" => client
-            .post(&url)
-            .header("x-sender", "ann")
-            .header("idempotency-key", body)
-            .send(body.as_bytes()),
+        "POST" => {
+            let mut request = client
+                .post(&url)
+                .header("x-sender", "ann")
+                .header("idempotency-key", body);
+            if let Some(said_at) = said_at {
+                request = request.header("x-said-at", said_at);
+            }
+            request.send(body.as_bytes())
+        }
         "GET" => client.get(&url).call(),
         "DELETE" => client.delete(&url).call(),
         other => panic!("no {other} in this test"),
@@ -47,6 +63,17 @@ fn inbox(port: u16, method: &str, path: &str, body: &str) -> (u16, serde_json::V
     let status = response.status().as_u16();
     let text = response.body_mut().read_to_string().expect("body");
     (status, serde_json::from_str(&text).expect("JSON answer"))
+}
+
+/// When the `message.received` of the message with this text says it was said.
+fn said_at_of(data: &Path, text: &str) -> Option<i64> {
+    journal_events(data)
+        .into_iter()
+        .filter(|e| e["topic"] == "message.received")
+        .map(|e| serde_json::from_str::<serde_json::Value>(e["payload"].as_str().unwrap_or("{}")))
+        .filter_map(Result::ok)
+        .find(|payload| payload["text"].as_str().is_some_and(|t| t.contains(text)))
+        .and_then(|payload| payload["said_at"].as_i64())
 }
 
 /// Poll the inbox until its replies answer every id in `ids`; returns the replies.
@@ -98,6 +125,17 @@ fn python_js_and_c_examples_build_and_do_their_work_in_one_host() {
         "I want to plan a garden with tomatoes.\n",
     )
     .expect("drop");
+    // Written three days ago: the channel dates the message by the file (API v0.2 said-at).
+    let written = std::time::SystemTime::now() - Duration::from_secs(3 * 86_400);
+    std::fs::File::options()
+        .append(true)
+        .open(inbox_dir.join("ann/garden.txt"))
+        .and_then(|file| file.set_modified(written))
+        .expect("date the file");
+    let written_ms = written
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as i64;
     std::fs::write(inbox_dir.join("big.txt"), "x".repeat(70_000)).expect("drop");
     std::fs::write(inbox_dir.join("draft.txt.part"), "not finished").expect("drop");
 
@@ -119,6 +157,11 @@ fn python_js_and_c_examples_build_and_do_their_work_in_one_host() {
         })
     });
     assert!(inbox_dir.join(".processed/ann/garden.txt").is_file());
+    assert_eq!(
+        said_at_of(data.path(), "plan a garden"),
+        Some(written_ms),
+        "the file's modification time dates the message"
+    );
     assert!(
         inbox_dir.join(".rejected/big.txt").is_file(),
         "over max_bytes"
@@ -148,9 +191,26 @@ fn python_js_and_c_examples_build_and_do_their_work_in_one_host() {
     assert_eq!(again["id"].as_u64(), ids.last().copied(), "idempotency-key");
     let (status, _) = inbox(port, "DELETE", "garden?through=zero", "");
     assert_eq!(status, 400);
+    // A message written earlier is dated by x-said-at; a time that is not one is a 400.
+    let (status, dated) = inbox_dated(
+        port,
+        "POST",
+        "garden",
+        "tomatoes were planted in may",
+        Some("2026-05-04T09:30:00Z"),
+    );
+    assert_eq!(status, 202, "{dated}");
+    ids.push(dated["id"].as_u64().expect("id"));
+    let (status, refused) = inbox_dated(port, "POST", "garden", "when?", Some("last tuesday"));
+    assert_eq!(status, 400, "{refused}");
     let (status, _) = inbox(port, "GET", "a/b", "");
     assert_eq!(status, 404);
     let replies = wait_for_replies(&mut host, port, &ids);
+    assert_eq!(
+        said_at_of(data.path(), "tomatoes were planted in may"),
+        Some(1_777_887_000_000),
+        "x-said-at dates the message"
+    );
     assert!(
         replies.iter().any(|r| r["text"]
             .as_str()

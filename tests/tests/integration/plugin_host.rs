@@ -419,21 +419,66 @@ fn a_python_plugin_uses_kv_and_loads_from_the_compile_cache() {
 }
 
 #[test]
-fn a_component_of_the_wrong_world_fails_alone() {
+fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_side() {
     let dir = PluginDir::new();
+    // A v0.1 handler declared a channel; a v0.1 handler declared ^0.2; a v0.2 handler
+    // (the bundled counter) declared ^0.1.
     dir.plugin("confused", "channel", "hostile", "");
+    dir.component("hostile");
+    dir.manifest(
+        "too-new",
+        "id: too-new\nversion: 1.0.0\nkind: handler\ncomponent: hostile.wasm\napi: ^0.2\n",
+    );
+    dir.component("counter");
+    dir.manifest(
+        "too-old",
+        "id: too-old\nversion: 1.0.0\nkind: handler\ncomponent: counter.wasm\napi: ^0.1\n",
+    );
+    // The others start: steady is a v0.1 channel, counter a v0.2 handler.
     steady(&dir);
+    dir.bundled("counter");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &[]);
     host.wait_for("steady: tick", LONG);
-    let row = wait_for_state(&mut host, data.path(), "confused", "failed", LONG);
-    let error = row["last_error"].as_str().unwrap_or_default();
+    host.wait_for("from counter: started 1 time(s)", LONG);
+    let error_of = |host: &mut Host, id: &str| {
+        let row = wait_for_state(host, data.path(), id, "failed", LONG);
+        row["last_error"].as_str().unwrap_or_default().to_string()
+    };
+    let confused = error_of(&mut host, "confused");
     assert!(
-        error.contains("does not implement the `channel` world"),
-        "{error}"
+        confused.contains("does not implement the `channel` world")
+            && confused.contains("lacks the export cairn:plugin/channel-plugin@0.1.0")
+            && confused.contains("exports cairn:plugin/handler-plugin@0.1.0"),
+        "{confused}"
     );
-    let (exit, _) = host.stop();
+    let too_new = error_of(&mut host, "too-new");
+    assert!(
+        too_new.contains("lacks the export cairn:plugin/handler-plugin@0.2.0")
+            && too_new.contains("built against cairn:plugin@0.1.0: say `api: ^0.1`")
+            && too_new.contains("too-new.yaml"),
+        "{too_new}"
+    );
+    let too_old = error_of(&mut host, "too-old");
+    assert!(
+        too_old.contains("lacks the export cairn:plugin/handler-plugin@0.1.0")
+            && too_old.contains("built against cairn:plugin@0.2.0: say `api: ^0.2`"),
+        "{too_old}"
+    );
+    for id in ["steady", "counter"] {
+        let row = plugin_status(data.path(), id).expect("a status row");
+        assert_eq!(row["state"], "running", "{id}");
+    }
+    let (exit, log) = host.stop();
     assert!(exit.success());
+    let bound = |id: &str, api: &str| {
+        log.lines()
+            .any(|line| line.contains("component") && line.contains(id) && line.contains(api))
+    };
+    assert!(
+        bound("plugin=steady", "0.1.0") && bound("plugin=counter", "0.2.0"),
+        "each plugin is bound with the API it was built against:\n{log}"
+    );
 }
 
 #[test]

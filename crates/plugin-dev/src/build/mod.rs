@@ -56,7 +56,7 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
         world: World::of(manifest.kind),
         output: manifest.component.clone(),
     };
-    write_wit(&target.dir.join("wit"))?;
+    write_wit(&target.dir.join("wit"), manifest.api_version)?;
     if let Some(parent) = target.output.parent() {
         std::fs::create_dir_all(parent).map_err(io_error(parent))?;
     }

@@ -2,8 +2,8 @@
 // x-sender names who sent it) puts a message into Cairn's buffer; replies are logged.
 // Build with `npm install` once, then `cairn plugin build .`.
 
-import { push } from "cairn:plugin/buffer@0.1.0";
-import { log } from "cairn:plugin/log@0.1.0";
+import { push } from "cairn:plugin/buffer@0.2.0";
+import { log } from "cairn:plugin/log@0.2.0";
 
 export const channelPlugin = {
   init(config) {
@@ -27,6 +27,7 @@ export const channelPlugin = {
         payload: JSON.stringify({ text }),
         priority: undefined,
         dedupKey: undefined,
+        saidAt: undefined,
       });
       return respond(202, { id: Number(id) });
     } catch (error) {

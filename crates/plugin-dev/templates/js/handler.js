@@ -2,8 +2,8 @@
 // counts them in the host's kv store. Build with `npm install` once, then
 // `cairn plugin build .`.
 
-import { get, set } from "cairn:plugin/kv@0.1.0";
-import { log } from "cairn:plugin/log@0.1.0";
+import { get, set } from "cairn:plugin/kv@0.2.0";
+import { log } from "cairn:plugin/log@0.2.0";
 
 export const handlerPlugin = {
   init(config) {

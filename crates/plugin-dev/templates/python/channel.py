@@ -27,6 +27,7 @@ class ChannelPlugin(exports.ChannelPlugin):
             payload=json.dumps({"text": request.body.decode("utf-8", "replace")}),
             priority=None,
             dedup_key=None,
+            said_at=None,
         )
         try:
             return respond(202, {"id": buffer.push(message)})

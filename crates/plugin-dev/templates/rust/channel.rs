@@ -46,6 +46,7 @@ impl Guest for Plugin {
             payload,
             priority: None,
             dedup_key: None,
+            said_at: None,
         });
         match pushed {
             Ok(id) => respond(202, format!("{{\"id\":{id}}}")),

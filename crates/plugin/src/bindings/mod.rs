@@ -1,29 +1,52 @@
 //! Host bindings of the plugin contract, one module per frozen WIT API version.
 //!
-//! A manifest's `api` requirement picks the newest version here that satisfies it; a
-//! later API lives beside `v0_1` and older plugins keep loading with their own bindings.
+//! The newest version (`v0_2`) is the one the host implements: its imports in
+//! `capabilities/`, its exports called by the runtime, its types converted to the
+//! vocabulary in `v0_2/convert.rs`. An older version (`v0_1`) keeps its plugins loading
+//! unchanged: its imports convert each call to the newest and back, and its exports are
+//! called with the newest types converted down, all in that version's module, the way Zed
+//! keeps `since_v0_x`.
+//!
+//! [`Exports`] hides the version from the runtime: whichever API a plugin was built
+//! against, its calls take and return the newest WIT types.
 
 use semver::{Version, VersionReq};
 use serde::Serialize;
+use wasmtime::Store;
+use wasmtime::component::{InstancePre, Linker};
+
+use crate::capabilities::PluginContext;
+use crate::manifest::{Manifest, World};
+use crate::runtime::world_name;
 
 pub mod v0_1;
+pub mod v0_2;
+
+/// The newest API's WIT types, which every call into a plugin speaks.
+pub use v0_2::types as latest;
 
 /// A plugin API version this host implements.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum ApiVersion {
-    /// `cairn:plugin@0.1.0`, WIT in `wit/v0.1`.
+    /// `cairn:plugin@0.1.0`, WIT in `wit/v0.1` (frozen).
     #[serde(rename = "0.1.0")]
     V0_1,
+    /// `cairn:plugin@0.2.0`, WIT in `wit/v0.2`: messages with the time they were said,
+    /// consolidation tools in their own interface, one `llm.complete` with a response format
+    /// and token usage, recall measured from a given "now", memories valid from a given time.
+    #[serde(rename = "0.2.0")]
+    V0_2,
 }
 
 /// Every API version this host supports, oldest first.
-pub const SUPPORTED_APIS: &[ApiVersion] = &[ApiVersion::V0_1];
+pub const SUPPORTED_APIS: &[ApiVersion] = &[ApiVersion::V0_1, ApiVersion::V0_2];
 
 impl ApiVersion {
     /// The semver of the WIT package.
     pub fn version(self) -> Version {
         match self {
             ApiVersion::V0_1 => Version::new(0, 1, 0),
+            ApiVersion::V0_2 => Version::new(0, 2, 0),
         }
     }
 
@@ -35,4 +58,164 @@ impl ApiVersion {
             .copied()
             .find(|api| requirement.matches(&api.version()))
     }
+
+    /// The name a component exports the interface of `world` under in this version, e.g.
+    /// `cairn:plugin/channel-plugin@0.2.0`.
+    pub fn export_name(self, world: World) -> String {
+        let interface = match world {
+            World::Channel => "channel-plugin",
+            World::Handler => "handler-plugin",
+            World::MemoryBackend => "memory-backend-plugin",
+        };
+        format!("cairn:plugin/{interface}@{}", self.version())
+    }
+}
+
+/// The API version a plugin is bound with, given the names its component exports: the
+/// newest version that satisfies the manifest's `api` and whose interface of the kind's
+/// world the component exports. Otherwise a message naming the export it lacks, the ones it
+/// has, and the version it was built against when that is another.
+pub fn bind_api(exported: &[String], manifest: &Manifest) -> Result<ApiVersion, String> {
+    let world = World::of(manifest.kind);
+    let built_for = |api: &ApiVersion| exported.contains(&api.export_name(world));
+    let matching: Vec<ApiVersion> = SUPPORTED_APIS
+        .iter()
+        .rev()
+        .copied()
+        .filter(|api| manifest.api.matches(&api.version()))
+        .collect();
+    if let Some(api) = matching.iter().copied().find(built_for) {
+        return Ok(api);
+    }
+    let wanted: Vec<String> = matching.iter().map(|api| api.export_name(world)).collect();
+    let found: Vec<&str> = exported
+        .iter()
+        .map(String::as_str)
+        .filter(|name| name.starts_with("cairn:plugin/"))
+        .collect();
+    let mut message = format!(
+        "{} does not implement the `{}` world that kind {} requires under `api: {}`: it lacks \
+         the export {}, and exports {}",
+        manifest.component.display(),
+        world_name(world),
+        manifest.kind,
+        manifest.api,
+        wanted.join(" or "),
+        if found.is_empty() {
+            "no cairn:plugin interface".to_string()
+        } else {
+            found.join(", ")
+        }
+    );
+    if let Some(other) = SUPPORTED_APIS.iter().find(|api| built_for(api)) {
+        let version = other.version();
+        message.push_str(&format!(
+            " (it was built against cairn:plugin@{version}: say `api: ^{}.{}` in {} or rebuild it)",
+            version.major,
+            version.minor,
+            manifest.file.display()
+        ));
+    }
+    Err(message)
+}
+
+/// Link the imports of every supported version: a component finds the version it was
+/// built against.
+pub fn add_to_linker(linker: &mut Linker<PluginContext>) -> wasmtime::Result<()> {
+    v0_1::add_to_linker(linker)?;
+    v0_2::add_to_linker(linker)
+}
+
+/// The result of a call into a plugin: a trap, or the plugin's own answer.
+pub type Call<T> = wasmtime::Result<Result<T, latest::Error>>;
+
+/// A plugin's component, checked to implement one world of one API version, ready to be
+/// instantiated.
+pub trait ExportsPre: Send + Sync {
+    /// Instantiate it in `store`.
+    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports>;
+}
+
+/// Check that `pre`'s component implements `world` of `api`.
+pub fn exports_pre(
+    api: ApiVersion,
+    world: World,
+    pre: InstancePre<PluginContext>,
+) -> wasmtime::Result<Box<dyn ExportsPre>> {
+    match api {
+        ApiVersion::V0_1 => v0_1::exports_pre(world, pre),
+        ApiVersion::V0_2 => v0_2::exports_pre(world, pre),
+    }
+}
+
+/// A live instance's exports, by world.
+pub enum Exports {
+    /// A channel.
+    Channel(Box<dyn ChannelExports>),
+    /// A handler (kinds handler, consolidator, sleep-handler).
+    Handler(Box<dyn HandlerExports>),
+    /// A memory backend.
+    MemoryBackend(Box<dyn MemoryBackendExports>),
+}
+
+/// A channel's exports in the newest API's types.
+pub trait ChannelExports: Send {
+    /// `init`.
+    fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()>;
+    /// `poll`.
+    fn poll(&self, store: &mut Store<PluginContext>) -> Call<()>;
+    /// `deliver`.
+    fn deliver(
+        &self,
+        store: &mut Store<PluginContext>,
+        message: &latest::OutboundMessage,
+    ) -> Call<()>;
+    /// `handle-webhook`.
+    fn handle_webhook(
+        &self,
+        store: &mut Store<PluginContext>,
+        request: &latest::HttpRequest,
+    ) -> wasmtime::Result<latest::HttpResponse>;
+}
+
+/// A handler's exports in the newest API's types.
+pub trait HandlerExports: Send {
+    /// `init`.
+    fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()>;
+    /// `on-event`.
+    fn on_event(&self, store: &mut Store<PluginContext>, event: &latest::Event) -> Call<()>;
+}
+
+/// A memory backend's exports in the newest API's types.
+pub trait MemoryBackendExports: Send {
+    /// `init`.
+    fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()>;
+    /// `store-entry`.
+    fn store_entry(
+        &self,
+        store: &mut Store<PluginContext>,
+        entry: &latest::NewMemory,
+    ) -> Call<String>;
+    /// `recall`.
+    fn recall(
+        &self,
+        store: &mut Store<PluginContext>,
+        query: &latest::RecallQuery,
+    ) -> Call<Vec<latest::RecallHit>>;
+    /// `get`.
+    fn get(&self, store: &mut Store<PluginContext>, id: &str) -> Call<latest::MemoryEntry>;
+    /// `list-entries`.
+    fn list_entries(
+        &self,
+        store: &mut Store<PluginContext>,
+        scope: &latest::MemoryScope,
+        kinds: &[latest::MemoryKind],
+        limit: u32,
+    ) -> Call<Vec<latest::MemoryEntry>>;
+    /// `forget`.
+    fn forget(&self, store: &mut Store<PluginContext>, id: &str) -> Call<bool>;
+    /// `count`.
+    fn count(&self, store: &mut Store<PluginContext>, scope: &latest::MemoryScope) -> Call<u64>;
+    /// `health`.
+    fn health(&self, store: &mut Store<PluginContext>) -> Call<String>;
 }

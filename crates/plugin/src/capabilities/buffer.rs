@@ -18,7 +18,7 @@ impl wit::buffer::Host for PluginContext {
                 payload: message.payload,
                 priority: message.priority,
                 dedup_key: message.dedup_key,
-                said_at: None,
+                said_at: message.said_at,
             })
             .map_err(to_wit_error)?;
         Ok(id as u64)

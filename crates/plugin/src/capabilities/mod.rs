@@ -5,10 +5,15 @@
 //! `cairn:plugin` imports. Each import checks the grant first and answers `denied` without
 //! one; interfaces whose subsystem is not part of this host yet answer `unavailable`.
 //!
+//! The imports are implemented once, for the newest API (`cairn:plugin@0.2.0`); older API
+//! versions convert their calls to it (`bindings/v0_1.rs`).
+//!
 //! This file prepares the sandbox from the grants; each host interface has its own file
-//! (`log.rs`, `kv.rs`, `buffer.rs`, `journal.rs`, `memory.rs`, `llm.rs`, `lifecycle.rs`).
+//! (`log.rs`, `kv.rs`, `buffer.rs`, `journal.rs`, `memory.rs`, `consolidation.rs`,
+//! `llm.rs`, `lifecycle.rs`).
 
 mod buffer;
+mod consolidation;
 mod http;
 mod journal;
 mod kv;
@@ -27,12 +32,12 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
-use super::bindings::v0_1::convert::to_wit_error;
-use super::bindings::v0_1::convert::{
+use super::bindings::v0_2::convert::to_wit_error;
+use super::bindings::v0_2::convert::{
     from_wit_kind, from_wit_new, from_wit_scope, to_wit_entry, to_wit_session,
 };
-use super::bindings::v0_1::handler::cairn::plugin as wit;
-use super::bindings::v0_1::types::{Error as WitError, LogLevel};
+use super::bindings::v0_2::handler::cairn::plugin as wit;
+use super::bindings::v0_2::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, PluginKv};
 use super::logging::{Level, LogStream, PluginLog};
 use super::manifest::{

@@ -94,7 +94,9 @@ pub struct Manifest {
     pub component: PathBuf,
     /// The API version requirement as written.
     pub api: VersionReq,
-    /// The newest host API version satisfying `api`, which the plugin is bound with.
+    /// The newest host API version satisfying `api` (what `cairn plugin build` writes a
+    /// project's WIT in). The runtime binds the version the component was built against
+    /// among those `api` allows ([`crate::bindings::bind_api`]).
     pub api_version: ApiVersion,
     /// Plugins that must start before this one.
     pub depends_on: Vec<Dependency>,

@@ -7,23 +7,20 @@ use super::*;
 /// faults leaves the instance poisoned, and the caller must drop it.
 pub struct PluginInstance {
     pub(super) store: Store<PluginContext>,
-    pub(super) exports: WorldInstance,
+    pub(super) exports: Exports,
     pub(super) deadline: Deadline,
 }
 
 impl PluginInstance {
     fn run<T>(
         &mut self,
-        call: impl FnOnce(
-            &WorldInstance,
-            &mut Store<PluginContext>,
-        ) -> Option<wasmtime::Result<Result<T, WitError>>>,
+        call: impl FnOnce(&Exports, &mut Store<PluginContext>) -> Option<bindings::Call<T>>,
     ) -> Result<T, CallError> {
         self.store.set_epoch_deadline(self.deadline.ticks);
         let world = match &self.exports {
-            WorldInstance::Channel(_) => World::Channel,
-            WorldInstance::Handler(_) => World::Handler,
-            WorldInstance::MemoryBackend(_) => World::MemoryBackend,
+            Exports::Channel(_) => World::Channel,
+            Exports::Handler(_) => World::Handler,
+            Exports::MemoryBackend(_) => World::MemoryBackend,
         };
         match call(&self.exports, &mut self.store) {
             None => Err(CallError::NotExported(world)),
@@ -38,19 +35,11 @@ impl PluginInstance {
 
     /// Call `init` with the manifest's config as JSON.
     pub fn init(&mut self, config: &str) -> Result<(), CallError> {
-        let config = config.to_owned();
-        let config = &config;
         self.run(|exports, store| {
             Some(match exports {
-                WorldInstance::Channel(c) => {
-                    c.cairn_plugin_channel_plugin().call_init(store, config)
-                }
-                WorldInstance::Handler(h) => {
-                    h.cairn_plugin_handler_plugin().call_init(store, config)
-                }
-                WorldInstance::MemoryBackend(m) => m
-                    .cairn_plugin_memory_backend_plugin()
-                    .call_init(store, config),
+                Exports::Channel(c) => c.init(store, config),
+                Exports::Handler(h) => h.init(store, config),
+                Exports::MemoryBackend(m) => m.init(store, config),
             })
         })
     }
@@ -58,7 +47,7 @@ impl PluginInstance {
     /// Call a channel's `poll`.
     pub fn poll(&mut self) -> Result<(), CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(c.cairn_plugin_channel_plugin().call_poll(store)),
+            Exports::Channel(c) => Some(c.poll(store)),
             _ => None,
         })
     }
@@ -67,10 +56,7 @@ impl PluginInstance {
     pub fn deliver(&mut self, message: &OutboundMessage) -> Result<(), CallError> {
         let message = convert::to_wit_outbound(message);
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(
-                c.cairn_plugin_channel_plugin()
-                    .call_deliver(store, &message),
-            ),
+            Exports::Channel(c) => Some(c.deliver(store, &message)),
             _ => None,
         })
     }
@@ -79,9 +65,8 @@ impl PluginInstance {
     pub fn handle_webhook(&mut self, request: &HttpRequest) -> Result<HttpResponse, CallError> {
         let request = convert::to_wit_request(request);
         self.run(|exports, store| match exports {
-            WorldInstance::Channel(c) => Some(
-                c.cairn_plugin_channel_plugin()
-                    .call_handle_webhook(store, &request)
+            Exports::Channel(c) => Some(
+                c.handle_webhook(store, &request)
                     .map(|response| Ok(convert::from_wit_response(response))),
             ),
             _ => None,
@@ -93,9 +78,7 @@ impl PluginInstance {
     pub fn on_event(&mut self, event: Event) -> Result<(), CallError> {
         let event = convert::into_wit_event(event);
         self.run(|exports, store| match exports {
-            WorldInstance::Handler(h) => {
-                Some(h.cairn_plugin_handler_plugin().call_on_event(store, &event))
-            }
+            Exports::Handler(h) => Some(h.on_event(store, &event)),
             _ => None,
         })
     }
@@ -104,10 +87,7 @@ impl PluginInstance {
     pub fn memory_store(&mut self, entry: &NewMemory) -> Result<String, CallError> {
         let entry = convert::to_wit_new(entry);
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_store_entry(store, &entry),
-            ),
+            Exports::MemoryBackend(m) => Some(m.store_entry(store, &entry)),
             _ => None,
         })
     }
@@ -116,9 +96,8 @@ impl PluginInstance {
     pub fn memory_recall(&mut self, query: &RecallQuery) -> Result<Vec<RecallHit>, CallError> {
         let query = convert::to_wit_query(query);
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_recall(store, &query)
+            Exports::MemoryBackend(m) => Some(
+                m.recall(store, &query)
                     .map(|hits| hits.map(|h| h.into_iter().map(convert::from_wit_hit).collect())),
             ),
             _ => None,
@@ -128,9 +107,8 @@ impl PluginInstance {
     /// Call a memory backend's `get`.
     pub fn memory_get(&mut self, id: &str) -> Result<MemoryEntry, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_get(store, id)
+            Exports::MemoryBackend(m) => Some(
+                m.get(store, id)
                     .map(|entry| entry.map(convert::from_wit_entry)),
             ),
             _ => None,
@@ -147,13 +125,11 @@ impl PluginInstance {
         let scope = convert::to_wit_scope(scope);
         let kinds: Vec<_> = kinds.iter().map(|k| convert::to_wit_kind(*k)).collect();
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_list_entries(store, &scope, &kinds, limit)
-                    .map(|entries| {
-                        entries.map(|e| e.into_iter().map(convert::from_wit_entry).collect())
-                    }),
-            ),
+            Exports::MemoryBackend(m) => {
+                Some(m.list_entries(store, &scope, &kinds, limit).map(|entries| {
+                    entries.map(|e| e.into_iter().map(convert::from_wit_entry).collect())
+                }))
+            }
             _ => None,
         })
     }
@@ -161,10 +137,7 @@ impl PluginInstance {
     /// Call a memory backend's `forget`.
     pub fn memory_forget(&mut self, id: &str) -> Result<bool, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_forget(store, id),
-            ),
+            Exports::MemoryBackend(m) => Some(m.forget(store, id)),
             _ => None,
         })
     }
@@ -173,10 +146,7 @@ impl PluginInstance {
     pub fn memory_count(&mut self, scope: &Scope) -> Result<u64, CallError> {
         let scope = convert::to_wit_scope(scope);
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => Some(
-                m.cairn_plugin_memory_backend_plugin()
-                    .call_count(store, &scope),
-            ),
+            Exports::MemoryBackend(m) => Some(m.count(store, &scope)),
             _ => None,
         })
     }
@@ -184,9 +154,7 @@ impl PluginInstance {
     /// Call a memory backend's `health`.
     pub fn memory_health(&mut self) -> Result<String, CallError> {
         self.run(|exports, store| match exports {
-            WorldInstance::MemoryBackend(m) => {
-                Some(m.cairn_plugin_memory_backend_plugin().call_health(store))
-            }
+            Exports::MemoryBackend(m) => Some(m.health(store)),
             _ => None,
         })
     }

@@ -28,9 +28,8 @@ use cairn_vocab::channel::{HttpRequest, HttpResponse, OutboundMessage};
 use cairn_vocab::event::Event;
 use cairn_vocab::memory::{MemoryEntry, MemoryKind, NewMemory, RecallHit, RecallQuery, Scope};
 
-use super::bindings::v0_1::convert;
-use super::bindings::v0_1::types::Error as WitError;
-use super::bindings::v0_1::{channel, handler, memory_backend};
+use super::bindings::v0_2::convert;
+use super::bindings::{self, ApiVersion, Exports, ExportsPre};
 use super::capabilities::{HostServices, PluginContext, Sandbox, SandboxError};
 use super::config::RuntimeConfig;
 use super::logging::PluginLog;
@@ -218,11 +217,7 @@ impl Runtime {
         // its manifest per request (capabilities/http.rs).
         wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker)
             .map_err(RuntimeError::Engine)?;
-        handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(
-            &mut linker,
-            |state| state,
-        )
-        .map_err(RuntimeError::Engine)?;
+        bindings::add_to_linker(&mut linker).map_err(RuntimeError::Engine)?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let epoch_tick = Duration::from_millis(config.epoch_tick_ms);
@@ -372,32 +367,28 @@ impl Runtime {
             plugin: manifest.id.clone(),
             message,
         };
+        let world = World::of(manifest.kind);
+        let exported: Vec<String> = component
+            .component_type()
+            .exports(&self.engine)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        let api = bindings::bind_api(&exported, &manifest).map_err(component_error)?;
         let instance_pre = self.linker.instantiate_pre(&component).map_err(|e| {
             component_error(format!(
                 "{} needs imports this host does not provide: {e:#}",
                 manifest.component.display()
             ))
         })?;
-        let world = World::of(manifest.kind);
-        let not_world = |e: wasmtime::Error| {
+        let exports = bindings::exports_pre(api, world, instance_pre).map_err(|e| {
             component_error(format!(
-                "{} does not implement the `{}` world that kind {} requires: {e:#}",
+                "{} does not implement the `{}` world of cairn:plugin@{} that kind {} requires: {e:#}",
                 manifest.component.display(),
                 world_name(world),
+                api.version(),
                 manifest.kind
             ))
-        };
-        let exports = match world {
-            World::Channel => {
-                WorldPre::Channel(channel::ChannelPre::new(instance_pre).map_err(not_world)?)
-            }
-            World::Handler => {
-                WorldPre::Handler(handler::HandlerPre::new(instance_pre).map_err(not_world)?)
-            }
-            World::MemoryBackend => WorldPre::MemoryBackend(
-                memory_backend::MemoryBackendPre::new(instance_pre).map_err(not_world)?,
-            ),
-        };
+        })?;
         let log = Arc::new(PluginLog::new(
             manifest.id.as_str().into(),
             self.config.log_rate_per_sec,
@@ -415,6 +406,7 @@ impl Runtime {
         };
         Ok(PreparedPlugin {
             engine: self.engine.clone(),
+            api,
             manifest,
             sandbox,
             exports,
@@ -434,24 +426,13 @@ pub fn world_name(world: World) -> &'static str {
     }
 }
 
-enum WorldPre {
-    Channel(channel::ChannelPre<PluginContext>),
-    Handler(handler::HandlerPre<PluginContext>),
-    MemoryBackend(memory_backend::MemoryBackendPre<PluginContext>),
-}
-
-enum WorldInstance {
-    Channel(channel::Channel),
-    Handler(handler::Handler),
-    MemoryBackend(memory_backend::MemoryBackend),
-}
-
 /// A plugin ready to be instantiated any number of times: its `InstancePre` and sandbox.
 pub struct PreparedPlugin {
     engine: Engine,
+    api: ApiVersion,
     manifest: Arc<Manifest>,
     sandbox: Sandbox,
-    exports: WorldPre,
+    exports: Box<dyn ExportsPre>,
     deadline: Deadline,
     cache: CacheOutcome,
     load_time: Duration,
@@ -461,6 +442,11 @@ impl PreparedPlugin {
     /// The plugin's manifest.
     pub fn manifest(&self) -> &Arc<Manifest> {
         &self.manifest
+    }
+
+    /// The API version the component was built against.
+    pub fn api(&self) -> ApiVersion {
+        self.api
     }
 
     /// Whether the component came from the cache, and how long loading it took.
@@ -478,14 +464,7 @@ impl PreparedPlugin {
         store.limiter(|state| state.limiter());
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.deadline.ticks);
-        let instantiated = match &self.exports {
-            WorldPre::Channel(pre) => pre.instantiate(&mut store).map(WorldInstance::Channel),
-            WorldPre::Handler(pre) => pre.instantiate(&mut store).map(WorldInstance::Handler),
-            WorldPre::MemoryBackend(pre) => pre
-                .instantiate(&mut store)
-                .map(WorldInstance::MemoryBackend),
-        };
-        let exports = instantiated.map_err(|e| {
+        let exports = self.exports.instantiate(&mut store).map_err(|e| {
             let mut fault = classify(&e, store.data().hit_memory_limit());
             if fault.kind == FaultKind::Trap {
                 fault.kind = FaultKind::Instantiate;

@@ -6,13 +6,13 @@
 //! `bench.llm` calls `llm.complete` with a one-line request as many times.
 
 wit_bindgen::generate!({
-    path: "../../../wit/v0.1",
+    path: "../../../wit/v0.2",
     world: "handler",
 });
 
 use std::hint::black_box;
 
-use cairn::plugin::types::{ChatMessage, CompletionRequest, Error, Event};
+use cairn::plugin::types::{ChatMessage, CompletionRequest, Error, Event, ResponseFormat};
 use cairn::plugin::{lifecycle, llm};
 use exports::cairn::plugin::handler_plugin::Guest;
 
@@ -52,6 +52,7 @@ impl Guest for Bench {
                     messages: vec![ChatMessage { role: "user".into(), content: "ping".into() }],
                     max_tokens: Some(8),
                     temperature: None,
+                    format: ResponseFormat::Text,
                 };
                 for _ in 0..count {
                     black_box(llm::complete(&request)?);

@@ -1,270 +1,263 @@
-//! Every conversion between the `cairn:plugin@0.1.0` types and the host's vocabulary, so
-//! no WIT type is seen outside the plugin runtime. A later API version gets a module like
-//! this one beside it.
+//! Every conversion between the `cairn:plugin@0.1.0` types and the newest API's: the
+//! arguments of v0.1 imports up to v0.2 and their results back down, the arguments of calls
+//! into v0.1 plugins down and their results up. What v0.1 cannot say takes v0.2's default
+//! (no `said-at`, no `valid-from`, no `now`, plain text); what v0.2 adds is dropped on the
+//! way down (token usage, typed session states become the v0.1 strings).
 
-use cairn_vocab::channel::{HttpRequest, HttpResponse, OutboundMessage};
-use cairn_vocab::event::Event;
-use cairn_vocab::llm::{ChatMessage, Completion, CompletionRequest};
-use cairn_vocab::memory::{
-    MemoryEntry, MemoryKind, NewMemory, RecallHit, RecallQuery, Scope, ScoreParts,
-};
-use cairn_vocab::session::{Session, SessionState};
-use cairn_vocab::{Error, ErrorKind};
+use super::super::latest as new;
+use super::handler::cairn::plugin::memory::Session as OldSession;
+use super::types as old;
 
-use super::handler::cairn::plugin::memory as wit_memory;
-use super::types as wit;
-
-/// An error as the host speaks it.
-pub fn from_wit_error(error: wit::Error) -> Error {
-    let (kind, message) = match error {
-        wit::Error::InvalidInput(m) => (ErrorKind::InvalidInput, m),
-        wit::Error::Denied(m) => (ErrorKind::Denied, m),
-        wit::Error::NotFound(m) => (ErrorKind::NotFound, m),
-        wit::Error::Unavailable(m) => (ErrorKind::Unavailable, m),
-        wit::Error::Internal(m) => (ErrorKind::Internal, m),
+/// Both directions of an enum whose cases are spelled alike.
+macro_rules! same_enum {
+    ($name:ident { $($case:ident),* $(,)? }) => {
+        impl From<old::$name> for new::$name {
+            fn from(value: old::$name) -> Self {
+                match value { $(old::$name::$case => new::$name::$case),* }
+            }
+        }
+        impl From<new::$name> for old::$name {
+            fn from(value: new::$name) -> Self {
+                match value { $(new::$name::$case => old::$name::$case),* }
+            }
+        }
     };
-    Error { kind, message }
 }
 
-/// An error as the plugin contract spells it.
-pub fn to_wit_error(error: Error) -> wit::Error {
-    match error.kind {
-        ErrorKind::InvalidInput => wit::Error::InvalidInput(error.message),
-        ErrorKind::Denied => wit::Error::Denied(error.message),
-        ErrorKind::NotFound => wit::Error::NotFound(error.message),
-        ErrorKind::Unavailable => wit::Error::Unavailable(error.message),
-        ErrorKind::Internal => wit::Error::Internal(error.message),
-    }
-}
-
-/// A journal event as delivered to a subscriber (moved, not copied).
-pub fn into_wit_event(event: Event) -> wit::Event {
-    wit::Event {
-        seq: event.seq as u64,
-        topic: event.topic,
-        payload: event.payload,
-        source: event.source,
-        session_id: event.session_id,
-        agent_id: event.agent_id,
-        user_id: event.user_id,
-        created_at: event.created_at,
-    }
-}
-
-/// A reply as a channel receives it.
-pub fn to_wit_outbound(message: &OutboundMessage) -> wit::OutboundMessage {
-    wit::OutboundMessage {
-        conversation: message.conversation.clone(),
-        recipient: message.recipient.clone(),
-        payload: message.payload.clone(),
-        in_reply_to: message.in_reply_to.clone(),
-    }
-}
-
-/// A webhook request as a channel receives it.
-pub fn to_wit_request(request: &HttpRequest) -> wit::HttpRequest {
-    wit::HttpRequest {
-        method: request.method.clone(),
-        path: request.path.clone(),
-        query: request.query.clone(),
-        headers: request.headers.clone(),
-        body: request.body.clone(),
-    }
-}
-
-/// A channel's answer to a webhook request.
-pub fn from_wit_response(response: wit::HttpResponse) -> HttpResponse {
-    HttpResponse {
-        status: response.status,
-        headers: response.headers,
-        body: response.body,
-    }
-}
-
-/// A kind as the plugin contract spells it.
-pub fn to_wit_kind(kind: MemoryKind) -> wit::MemoryKind {
-    match kind {
-        MemoryKind::Episode => wit::MemoryKind::Episode,
-        MemoryKind::Fact => wit::MemoryKind::Fact,
-        MemoryKind::Core => wit::MemoryKind::Core,
-        MemoryKind::Reflection => wit::MemoryKind::Reflection,
-        MemoryKind::Procedure => wit::MemoryKind::Procedure,
-    }
-}
-
-/// A kind from the plugin contract.
-pub fn from_wit_kind(kind: wit::MemoryKind) -> MemoryKind {
-    match kind {
-        wit::MemoryKind::Episode => MemoryKind::Episode,
-        wit::MemoryKind::Fact => MemoryKind::Fact,
-        wit::MemoryKind::Core => MemoryKind::Core,
-        wit::MemoryKind::Reflection => MemoryKind::Reflection,
-        wit::MemoryKind::Procedure => MemoryKind::Procedure,
-    }
-}
-
-/// A scope as the plugin contract spells it.
-pub fn to_wit_scope(scope: &Scope) -> wit::MemoryScope {
-    wit::MemoryScope {
-        agent_id: scope.agent_id.clone(),
-        user_id: scope.user_id.clone(),
-        session_id: scope.session_id.clone(),
-    }
-}
-
-/// A scope from the plugin contract.
-pub fn from_wit_scope(scope: wit::MemoryScope) -> Scope {
-    Scope {
-        agent_id: scope.agent_id,
-        user_id: scope.user_id,
-        session_id: scope.session_id,
-    }
-}
-
-/// A new memory from the plugin contract.
-pub fn from_wit_new(memory: wit::NewMemory) -> NewMemory {
-    NewMemory {
-        kind: from_wit_kind(memory.kind),
-        content: memory.content,
-        category: memory.category,
-        scope: from_wit_scope(memory.scope),
-        importance: memory.importance,
-        tags: memory.tags,
-        sources: memory.sources,
-        subject: memory.subject,
-        predicate: memory.predicate,
-        supersedes: memory.supersedes,
-        valid_from: None,
-    }
-}
-
-/// A new memory as the plugin contract spells it.
-pub fn to_wit_new(memory: &NewMemory) -> wit::NewMemory {
-    wit::NewMemory {
-        kind: to_wit_kind(memory.kind),
-        content: memory.content.clone(),
-        category: if memory.category.is_empty() {
-            memory.kind.default_category().to_string()
-        } else {
-            memory.category.clone()
-        },
-        scope: to_wit_scope(&memory.scope),
-        importance: memory.importance,
-        tags: memory.tags.clone(),
-        sources: memory.sources.clone(),
-        subject: memory.subject.clone(),
-        predicate: memory.predicate.clone(),
-        supersedes: memory.supersedes.clone(),
-    }
-}
-
-/// A stored memory as the plugin contract spells it.
-pub fn to_wit_entry(entry: MemoryEntry) -> wit::MemoryEntry {
-    wit::MemoryEntry {
-        id: entry.id,
-        kind: to_wit_kind(entry.kind),
-        content: entry.content,
-        category: entry.category,
-        scope: to_wit_scope(&entry.scope),
-        importance: entry.importance,
-        tags: entry.tags,
-        issue_refs: entry.issue_refs,
-        pr_refs: entry.pr_refs,
-        sources: entry.sources,
-        subject: entry.subject,
-        predicate: entry.predicate,
-        valid_from: entry.valid_from,
-        valid_to: entry.valid_to,
-        recorded_at: entry.recorded_at,
-        superseded_by: entry.superseded_by,
-    }
-}
-
-/// A stored memory from the plugin contract.
-pub fn from_wit_entry(entry: wit::MemoryEntry) -> MemoryEntry {
-    MemoryEntry {
-        id: entry.id,
-        kind: from_wit_kind(entry.kind),
-        content: entry.content,
-        category: entry.category,
-        scope: from_wit_scope(entry.scope),
-        importance: entry.importance,
-        tags: entry.tags,
-        issue_refs: entry.issue_refs,
-        pr_refs: entry.pr_refs,
-        sources: entry.sources,
-        subject: entry.subject,
-        predicate: entry.predicate,
-        valid_from: entry.valid_from,
-        valid_to: entry.valid_to,
-        recorded_at: entry.recorded_at,
-        superseded_by: entry.superseded_by,
-        forgotten_at: None,
-    }
-}
-
-/// A recall query as a memory backend receives it.
-pub fn to_wit_query(query: &RecallQuery) -> wit::RecallQuery {
-    wit::RecallQuery {
-        text: query.text.clone(),
-        scope: to_wit_scope(&query.scope),
-        kinds: query.kinds.iter().map(|k| to_wit_kind(*k)).collect(),
-        limit: query.limit.min(u32::MAX as usize) as u32,
-        as_of: query.as_of,
-        exclude_session: query.exclude_session.clone(),
-    }
-}
-
-/// A recalled memory from a backend (it scores, so the score is all the explanation).
-pub fn from_wit_hit(hit: wit::RecallHit) -> RecallHit {
-    RecallHit {
-        entry: from_wit_entry(hit.entry),
-        score: hit.score,
-        explain: ScoreParts {
-            score: hit.score,
-            ..ScoreParts::default()
-        },
-    }
-}
-
-/// A session as the consolidation tools see it. The API names every state waiting for
-/// consolidation `pending`, whether the session went idle or its user moved on.
-pub fn to_wit_session(session: Session) -> wit_memory::Session {
-    let state = match session.state {
-        SessionState::Active => "active",
-        SessionState::Ended | SessionState::Pending => "pending",
-        SessionState::Consolidated => "consolidated",
+/// Both directions of a variant whose cases carry the same payload.
+macro_rules! same_variant {
+    ($name:ident { $($case:ident),* $(,)? }) => {
+        impl From<old::$name> for new::$name {
+            fn from(value: old::$name) -> Self {
+                match value { $(old::$name::$case(payload) => new::$name::$case(payload)),* }
+            }
+        }
+        impl From<new::$name> for old::$name {
+            fn from(value: new::$name) -> Self {
+                match value { $(new::$name::$case(payload) => old::$name::$case(payload)),* }
+            }
+        }
     };
-    wit_memory::Session {
-        id: session.id,
-        user_id: session.user_id,
-        started_at: session.started_at,
-        ended_at: session.ended_at,
-        state: state.to_string(),
+}
+
+/// Both directions of a record whose fields are spelled alike and convert one by one.
+macro_rules! same_record {
+    ($name:ident { $($field:ident),* $(,)? }) => {
+        impl From<old::$name> for new::$name {
+            fn from(value: old::$name) -> Self {
+                new::$name { $($field: value.$field.into()),* }
+            }
+        }
+        impl From<new::$name> for old::$name {
+            fn from(value: new::$name) -> Self {
+                old::$name { $($field: value.$field.into()),* }
+            }
+        }
+    };
+}
+
+same_variant!(Error {
+    InvalidInput,
+    Denied,
+    NotFound,
+    Unavailable,
+    Internal
+});
+same_enum!(LogLevel {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error
+});
+same_enum!(MemoryKind {
+    Episode,
+    Fact,
+    Core,
+    Reflection,
+    Procedure
+});
+same_record!(MemoryScope {
+    agent_id,
+    user_id,
+    session_id
+});
+same_record!(OutboundMessage {
+    conversation,
+    recipient,
+    payload,
+    in_reply_to
+});
+same_record!(Event {
+    seq,
+    topic,
+    payload,
+    source,
+    session_id,
+    agent_id,
+    user_id,
+    created_at
+});
+same_record!(HttpRequest {
+    method,
+    path,
+    query,
+    headers,
+    body
+});
+same_record!(HttpResponse {
+    status,
+    headers,
+    body
+});
+same_record!(ChatMessage { role, content });
+same_record!(MemoryEntry {
+    id,
+    kind,
+    content,
+    category,
+    scope,
+    importance,
+    tags,
+    issue_refs,
+    pr_refs,
+    sources,
+    subject,
+    predicate,
+    valid_from,
+    valid_to,
+    recorded_at,
+    superseded_by
+});
+same_record!(RecallHit { entry, score });
+
+/// A v0.1 message is dated when it is pushed.
+impl From<old::InboundMessage> for new::InboundMessage {
+    fn from(message: old::InboundMessage) -> Self {
+        new::InboundMessage {
+            sender: message.sender,
+            conversation: message.conversation,
+            payload: message.payload,
+            priority: message.priority,
+            dedup_key: message.dedup_key,
+            said_at: None,
+        }
     }
 }
 
-/// A plugin's completion request (v0.1 has no JSON mode: plain text is asked).
-pub fn from_wit_completion_request(request: wit::CompletionRequest) -> CompletionRequest {
-    CompletionRequest {
-        messages: request
-            .messages
-            .into_iter()
-            .map(|m| ChatMessage {
-                role: m.role,
-                content: m.content,
-            })
-            .collect(),
+/// A v0.1 memory is valid from when it is stored.
+impl From<old::NewMemory> for new::NewMemory {
+    fn from(memory: old::NewMemory) -> Self {
+        new::NewMemory {
+            kind: memory.kind.into(),
+            content: memory.content,
+            category: memory.category,
+            scope: memory.scope.into(),
+            importance: memory.importance,
+            tags: memory.tags,
+            sources: memory.sources,
+            subject: memory.subject,
+            predicate: memory.predicate,
+            supersedes: memory.supersedes,
+            valid_from: None,
+        }
+    }
+}
+
+/// A memory a v0.1 backend is asked to store (its valid time is lost: v0.1 has none).
+impl From<new::NewMemory> for old::NewMemory {
+    fn from(memory: new::NewMemory) -> Self {
+        old::NewMemory {
+            kind: memory.kind.into(),
+            content: memory.content,
+            category: memory.category,
+            scope: memory.scope.into(),
+            importance: memory.importance,
+            tags: memory.tags,
+            sources: memory.sources,
+            subject: memory.subject,
+            predicate: memory.predicate,
+            supersedes: memory.supersedes,
+        }
+    }
+}
+
+/// A v0.1 query is asked now.
+impl From<old::RecallQuery> for new::RecallQuery {
+    fn from(query: old::RecallQuery) -> Self {
+        new::RecallQuery {
+            text: query.text,
+            scope: query.scope.into(),
+            kinds: convert_all(query.kinds),
+            limit: query.limit,
+            as_of: query.as_of,
+            exclude_session: query.exclude_session,
+            now: None,
+        }
+    }
+}
+
+/// A query for a v0.1 backend (which measures time from its own clock).
+impl From<new::RecallQuery> for old::RecallQuery {
+    fn from(query: new::RecallQuery) -> Self {
+        old::RecallQuery {
+            text: query.text,
+            scope: query.scope.into(),
+            kinds: convert_all(query.kinds),
+            limit: query.limit,
+            as_of: query.as_of,
+            exclude_session: query.exclude_session,
+        }
+    }
+}
+
+/// A v0.1 completion request, in JSON mode when it came through `complete-json`.
+pub(super) fn completion_request(
+    request: old::CompletionRequest,
+    format: new::ResponseFormat,
+) -> new::CompletionRequest {
+    new::CompletionRequest {
+        messages: convert_all(request.messages),
         max_tokens: request.max_tokens,
         temperature: request.temperature,
-        json: false,
+        format,
     }
 }
 
-/// A completion as v0.1 returns it (usage is the host's to count).
-pub fn to_wit_completion(completion: Completion) -> wit::Completion {
-    wit::Completion {
-        content: completion.content,
-        model: completion.model,
+/// A completion without its token usage (v0.1 has none).
+impl From<new::Completion> for old::Completion {
+    fn from(completion: new::Completion) -> Self {
+        old::Completion {
+            content: completion.content,
+            model: completion.model,
+        }
     }
+}
+
+/// A session with its state spelled as v0.1 does.
+impl From<new::Session> for OldSession {
+    fn from(session: new::Session) -> Self {
+        let state = match session.state {
+            new::SessionState::Active => "active",
+            new::SessionState::Pending => "pending",
+            new::SessionState::Consolidated => "consolidated",
+        };
+        OldSession {
+            id: session.id,
+            user_id: session.user_id,
+            started_at: session.started_at,
+            ended_at: session.ended_at,
+            state: state.to_string(),
+        }
+    }
+}
+
+/// Every item of a list, converted.
+pub(super) fn convert_all<A, B: From<A>>(items: Vec<A>) -> Vec<B> {
+    items.into_iter().map(B::from).collect()
+}
+
+/// A result whose value and error convert.
+pub(super) fn convert_result<A, B: From<A>, E, F: From<E>>(result: Result<A, E>) -> Result<B, F> {
+    result.map(B::from).map_err(F::from)
 }
