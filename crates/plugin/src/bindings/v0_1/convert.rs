@@ -261,3 +261,41 @@ pub(super) fn convert_all<A, B: From<A>>(items: Vec<A>) -> Vec<B> {
 pub(super) fn convert_result<A, B: From<A>, E, F: From<E>>(result: Result<A, E>) -> Result<B, F> {
     result.map(B::from).map_err(F::from)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_v0_1_cannot_say_takes_the_v0_2_default_and_comes_back_down() {
+        let message: new::InboundMessage = old::InboundMessage {
+            sender: "ann".into(),
+            conversation: "c".into(),
+            payload: "{}".into(),
+            priority: Some(3),
+            dedup_key: None,
+        }
+        .into();
+        assert_eq!((message.said_at, message.priority), (None, Some(3)));
+        let session: OldSession = new::Session {
+            id: "s".into(),
+            user_id: None,
+            started_at: 1,
+            ended_at: Some(2),
+            state: new::SessionState::Pending,
+        }
+        .into();
+        assert_eq!(session.state, "pending");
+        let json = completion_request(
+            old::CompletionRequest {
+                messages: Vec::new(),
+                max_tokens: None,
+                temperature: None,
+            },
+            new::ResponseFormat::Json,
+        );
+        assert_eq!(json.format, new::ResponseFormat::Json);
+        let error: old::Error = new::Error::Denied("no".into()).into();
+        assert!(matches!(error, old::Error::Denied(text) if text == "no"));
+    }
+}

@@ -278,3 +278,36 @@ pub fn to_wit_completion(completion: Completion) -> wit::Completion {
 fn saturate(count: u64) -> u32 {
     u32::try_from(count).unwrap_or(u32::MAX)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cairn_vocab::llm::Usage;
+
+    #[test]
+    fn a_completion_carries_its_usage_and_a_request_its_format() {
+        let completion = to_wit_completion(Completion {
+            content: "ok".into(),
+            model: "m".into(),
+            usage: Usage {
+                input_tokens: 12,
+                output_tokens: u64::MAX,
+            },
+        });
+        assert_eq!(
+            (completion.usage.input, completion.usage.output),
+            (12, u32::MAX)
+        );
+        let request = |format| wit::CompletionRequest {
+            messages: vec![wit::ChatMessage {
+                role: "user".into(),
+                content: "hi".into(),
+            }],
+            max_tokens: Some(5),
+            temperature: None,
+            format,
+        };
+        assert!(from_wit_completion_request(request(wit::ResponseFormat::Json)).json);
+        assert!(!from_wit_completion_request(request(wit::ResponseFormat::Text)).json);
+    }
+}
