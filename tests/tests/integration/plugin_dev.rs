@@ -59,7 +59,42 @@ fn generate_and_build(root: &Path, id: &str, kind: &str, language: &str) -> Path
     );
     let checked = plugin_ok(&["plugins", "check", &dir_arg]);
     assert!(checked.contains("1 plugin(s), all valid"), "{checked}");
+    assert!(checked.contains(", api 0.2.0)"), "{checked}");
     dir
+}
+
+#[test]
+fn a_project_builds_against_the_api_its_manifest_names_and_check_reads_the_component() {
+    let projects = tempfile::tempdir().expect("temp dir");
+    let dir = generate_and_build(projects.path(), "keeper", "handler", "rust");
+    let dir_arg = dir.display().to_string();
+    let manifest = dir.join("keeper.yaml");
+    let yaml = std::fs::read_to_string(&manifest).expect("manifest");
+    // A project that says ^0.1 gets wit/v0.1 and a v0.1 component.
+    std::fs::write(&manifest, yaml.replace("api: ^0.2", "api: ^0.1")).expect("manifest");
+    plugin_ok(&["plugin", "build", &dir_arg]);
+    let wit = std::fs::read_to_string(dir.join("wit/worlds.wit")).expect("wit");
+    assert!(wit.starts_with("package cairn:plugin@0.1.0;"), "{wit}");
+    let checked = plugin_ok(&["plugins", "check", &dir_arg]);
+    assert!(
+        checked.contains("keeper 0.1.0 (handler, api 0.1.0)"),
+        "{checked}"
+    );
+    // A component that does not implement its manifest's world is named by check, exit 2.
+    std::fs::write(
+        &manifest,
+        "id: keeper\nversion: 0.1.0\nkind: channel\ncomponent: keeper.wasm\napi: ^0.1\n",
+    )
+    .expect("manifest");
+    let refused = plugin_command(&["plugins", "check", &dir_arg], None);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("keeper.yaml: component:")
+            && stderr.contains("lacks the export cairn:plugin/channel-plugin@0.1.0")
+            && stderr.contains("exports cairn:plugin/handler-plugin@0.1.0"),
+        "{stderr}"
+    );
 }
 
 #[test]
