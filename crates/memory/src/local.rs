@@ -5,6 +5,8 @@
 mod embedding;
 mod maintenance;
 mod search;
+
+pub use search::VectorSource;
 mod transfer;
 
 use std::collections::HashMap;
@@ -105,6 +107,11 @@ impl LocalMemory {
             Some(e) => format!("{} {} (semantic)", e.provider(), e.model()),
         };
         (name, self.embedding_warning.clone())
+    }
+
+    /// Whether recall embeds queries (an embedding provider is on).
+    pub fn embeds(&self) -> bool {
+        self.embedder.is_some()
     }
 
     /// The provider and model of the configured embeddings, when they are on.

@@ -11,6 +11,8 @@
 use std::sync::{Arc, OnceLock};
 
 use cairn_storage::memory::SessionStore;
+
+use crate::local::VectorSource;
 use cairn_storage::now_ms;
 
 use super::{
@@ -155,6 +157,19 @@ impl MemoryService {
     /// Memories relevant to `query`, best first.
     pub fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
         self.backend()?.recall(query)
+    }
+
+    /// [`MemoryService::recall`] with the query's vector on its way from `vector` (see
+    /// [`VectorSource`]); a plugin backend recalls by its own means.
+    pub fn recall_awaiting(
+        &self,
+        query: &RecallQuery,
+        vector: VectorSource<'_>,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
+        match &self.backend_plugin {
+            None => self.local.recall_awaiting(query, Some(vector)),
+            Some(_) => self.recall(query),
+        }
     }
 
     /// One memory by id.

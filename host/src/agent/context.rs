@@ -3,7 +3,8 @@
 //! core memories, and the memories recalled from other sessions. Every section quotes what
 //! it brings line by line, so the model reads it as data, never as instructions.
 
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, sync_channel};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::memory::{
@@ -19,6 +20,9 @@ pub struct TurnInput {
     pub user: Option<String>,
     /// The batch's text (what recall looks for).
     pub text: String,
+    /// Its embedding, on its way since the turn began ([`ContextChain::start_embedding`]);
+    /// none makes recall embed the text itself.
+    pub query: Option<Arc<QueryEmbedding>>,
     /// How many messages the batch has: the turn saves as many episodes while its context
     /// is read, which are its question, not its history.
     pub own_messages: usize,
@@ -39,8 +43,47 @@ pub struct Section {
     pub text: String,
     /// Ids of the memories it quoted (none for the session's own turns).
     pub memories: Vec<String>,
-    /// Time spent in a model (embedding the query), reported apart from the host's.
+    /// Time spent waiting for a model (the query's embedding), reported apart from the
+    /// host's.
     pub model_time: Duration,
+}
+
+/// A turn's text being embedded on its own thread: the model works while the host opens
+/// the session and reads the other providers' context, and recall waits for the vector.
+pub struct QueryEmbedding {
+    vector: Mutex<Option<Receiver<Option<Vec<f32>>>>>,
+}
+
+impl std::fmt::Debug for QueryEmbedding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QueryEmbedding")
+    }
+}
+
+impl QueryEmbedding {
+    /// Start embedding `text` with `memory`'s provider on a blocking thread.
+    fn start(memory: Arc<MemoryService>, text: String) -> Arc<Self> {
+        let (sender, receiver) = sync_channel(1);
+        tokio::task::spawn_blocking(move || {
+            let _ = sender.send(memory.local().embed_query(&text));
+        });
+        Arc::new(Self {
+            vector: Mutex::new(Some(receiver)),
+        })
+    }
+
+    /// The vector (none without embeddings or when the model failed; the first caller gets
+    /// it), and how long the caller waited for it.
+    fn wait(&self) -> (Option<Vec<f32>>, Duration) {
+        let waiting = Instant::now();
+        let receiver = self
+            .vector
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let vector = receiver.and_then(|r| r.recv().ok()).flatten();
+        (vector, waiting.elapsed())
+    }
 }
 
 /// A source of context for a turn. Calls block (memory); the chain runs them off the async
@@ -69,6 +112,9 @@ pub struct Assembled {
 #[derive(Default)]
 pub struct ContextChain {
     providers: Vec<Box<dyn ContextProvider>>,
+    /// The memory whose local model embeds a turn's question, when one of the providers
+    /// recalls by meaning.
+    embeds: Option<Arc<MemoryService>>,
 }
 
 impl ContextChain {
@@ -85,6 +131,7 @@ impl ContextChain {
         };
         let agent = memory.local().config().agent_id.clone();
         let recall_limit = memory.local().config().context_limit as usize;
+        let embeds = (recall_limit > 0).then(|| memory.clone());
         let candidates: Vec<Box<dyn ContextProvider>> = vec![
             Box::new(RecentTurns {
                 memory: memory.clone(),
@@ -108,7 +155,17 @@ impl ContextChain {
             .map(|(provider, _)| provider)
             .collect();
         providers.sort_by_key(|p| std::cmp::Reverse(p.priority()));
-        Self { providers }
+        Self { providers, embeds }
+    }
+
+    /// Start embedding a turn's text for recall, at the turn's start (none when no provider
+    /// recalls with the local memory's embeddings, or the text is blank).
+    pub fn start_embedding(&self, text: &str) -> Option<Arc<QueryEmbedding>> {
+        let memory = self.embeds.as_ref()?;
+        if text.trim().is_empty() || !memory.local().embeds() || memory.backend_plugin().is_some() {
+            return None;
+        }
+        Some(QueryEmbedding::start(memory.clone(), text.to_string()))
     }
 
     /// Ask every provider, in priority order. A provider that fails is logged and left
@@ -116,7 +173,14 @@ impl ContextChain {
     pub fn assemble(&self, turn: &TurnInput) -> Assembled {
         let mut assembled = Assembled::default();
         for provider in &self.providers {
-            match provider.provide(turn) {
+            let asked = Instant::now();
+            let provided = provider.provide(turn);
+            tracing::debug!(
+                provider = provider.name(),
+                us = asked.elapsed().as_micros() as u64,
+                "context provider answered"
+            );
+            match provided {
                 Ok(Some(section)) => {
                     if !section.text.is_empty() {
                         assembled.sections.push(section.text);
@@ -241,14 +305,22 @@ impl ContextProvider for RecalledMemories {
     }
 
     fn provide(&self, turn: &TurnInput) -> Result<Option<Section>, MemoryError> {
-        // The local memory's query embedding is timed on its own: it is model time.
-        let embedding_started = Instant::now();
-        let query_vector = match self.memory.backend_plugin() {
-            None => self.memory.local().embed_query(&turn.text),
-            Some(_) => None,
+        // The query's vector is taken after the full-text search (it may still be on its
+        // way); the time spent waiting for it, or making it, is model time.
+        let model_time = Mutex::new(Duration::ZERO);
+        let vector = || {
+            let (vector, waited) = match &turn.query {
+                Some(query) => query.wait(),
+                None => {
+                    let embedding = Instant::now();
+                    let vector = self.memory.local().embed_query(&turn.text);
+                    (vector, embedding.elapsed())
+                }
+            };
+            *model_time.lock().unwrap_or_else(|p| p.into_inner()) = waited;
+            vector
         };
-        let model_time = embedding_started.elapsed();
-        let hits = self.memory.recall(&RecallQuery {
+        let query = RecallQuery {
             text: turn.text.clone(),
             scope: Scope {
                 agent_id: Some(self.agent.clone()),
@@ -264,9 +336,10 @@ impl ContextProvider for RecalledMemories {
             ],
             limit: self.limit,
             now: Some(turn.said_at),
-            query_vector,
             ..RecallQuery::default()
-        })?;
+        };
+        let hits = self.memory.recall_awaiting(&query, &vector)?;
+        let model_time = model_time.into_inner().unwrap_or_else(|p| p.into_inner());
         // Without hits the section is empty but still carries the model's time.
         Ok(Some(Section {
             model_time,

@@ -21,7 +21,8 @@ use cairn_vocab::channel::OutboundMessage;
 
 pub mod context;
 
-use context::{Assembled, ContextChain, TurnInput};
+use crate::store::memory::SessionChoice;
+use context::{Assembled, ContextChain, QueryEmbedding, TurnInput};
 
 /// How a turn ended: the batch's status, the reply (even when its delivery failed) and
 /// the error, if any.
@@ -213,18 +214,35 @@ impl Agent {
     pub async fn main_turn(&self, batch: Batch) {
         let started = std::time::Instant::now();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let session_id = self.session_for(&batch, user.as_deref()).await;
+        // The model embeds the question from the start, while the host opens the session
+        // and reads the rest of the context.
+        let text = self.turn_text(&batch);
+        let query = self.context.start_embedding(&text);
+        let session = self.session_for(&batch, user.as_deref());
+        let session_id = session.id.clone();
         let mut timings = TurnTimings {
             session: started.elapsed(),
             ..TurnTimings::default()
         };
-        // The batch's journal events and episodes are written while the turn reads its
-        // context and asks the model; all are on disk before the reply is kept.
+        // The batch's journal events and episodes are written (once a new session's row is)
+        // while the turn reads its context and asks the model; all are on disk before the
+        // reply is kept.
         let history_before = crate::store::now_ms();
-        let ((), (context, answer)) = tokio::join!(self.receive(&batch, &session_id), async {
+        let received = async {
+            Self::await_session(session).await;
+            self.receive(&batch, &session_id).await
+        };
+        let ((), (context, answer)) = tokio::join!(received, async {
             let assembling = std::time::Instant::now();
             let context = self
-                .context_for(&batch, &session_id, user.clone(), history_before)
+                .context_for(
+                    &batch,
+                    &session_id,
+                    user.clone(),
+                    history_before,
+                    text,
+                    query,
+                )
                 .await;
             timings.context = assembling.elapsed();
             timings.embedding = context.model_time;
@@ -293,24 +311,41 @@ impl Agent {
         }
     }
 
+    /// What a turn's context is looked up by: the text of the batch's messages.
+    fn turn_text(&self, batch: &Batch) -> String {
+        let text: Vec<String> = batch
+            .messages
+            .iter()
+            .map(|m| message_text(m, self.config.max_message_chars))
+            .collect();
+        text.join("\n")
+    }
+
+    /// Wait until a new session's row is on disk (its first events name it); a session that
+    /// cannot be recorded is logged and the turn goes on.
+    async fn await_session(session: SessionChoice) {
+        if let Err(e) = session.recorded.await {
+            tracing::warn!(session = %session.id, "cannot record the session: {e}");
+        }
+    }
+
     /// The context of a turn; the session's episodes recorded from `history_before` on are the
-    /// batch's own messages, left out of its history.
+    /// batch's own messages, left out of its history. `query` is the text's embedding on its
+    /// way, when the chain started one.
     async fn context_for(
         &self,
         batch: &Batch,
         session_id: &str,
         user: Option<String>,
         history_before: i64,
+        text: String,
+        query: Option<Arc<QueryEmbedding>>,
     ) -> Assembled {
-        let text: Vec<String> = batch
-            .messages
-            .iter()
-            .map(|m| message_text(m, self.config.max_message_chars))
-            .collect();
         let turn = TurnInput {
             session_id: session_id.to_string(),
             user,
-            text: text.join("\n"),
+            text,
+            query,
             own_messages: batch.messages.len(),
             history_before,
             said_at: batch
@@ -533,18 +568,16 @@ impl Agent {
 
     /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … by the
     /// lifecycle when the conversation resumes after its session ended.
-    async fn session_for(&self, batch: &Batch, user: Option<&str>) -> String {
+    fn session_for(&self, batch: &Batch, user: Option<&str>) -> SessionChoice {
         let conversation = format!("{}:{}", batch.channel, batch.conversation);
         let Some(lifecycle) = &self.lifecycle else {
-            return conversation;
+            return SessionChoice::unrecorded(&conversation);
         };
         let agent = self
             .memory
             .as_ref()
             .map(|memory| memory.local().config().agent_id.clone());
-        lifecycle
-            .session_for(&conversation, user, agent.as_deref())
-            .await
+        lifecycle.session_for(&conversation, user, agent.as_deref())
     }
 
     async fn deliver(&self, batch: &Batch, payload: &str) -> Result<(), String> {
@@ -585,12 +618,26 @@ impl Agent {
     /// and record its result.
     pub async fn task_turn(&self, task: i64, batch: Batch) {
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let session_id = self.session_for(&batch, user.as_deref()).await;
+        let text = self.turn_text(&batch);
+        let query = self.context.start_embedding(&text);
+        let session = self.session_for(&batch, user.as_deref());
+        let session_id = session.id.clone();
         let history_before = crate::store::now_ms();
         let episodes = self.user_episodes(&batch, &session_id);
+        let remembered = async {
+            Self::await_session(session).await;
+            self.remember(&session_id, episodes).await
+        };
         let (_, context) = tokio::join!(
-            self.remember(&session_id, episodes),
-            self.context_for(&batch, &session_id, user.clone(), history_before)
+            remembered,
+            self.context_for(
+                &batch,
+                &session_id,
+                user.clone(),
+                history_before,
+                text,
+                query
+            )
         );
         let prompt = batch_prompt(&batch, self.config.max_message_chars);
         let mut system =

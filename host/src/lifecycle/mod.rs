@@ -33,7 +33,7 @@ use crate::journal::{Event, Journal};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::StorageError;
 use crate::store::host::LifecycleStore;
-use crate::store::memory::{Activity, SessionStore};
+use crate::store::memory::{Activity, SessionChoice, SessionStore};
 use crate::store::now_ms;
 use cairn_vocab::plugin::Schedule;
 use cairn_vocab::session::SleepState;
@@ -115,23 +115,22 @@ impl Lifecycle {
 
     /// The session of a turn in `conversation` (`<channel>:<conversation>`): its current
     /// session while that is active and not idle for the session timeout, else a new one
-    /// (`<conversation>`, then `#2`, `#3`, …). When sessions cannot be recorded the turn
-    /// still goes on, in a session named after the conversation.
-    pub async fn session_for(
+    /// (`<conversation>`, then `#2`, `#3`, …), whose row the choice's receipt records. When
+    /// sessions cannot be read the turn still goes on, in a session named after the
+    /// conversation.
+    pub fn session_for(
         &self,
         conversation: &str,
         user: Option<&str>,
         agent: Option<&str>,
-    ) -> String {
+    ) -> SessionChoice {
         let idle_ms = (self.config.session_timeout_secs as i64).saturating_mul(1000);
-        let recorded = self
-            .sessions
+        self.sessions
             .session_for(conversation, user, agent, now_ms(), idle_ms)
-            .await;
-        recorded.unwrap_or_else(|e| {
-            tracing::warn!(conversation, "cannot record the session: {e}");
-            conversation.to_string()
-        })
+            .unwrap_or_else(|e| {
+                tracing::warn!(conversation, "cannot read the session: {e}");
+                SessionChoice::unrecorded(conversation)
+            })
     }
 
     /// The interrupt flag, for the `lifecycle` host interface.

@@ -480,8 +480,10 @@ fn export_and_import_round_trip_losslessly() {
     memory.forget_blocking(any_id, "test").expect("forget");
     memory_db
         .session_for("chat:s-a", Some("u"), Some("main"), 1_000, 60_000)
+        .expect("session")
+        .recorded
         .wait()
-        .expect("session");
+        .expect("recorded");
     memory_db.end_idle(1_000, 2_000).wait().expect("end");
     memory_db
         .mark_consolidated("chat:s-a", 3_000)

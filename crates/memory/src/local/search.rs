@@ -6,13 +6,28 @@
 use super::*;
 use crate::timeframe::{self, TimeCue, TimeFrame};
 
+/// Where a query's vector comes from when it is on its way (a turn embeds its question
+/// from the turn's start): called once, after the full-text search.
+pub type VectorSource<'a> = &'a (dyn Fn() -> Option<Vec<f32>> + Sync);
+
 impl LocalMemory {
     /// Memories relevant to `query`, best first.
     pub fn recall(&self, query: &RecallQuery) -> Result<Vec<RecallHit>, MemoryError> {
+        self.recall_awaiting(query, None)
+    }
+
+    /// [`LocalMemory::recall`], taking the query's vector from `vector` (when given and
+    /// embeddings are on) once the full-text search is done, so the search runs while the
+    /// model still works.
+    pub fn recall_awaiting(
+        &self,
+        query: &RecallQuery,
+        vector: Option<VectorSource<'_>>,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
         let limit = query.limit.clamp(1, 1000);
         let now = query.now.or(query.as_of).unwrap_or_else(now_ms);
         let frame = self.time_frame(query, now)?;
-        let mut hits = self.ranked(query, now, frame.as_ref(), limit)?;
+        let mut hits = self.ranked_awaiting(query, now, frame.as_ref(), limit, vector)?;
         if let Some(events) = timeframe::compared_events(&query.text) {
             self.bring_in_each(query, now, events, &mut hits, limit)?;
         }
@@ -80,19 +95,38 @@ impl LocalMemory {
         frame: Option<&TimeFrame>,
         limit: usize,
     ) -> Result<Vec<RecallHit>, MemoryError> {
+        self.ranked_awaiting(query, now, frame, limit, None)
+    }
+
+    /// [`Self::ranked`], the query's vector taken from `vector` after the full-text search
+    /// when one is on its way.
+    fn ranked_awaiting(
+        &self,
+        query: &RecallQuery,
+        now: i64,
+        frame: Option<&TimeFrame>,
+        limit: usize,
+        vector: Option<VectorSource<'_>>,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
         let candidates = (limit * self.config.recall.candidates_per_hit.max(1)).max(50);
-        // The model embeds the question on its own thread while full-text search runs.
-        let (bm25, query_vector) = std::thread::scope(|scope| {
-            let embedding = self
-                .needs_embedding(query)
-                .then(|| scope.spawn(|| self.query_vector(query)));
-            let bm25 = self.framed_lexical_candidates(query, frame, candidates);
-            let vector = match embedding {
-                Some(thread) => thread.join().unwrap_or(None),
-                None => self.query_vector(query),
-            };
-            (bm25, vector)
-        });
+        let (bm25, query_vector) = match vector {
+            Some(on_its_way) if self.wants_vector(query) && query.query_vector.is_none() => {
+                let bm25 = self.framed_lexical_candidates(query, frame, candidates);
+                (bm25, on_its_way())
+            }
+            // The model embeds the question on its own thread while full-text search runs.
+            _ => std::thread::scope(|scope| {
+                let embedding = self
+                    .needs_embedding(query)
+                    .then(|| scope.spawn(|| self.query_vector(query)));
+                let bm25 = self.framed_lexical_candidates(query, frame, candidates);
+                let vector = match embedding {
+                    Some(thread) => thread.join().unwrap_or(None),
+                    None => self.query_vector(query),
+                };
+                (bm25, vector)
+            }),
+        };
         let bm25 = bm25?;
         // A span narrows what counts: look further among the nearest vectors for it.
         let nearest = if frame.is_some() {

@@ -219,14 +219,35 @@ pub trait MemoryStore: Send + Sync {
     fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)>;
 }
 
+/// The session a turn belongs to: its id, decided at once, and the receipt of its row
+/// (resolved at once when the session was already recorded).
+pub struct SessionChoice {
+    /// The session id: the conversation, then `#2`, `#3`, … for its later sessions.
+    pub id: String,
+    /// Resolves once the session is on disk.
+    pub recorded: Receipt<()>,
+}
+
+impl SessionChoice {
+    /// A session named `id` that is not recorded (a host whose sessions cannot be kept).
+    pub fn unrecorded(id: &str) -> Self {
+        Self {
+            id: id.to_string(),
+            recorded: Receipt::ready(Ok(())),
+        }
+    }
+}
+
 /// Conversation sessions: one row per stretch of a conversation, numbered `#2`, `#3`, …
 /// when it resumes after its session ended, with its transcript and state
 /// (`active` → `ended` / `pending` → `consolidated`). The lifecycle drives the state
 /// machine; memory reads it.
 pub trait SessionStore: Send + Sync {
-    /// The session a conversation's new activity at `now` belongs to, recording it: the
-    /// conversation's current session while it is active and was active less than
-    /// `idle_ms` ago, else a new one.
+    /// The session a conversation's new activity at `now` belongs to: the conversation's
+    /// current session while it is active and was active less than `idle_ms` ago, else a
+    /// new one. The id is decided at once (a read); a new session is recorded by the
+    /// choice's receipt, so a turn reads its context while the row is written. Sessions of
+    /// one conversation are opened by one turn at a time.
     fn session_for(
         &self,
         conversation: &str,
@@ -234,7 +255,7 @@ pub trait SessionStore: Send + Sync {
         agent: Option<&str>,
         now: i64,
         idle_ms: i64,
-    ) -> Receipt<String>;
+    ) -> Result<SessionChoice, StorageError>;
     /// Add journal event `seq` to a session's transcript (keeping the last `keep`
     /// entries), creating the session when unknown. Events already seen are skipped; the
     /// first event of a session moves its user's other active or ended sessions to

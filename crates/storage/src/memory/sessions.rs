@@ -48,34 +48,36 @@ impl SessionStore for SqliteMemory {
         agent: Option<&str>,
         now: i64,
         idle_ms: i64,
-    ) -> Receipt<String> {
+    ) -> Result<SessionChoice, StorageError> {
         // The common case — the conversation's session is active and fresh — is a read: the
         // turn's `message.received` moves its `last_activity` on (`record_activity`).
-        let fresh = self.read(|conn| current_session(conn, conversation));
-        if let Ok(Some((id, state, last))) = fresh
+        let (current, next) = self.read(|conn| {
+            Ok((
+                current_session(conn, conversation)?,
+                next_session_id(conn, conversation)?,
+            ))
+        })?;
+        if let Some((id, state, last)) = current
             && state == SessionState::Active.as_str()
             && now - last < idle_ms
         {
-            return Receipt::ready(Ok(id));
+            return Ok(SessionChoice {
+                id,
+                recorded: Receipt::ready(Ok(())),
+            });
         }
-        let (conversation, user, agent) = (
+        let (id, conversation, user, agent) = (
+            next.clone(),
             conversation.to_string(),
             user.map(str::to_string),
             agent.map(str::to_string),
         );
-        self.submit(move |conn| {
-            if let Some((id, state, last)) = current_session(conn, &conversation)?
-                && state == SessionState::Active.as_str()
-                && now - last < idle_ms
-            {
-                conn.prepare_cached("UPDATE sessions SET last_activity = max(last_activity, ?2) WHERE id = ?1")?.execute(params![id, now])?;
-                return Ok(id);
-            }
-            let id = next_session_id(conn, &conversation)?;
+        let recorded = self.submit(move |conn| {
             conn.prepare_cached("INSERT INTO sessions (id, conversation, user_id, agent_id, started_at, last_activity, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active')")?.execute(params![id, conversation, user, agent, now])?;
-            Ok(id)
-        })
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active') ON CONFLICT(id) DO NOTHING")?.execute(params![id, conversation, user, agent, now])?;
+            Ok(())
+        });
+        Ok(SessionChoice { id: next, recorded })
     }
 
     fn record_activity(

@@ -19,10 +19,11 @@ fn state(memory: &SqliteMemory, id: &str) -> SessionState {
 fn a_conversation_resumed_after_idling_gets_a_numbered_session() {
     let (_dir, memory) = open();
     let new = |now| {
-        memory
+        let choice = memory
             .session_for("cli:c1", Some("alice"), Some("main"), now, 1_000)
-            .wait()
-            .expect("session")
+            .expect("session");
+        choice.recorded.wait().expect("recorded");
+        choice.id
     };
     assert_eq!(new(10), "cli:c1");
     assert_eq!(new(900), "cli:c1", "still active and not idle");
