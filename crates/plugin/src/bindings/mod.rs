@@ -19,6 +19,56 @@ use crate::capabilities::PluginContext;
 use crate::manifest::{Manifest, World};
 use crate::runtime::world_name;
 
+/// What every version module has alike, for the `handler`, `channel` and `memory_backend`
+/// worlds `bindgen!` generated in it: linking its imports, checking that a component
+/// implements one of its worlds, and instantiating it as [`Exports`].
+macro_rules! world_glue {
+    () => {
+        /// Link this version's host interfaces.
+        pub(super) fn add_to_linker(
+            linker: &mut wasmtime::component::Linker<PluginContext>,
+        ) -> wasmtime::Result<()> {
+            handler::Handler::add_to_linker::<_, wasmtime::component::HasSelf<PluginContext>>(
+                linker,
+                |state| state,
+            )
+        }
+
+        /// Check the component implements `world` of this version.
+        pub(super) fn exports_pre(
+            world: World,
+            pre: wasmtime::component::InstancePre<PluginContext>,
+        ) -> wasmtime::Result<Box<dyn ExportsPre>> {
+            Ok(match world {
+                World::Channel => Box::new(channel::ChannelPre::new(pre)?),
+                World::Handler => Box::new(handler::HandlerPre::new(pre)?),
+                World::MemoryBackend => Box::new(memory_backend::MemoryBackendPre::new(pre)?),
+            })
+        }
+
+        impl ExportsPre for channel::ChannelPre<PluginContext> {
+            fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
+                let instance = channel::ChannelPre::instantiate(self, store)?;
+                Ok(Exports::Channel(Box::new(instance)))
+            }
+        }
+
+        impl ExportsPre for handler::HandlerPre<PluginContext> {
+            fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
+                let instance = handler::HandlerPre::instantiate(self, store)?;
+                Ok(Exports::Handler(Box::new(instance)))
+            }
+        }
+
+        impl ExportsPre for memory_backend::MemoryBackendPre<PluginContext> {
+            fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
+                let instance = memory_backend::MemoryBackendPre::instantiate(self, store)?;
+                Ok(Exports::MemoryBackend(Box::new(instance)))
+            }
+        }
+    };
+}
+
 pub mod v0_1;
 pub mod v0_2;
 

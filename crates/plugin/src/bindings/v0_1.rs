@@ -7,7 +7,6 @@
 mod convert;
 
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::v0_2::handler::cairn::plugin as now;
 use super::{
@@ -50,22 +49,7 @@ pub use handler::cairn::plugin::types;
 
 use handler::cairn::plugin as then;
 
-/// Link this version's host interfaces.
-pub(super) fn add_to_linker(linker: &mut Linker<PluginContext>) -> wasmtime::Result<()> {
-    handler::Handler::add_to_linker::<_, HasSelf<PluginContext>>(linker, |state| state)
-}
-
-/// Check the component implements `world` of this version.
-pub(super) fn exports_pre(
-    world: World,
-    pre: InstancePre<PluginContext>,
-) -> wasmtime::Result<Box<dyn ExportsPre>> {
-    Ok(match world {
-        World::Channel => Box::new(channel::ChannelPre::new(pre)?),
-        World::Handler => Box::new(handler::HandlerPre::new(pre)?),
-        World::MemoryBackend => Box::new(memory_backend::MemoryBackendPre::new(pre)?),
-    })
-}
+world_glue!();
 
 impl then::types::Host for PluginContext {}
 
@@ -203,30 +187,6 @@ impl then::lifecycle::Host for PluginContext {
 
     fn request_stop(&mut self, reason: String) -> Result<(), types::Error> {
         now::lifecycle::Host::request_stop(self, reason).map_err(Into::into)
-    }
-}
-
-impl ExportsPre for channel::ChannelPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::Channel(Box::new(
-            channel::ChannelPre::instantiate(self, store)?,
-        )))
-    }
-}
-
-impl ExportsPre for handler::HandlerPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::Handler(Box::new(
-            handler::HandlerPre::instantiate(self, store)?,
-        )))
-    }
-}
-
-impl ExportsPre for memory_backend::MemoryBackendPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::MemoryBackend(Box::new(
-            memory_backend::MemoryBackendPre::instantiate(self, store)?,
-        )))
     }
 }
 

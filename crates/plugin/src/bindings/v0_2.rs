@@ -6,7 +6,6 @@
 //! `capabilities/`). The exports are called as they are: their types are the newest.
 
 use wasmtime::Store;
-use wasmtime::component::{HasSelf, InstancePre, Linker};
 
 use super::{
     Call, ChannelExports, Exports, ExportsPre, HandlerExports, MemoryBackendExports, latest,
@@ -47,46 +46,7 @@ pub use handler::cairn::plugin::types;
 
 pub mod convert;
 
-/// Link this version's host interfaces (implemented in `capabilities/`).
-pub(super) fn add_to_linker(linker: &mut Linker<PluginContext>) -> wasmtime::Result<()> {
-    handler::Handler::add_to_linker::<_, HasSelf<PluginContext>>(linker, |state| state)
-}
-
-/// Check the component implements `world` of this version.
-pub(super) fn exports_pre(
-    world: World,
-    pre: InstancePre<PluginContext>,
-) -> wasmtime::Result<Box<dyn ExportsPre>> {
-    Ok(match world {
-        World::Channel => Box::new(channel::ChannelPre::new(pre)?),
-        World::Handler => Box::new(handler::HandlerPre::new(pre)?),
-        World::MemoryBackend => Box::new(memory_backend::MemoryBackendPre::new(pre)?),
-    })
-}
-
-impl ExportsPre for channel::ChannelPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::Channel(Box::new(
-            channel::ChannelPre::instantiate(self, store)?,
-        )))
-    }
-}
-
-impl ExportsPre for handler::HandlerPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::Handler(Box::new(
-            handler::HandlerPre::instantiate(self, store)?,
-        )))
-    }
-}
-
-impl ExportsPre for memory_backend::MemoryBackendPre<PluginContext> {
-    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        Ok(Exports::MemoryBackend(Box::new(
-            memory_backend::MemoryBackendPre::instantiate(self, store)?,
-        )))
-    }
-}
+world_glue!();
 
 impl ChannelExports for channel::Channel {
     fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()> {
