@@ -6,12 +6,13 @@ mod embedding;
 mod maintenance;
 mod search;
 
+pub use embedding::TurnInFlight;
 pub use search::VectorSource;
 mod transfer;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
@@ -52,6 +53,8 @@ pub struct LocalMemory {
     embedded_through: AtomicI64,
     signal: Arc<EmbedSignal>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Turns in flight, which the background embedder yields the CPU to.
+    turns: Arc<AtomicUsize>,
 }
 
 impl LocalMemory {
@@ -83,6 +86,7 @@ impl LocalMemory {
             index_loaded: OnceLock::new(),
             embedded_through: AtomicI64::new(0),
             signal: Arc::new(EmbedSignal::default()),
+            turns: Arc::new(AtomicUsize::new(0)),
             worker: Mutex::new(None),
         });
         let snapshot = data_dir.join(SNAPSHOT_FILE);

@@ -14,6 +14,7 @@ use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, Ta
 use crate::journal::Journal;
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
+use crate::memory::local::TurnInFlight;
 use crate::memory::{MemoryKind, MemoryService, NewMemory, Scope};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
@@ -213,6 +214,7 @@ impl Agent {
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
     pub async fn main_turn(&self, batch: Batch) {
         let started = std::time::Instant::now();
+        let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
         // The model embeds the question from the start, while the host opens the session
         // and reads the rest of the context.
@@ -309,6 +311,13 @@ impl Agent {
                     .await;
             }
         }
+    }
+
+    /// Hold the background embedder back while a turn runs (see [`TurnInFlight`]).
+    fn turn_in_flight(&self) -> Option<TurnInFlight> {
+        self.memory
+            .as_ref()
+            .map(|memory| memory.local().turn_in_flight())
     }
 
     /// What a turn's context is looked up by: the text of the batch's messages.
@@ -617,6 +626,7 @@ impl Agent {
     /// same context providers as the main agent, its messages and result saved as episodes —
     /// and record its result.
     pub async fn task_turn(&self, task: i64, batch: Batch) {
+        let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let text = self.turn_text(&batch);
         let query = self.context.start_embedding(&text);

@@ -1,13 +1,48 @@
 //! The background embedder: entries without a vector of the configured model are embedded
 //! in batches off the hot path, with an LRU cache keyed by content hash.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_storage::memory::{Unembedded, VectorRow};
 
 use super::*;
 
+/// Longest the background embedder waits for turns in flight before a batch, so that under
+/// non-stop turns it still makes progress.
+const MAX_YIELD: Duration = Duration::from_millis(500);
+
+/// How often a yielding background embedder looks whether the turns are done.
+const YIELD_POLL: Duration = Duration::from_millis(2);
+
+/// A turn in flight ([`LocalMemory::turn_in_flight`]): until it is dropped the background
+/// embedder starts no new batch (for up to [`MAX_YIELD`] at a time), so on a small machine
+/// the turn's host work and its query's embedding do not share the cores with it.
+pub struct TurnInFlight(Arc<AtomicUsize>);
+
+impl Drop for TurnInFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl LocalMemory {
+    /// Mark a turn in flight until the returned guard is dropped.
+    pub fn turn_in_flight(&self) -> TurnInFlight {
+        self.turns.fetch_add(1, Ordering::AcqRel);
+        TurnInFlight(self.turns.clone())
+    }
+
+    /// Wait while turns are in flight, for up to [`MAX_YIELD`].
+    fn yield_to_turns(&self) {
+        let waiting = Instant::now();
+        while self.turns.load(Ordering::Acquire) > 0
+            && waiting.elapsed() < MAX_YIELD
+            && !self.signal.stopped()
+        {
+            std::thread::sleep(YIELD_POLL);
+        }
+    }
+
     /// Start the background embedder thread (no-op without a provider or if running).
     pub fn start_embedder(self: &Arc<Self>) {
         if self.embedder.is_none() {
@@ -85,6 +120,9 @@ impl LocalMemory {
                 .filter(|p| unique.insert(p.content_hash.as_str()))
                 .collect();
             let texts: Vec<String> = missing.iter().map(|p| p.content.clone()).collect();
+            if !texts.is_empty() {
+                self.yield_to_turns();
+            }
             let fresh = embedder
                 .embed_in_background(&texts)
                 .map_err(|e| MemoryError::Unavailable(e.to_string()))?;
@@ -154,5 +192,40 @@ impl LocalMemory {
                 index.upsert(seq, &scope, &vector)
             })?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::embed::ProviderKind;
+    use crate::{MemoryConfig, MemoryKind, NewMemory};
+
+    fn hashed_memory(dir: &std::path::Path) -> Arc<LocalMemory> {
+        let mut config = MemoryConfig::default();
+        config.embeddings.provider = ProviderKind::Hash;
+        LocalMemory::open(dir, config).expect("open memory")
+    }
+
+    #[test]
+    fn the_background_embedder_yields_to_a_turn_in_flight_but_not_for_ever() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let memory = hashed_memory(dir.path());
+        memory
+            .store_blocking(NewMemory::new(MemoryKind::Fact, "Ann grows tomatoes"))
+            .expect("store");
+        let turn = memory.turn_in_flight();
+        let started = Instant::now();
+        assert_eq!(memory.embed_pending(|_| {}).expect("embed"), 1);
+        assert!(
+            started.elapsed() >= MAX_YIELD,
+            "it waited for the turn before embedding"
+        );
+        drop(turn);
+        assert_eq!(memory.turns.load(Ordering::Acquire), 0);
+        memory
+            .store_blocking(NewMemory::new(MemoryKind::Fact, "Ann plants basil"))
+            .expect("store");
+        assert_eq!(memory.embed_pending(|_| {}).expect("embed"), 1);
     }
 }
