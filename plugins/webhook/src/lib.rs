@@ -178,7 +178,7 @@ impl Guest for Webhook {
             priority: None,
             // GitHub redelivers with the same delivery id: the buffer answers the first id.
             dedup_key: delivery,
-            said_at: None,
+            said_at: said_at_of(&body),
         };
         match buffer::push(&message) {
             Ok(id) => respond(202, json!({"id": id})),
@@ -186,6 +186,27 @@ impl Guest for Webhook {
             Err(error) => respond(503, json!({"error": format!("{error:?}")})),
         }
     }
+}
+
+/// Where GitHub says when what a delivery reports happened, most specific first: a
+/// comment's or review's time, the pull request's or issue's last update, a push's head
+/// commit.
+const EVENT_TIMES: [&str; 5] = [
+    "/comment/created_at",
+    "/review/submitted_at",
+    "/pull_request/updated_at",
+    "/issue/updated_at",
+    "/head_commit/timestamp",
+];
+
+/// When what a delivery reports was said (ms), so a redelivered or late event is
+/// remembered at its own time; a time ahead of this host's clock counts as now.
+fn said_at_of(body: &Value) -> Option<i64> {
+    let said = EVENT_TIMES.iter().find_map(|pointer| {
+        let text = body.pointer(pointer)?.as_str()?;
+        chrono::DateTime::parse_from_rfc3339(text).ok()
+    })?;
+    Some(said.timestamp_millis().min(chrono::Utc::now().timestamp_millis()))
 }
 
 export!(Webhook);

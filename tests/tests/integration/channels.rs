@@ -183,6 +183,35 @@ fn github_deliveries_are_verified_and_each_becomes_one_message() {
         .collect::<Result<_, _>>()
         .expect("priorities");
     assert_eq!(priorities, [50], "the webhook manifest's priority");
+    // A delivery is dated by the time GitHub gives what it reports (a comment's creation,
+    // the pull request's or issue's last update, a push's head commit).
+    let dated: Vec<(String, Option<i64>)> = db
+        .prepare("SELECT json_extract(payload, '$.body'), said_at FROM messages")
+        .expect("query")
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("dates");
+    let mut with_time = 0;
+    for (body, said_at) in &dated {
+        let body: serde_json::Value = serde_json::from_str(body).expect("body");
+        let given = [
+            "/comment/created_at",
+            "/review/submitted_at",
+            "/pull_request/updated_at",
+            "/issue/updated_at",
+            "/head_commit/timestamp",
+        ]
+        .iter()
+        .find_map(|pointer| {
+            let text = body.pointer(pointer)?.as_str()?;
+            chrono::DateTime::parse_from_rfc3339(text).ok()
+        })
+        .map(|time| time.timestamp_millis());
+        with_time += usize::from(given.is_some());
+        assert_eq!(*said_at, given, "{body}");
+    }
+    assert!(with_time > 50, "many examples carry a time: {with_time}");
     assert!(
         log.contains("webhook: reply to "),
         "replies go back through the webhook channel"
