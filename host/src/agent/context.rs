@@ -21,7 +21,7 @@ pub struct TurnInput {
     /// The batch's text (what recall looks for).
     pub text: String,
     /// Its embedding, on its way since the turn began ([`ContextChain::start_embedding`]);
-    /// none makes recall embed the text itself.
+    /// none when recall has no vector to use (no embeddings, a plugin backend, blank text).
     pub query: Option<Arc<QueryEmbedding>>,
     /// How many messages the batch has: the turn saves as many episodes while its context
     /// is read, which are its question, not its history.
@@ -306,17 +306,13 @@ impl ContextProvider for RecalledMemories {
 
     fn provide(&self, turn: &TurnInput) -> Result<Option<Section>, MemoryError> {
         // The query's vector is taken after the full-text search (it may still be on its
-        // way); the time spent waiting for it, or making it, is model time.
+        // way); the time spent waiting for it is model time.
         let model_time = Mutex::new(Duration::ZERO);
         let vector = || {
-            let (vector, waited) = match &turn.query {
-                Some(query) => query.wait(),
-                None => {
-                    let embedding = Instant::now();
-                    let vector = self.memory.local().embed_query(&turn.text);
-                    (vector, embedding.elapsed())
-                }
-            };
+            let (vector, waited) = turn
+                .query
+                .as_ref()
+                .map_or((None, Duration::ZERO), |query| query.wait());
             *model_time.lock().unwrap_or_else(|p| p.into_inner()) = waited;
             vector
         };

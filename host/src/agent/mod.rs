@@ -216,11 +216,7 @@ impl Agent {
         let started = std::time::Instant::now();
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        // The model embeds the question from the start, while the host opens the session
-        // and reads the rest of the context.
-        let text = self.turn_text(&batch);
-        let query = self.context.start_embedding(&text);
-        let session = self.session_for(&batch, user.as_deref());
+        let (text, query, session) = self.open_turn(&batch, user.as_deref());
         let session_id = session.id.clone();
         let mut timings = TurnTimings {
             session: started.elapsed(),
@@ -320,14 +316,22 @@ impl Agent {
             .map(|memory| memory.local().turn_in_flight())
     }
 
-    /// What a turn's context is looked up by: the text of the batch's messages.
-    fn turn_text(&self, batch: &Batch) -> String {
+    /// Begin a turn: the text its context is looked up by (the batch's messages), that
+    /// text's embedding started at once so the model works while the host opens the session
+    /// and reads the rest of the context, and the session.
+    fn open_turn(
+        &self,
+        batch: &Batch,
+        user: Option<&str>,
+    ) -> (String, Option<Arc<QueryEmbedding>>, SessionChoice) {
         let text: Vec<String> = batch
             .messages
             .iter()
             .map(|m| message_text(m, self.config.max_message_chars))
             .collect();
-        text.join("\n")
+        let text = text.join("\n");
+        let query = self.context.start_embedding(&text);
+        (text, query, self.session_for(batch, user))
     }
 
     /// Wait until a new session's row is on disk (its first events name it); a session that
@@ -628,9 +632,7 @@ impl Agent {
     pub async fn task_turn(&self, task: i64, batch: Batch) {
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let text = self.turn_text(&batch);
-        let query = self.context.start_embedding(&text);
-        let session = self.session_for(&batch, user.as_deref());
+        let (text, query, session) = self.open_turn(&batch, user.as_deref());
         let session_id = session.id.clone();
         let history_before = crate::store::now_ms();
         let episodes = self.user_episodes(&batch, &session_id);

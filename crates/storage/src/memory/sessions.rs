@@ -50,34 +50,34 @@ impl SessionStore for SqliteMemory {
         idle_ms: i64,
     ) -> Result<SessionChoice, StorageError> {
         // The common case — the conversation's session is active and fresh — is a read: the
-        // turn's `message.received` moves its `last_activity` on (`record_activity`).
-        let (current, next) = self.read(|conn| {
-            Ok((
-                current_session(conn, conversation)?,
-                next_session_id(conn, conversation)?,
-            ))
+        // turn's `message.received` moves its `last_activity` on (`record_activity`). Only a
+        // new session counts the conversation's earlier ones for its id.
+        let (id, fresh) = self.read(|conn| match current_session(conn, conversation)? {
+            Some((id, state, last))
+                if state == SessionState::Active.as_str() && now - last < idle_ms =>
+            {
+                Ok((id, true))
+            }
+            _ => Ok((next_session_id(conn, conversation)?, false)),
         })?;
-        if let Some((id, state, last)) = current
-            && state == SessionState::Active.as_str()
-            && now - last < idle_ms
-        {
+        if fresh {
             return Ok(SessionChoice {
                 id,
                 recorded: Receipt::ready(Ok(())),
             });
         }
-        let (id, conversation, user, agent) = (
-            next.clone(),
+        let (new_id, conversation, user, agent) = (
+            id.clone(),
             conversation.to_string(),
             user.map(str::to_string),
             agent.map(str::to_string),
         );
         let recorded = self.submit(move |conn| {
             conn.prepare_cached("INSERT INTO sessions (id, conversation, user_id, agent_id, started_at, last_activity, state)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active') ON CONFLICT(id) DO NOTHING")?.execute(params![id, conversation, user, agent, now])?;
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?5, 'active') ON CONFLICT(id) DO NOTHING")?.execute(params![new_id, conversation, user, agent, now])?;
             Ok(())
         });
-        Ok(SessionChoice { id: next, recorded })
+        Ok(SessionChoice { id, recorded })
     }
 
     fn record_activity(
