@@ -19,6 +19,18 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[include_str!("../../../migrations/journal/0001_init.sql")],
 };
 
+/// Events a subscriber has yet to take, from [`JournalStore::pending`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pending {
+    /// The matching events, oldest first.
+    pub events: Vec<Event>,
+    /// Every event up to this sequence number was searched: a subscriber that took
+    /// `events` can search from here next time instead of from its cursor, which moves only
+    /// past events it takes (so a subscriber to rare topics is not re-reading the whole
+    /// journal on every append).
+    pub searched_to: i64,
+}
+
 /// Where the journal keeps events, subscribers' cursors and dead letters. Writes return a
 /// [`Receipt`] that resolves once they are on disk.
 pub trait JournalStore: Send + Sync {
@@ -41,13 +53,14 @@ pub trait JournalStore: Send + Sync {
     /// Delete events older than `before_ms` every subscriber consumed and no dead letter
     /// refers to; how many.
     fn prune(&self, before_ms: i64) -> Receipt<usize>;
-    /// Events after `after` matching `patterns`, oldest first.
+    /// Events after `after` matching `patterns`, oldest first, and how far the journal was
+    /// searched for them.
     fn pending(
         &self,
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> Result<Vec<Event>, StorageError>;
+    ) -> Result<Pending, StorageError>;
     /// Move a subscriber's cursor past `seq` (never backwards).
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
     /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
@@ -161,9 +174,23 @@ impl JournalStore for SqliteJournal {
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> Result<Vec<Event>, StorageError> {
-        self.db
-            .read(|conn| events_after(conn, after, patterns, limit))
+    ) -> Result<Pending, StorageError> {
+        self.db.read(|conn| {
+            // Events are appended by one writer in sequence order, so every event up to the
+            // last one seen now is committed: a search bounded by it is complete.
+            let last: i64 = conn
+                .prepare_cached("SELECT coalesce(max(seq), 0) FROM events")?
+                .query_row([], |row| row.get(0))?;
+            let events = events_between(conn, after, last, patterns, limit)?;
+            let searched_to = match events.last() {
+                Some(event) if events.len() == limit => event.seq,
+                _ => last.max(after),
+            };
+            Ok(Pending {
+                events,
+                searched_to,
+            })
+        })
     }
 
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
@@ -379,9 +406,23 @@ fn events_after(
     patterns: &[String],
     limit: usize,
 ) -> rusqlite::Result<Vec<Event>> {
+    events_between(conn, after, i64::MAX, patterns, limit)
+}
+
+/// Events after `after` and up to `through` matching `patterns`, oldest first.
+fn events_between(
+    conn: &Connection,
+    after: i64,
+    through: i64,
+    patterns: &[String],
+    limit: usize,
+) -> rusqlite::Result<Vec<Event>> {
     let (filter, mut values) = event_filter(patterns, after);
+    values.push(Value::Integer(through));
     values.push(Value::Integer(limit as i64));
-    let sql = format!("SELECT {EVENT_COLUMNS} FROM events WHERE {filter} ORDER BY seq LIMIT ?");
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM events WHERE {filter} AND seq <= ? ORDER BY seq LIMIT ?"
+    );
     let mut statement = conn.prepare_cached(&sql)?;
     statement
         .query_map(params_from_iter(values), read_event)?

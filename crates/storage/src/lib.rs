@@ -17,6 +17,7 @@
 
 pub mod buffer;
 pub mod cache;
+mod checkpointer;
 pub mod database;
 pub mod host;
 pub mod journal;
@@ -151,19 +152,27 @@ pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageE
 }
 
 /// Open a database for a store that writes through a group-commit writer: returns the
-/// writer (thread `writer_name`, owning one connection) and a second connection for reads.
+/// writer (thread `writer_name`, owning one connection, with a thread beside it that
+/// checkpoints the WAL off the commit path) and a second connection for reads.
 pub fn open_with_writer(
     path: &Path,
     migrations: &Migrations,
     writer_name: &str,
 ) -> Result<(writer::GroupWriter, Connection), StorageError> {
+    let spawn_error = |e: std::io::Error| StorageError::Spawn {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
     let write_conn = open(path, migrations)?;
+    write_conn
+        .pragma_update(None, "wal_autocheckpoint", checkpointer::BACKSTOP_PAGES)
+        .map_err(|e| StorageError::open(path, e))?;
     let reader = open(path, migrations)?;
-    let writer =
-        writer::GroupWriter::spawn(writer_name, write_conn).map_err(|e| StorageError::Spawn {
-            path: path.to_path_buf(),
-            message: e.to_string(),
-        })?;
+    let checkpoints =
+        checkpointer::Checkpointer::spawn(format!("{writer_name}-ckpt"), path.to_path_buf())
+            .map_err(spawn_error)?;
+    let writer = writer::GroupWriter::spawn(writer_name, write_conn, Some(checkpoints))
+        .map_err(spawn_error)?;
     Ok((writer, reader))
 }
 

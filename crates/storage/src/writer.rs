@@ -15,6 +15,7 @@ use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use crate::StorageError;
+use crate::checkpointer::Checkpointer;
 
 /// Most writes committed together.
 const MAX_GROUP: usize = 4096;
@@ -31,8 +32,13 @@ pub struct GroupWriter {
 }
 
 impl GroupWriter {
-    /// Start the writer thread `name` on `conn`.
-    pub fn spawn(name: &str, mut conn: Connection) -> std::io::Result<Self> {
+    /// Start the writer thread `name` on `conn`; `checkpoints`, when given, is told of
+    /// every commit and checkpoints the WAL beside the writer.
+    pub(crate) fn spawn(
+        name: &str,
+        mut conn: Connection,
+        checkpoints: Option<Checkpointer>,
+    ) -> std::io::Result<Self> {
         let (work, queue) = mpsc::channel::<Work>();
         std::thread::Builder::new()
             .name(name.to_string())
@@ -46,6 +52,9 @@ impl GroupWriter {
                         }
                     }
                     commit_group(&mut conn, group);
+                    if let Some(checkpoints) = &checkpoints {
+                        checkpoints.committed();
+                    }
                 }
             })?;
         Ok(Self { work })
@@ -199,7 +208,7 @@ mod tests {
         let conn = Connection::open_in_memory().expect("db");
         conn.execute_batch("CREATE TABLE t (x INTEGER NOT NULL)")
             .expect("schema");
-        let writer = GroupWriter::spawn("test-writer", conn).expect("spawn");
+        let writer = GroupWriter::spawn("test-writer", conn, None).expect("spawn");
         let ok = writer.submit(|c| c.execute("INSERT INTO t VALUES (1)", []));
         let bad = writer.submit(|c| {
             c.execute("INSERT INTO t VALUES (2)", [])?;
@@ -223,7 +232,7 @@ mod tests {
     #[test]
     fn a_blocking_write_works_inside_an_async_runtime() {
         let conn = Connection::open_in_memory().expect("db");
-        let writer = GroupWriter::spawn("test-writer", conn).expect("spawn");
+        let writer = GroupWriter::spawn("test-writer", conn, None).expect("spawn");
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .expect("runtime");

@@ -75,6 +75,9 @@ pub struct Buffer {
     /// Channel priorities from the manifests (of this host, or remembered from the last).
     channel_defaults: RwLock<BTreeMap<String, u32>>,
     store: Box<dyn BufferStore>,
+    /// Signalled when this process stored a message, so the router wakes for it at once
+    /// instead of polling.
+    arrived: tokio::sync::Notify,
 }
 
 /// How far ahead of the host's clock a producer's `said_at` may be (clocks differ a little).
@@ -176,6 +179,7 @@ impl Buffer {
             config,
             channel_defaults: RwLock::new(channel_defaults),
             store,
+            arrived: tokio::sync::Notify::new(),
         })
     }
 
@@ -214,13 +218,24 @@ impl Buffer {
     /// id when its dedup key was stored before). Blocks the calling thread: use
     /// [`Buffer::push_async`] from async code.
     pub fn push(&self, message: NewMessage) -> Result<i64, BufferError> {
-        Ok(self.store.insert(self.validate(message)?).wait()?)
+        let id = self.store.insert(self.validate(message)?).wait()?;
+        self.arrived.notify_one();
+        Ok(id)
     }
 
     /// [`Buffer::push`] for async callers.
     pub async fn push_async(&self, message: NewMessage) -> Result<i64, BufferError> {
         let receipt = self.store.insert(self.validate(message)?);
-        Ok(receipt.await?)
+        let id = receipt.await?;
+        self.arrived.notify_one();
+        Ok(id)
+    }
+
+    /// Resolves when this process stores a message (at once if one was stored since the
+    /// last call). Messages another process stores (`cairn send` beside a running host)
+    /// are not signalled: whoever waits also looks again now and then.
+    pub async fn arrival(&self) {
+        self.arrived.notified().await
     }
 
     /// Unrouted messages, most urgent first (priority, then arrival).

@@ -9,7 +9,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -96,10 +96,24 @@ async fn deliver<S: Subscriber>(
     }
 }
 
+/// How often a subscriber looks for what an operator did from another process: dead letters
+/// to retry, a cursor moved by `cairn journal replay`.
+const OPERATOR_LOOK: Duration = Duration::from_secs(1);
+
+/// Where a subscriber is in the journal.
+#[derive(Debug, Clone, Copy)]
+struct Position {
+    /// The last event it consumed, as stored.
+    cursor: i64,
+    /// Every event up to here was searched and none after `cursor` matched.
+    searched_to: i64,
+}
+
 /// Deliver matching events to `subscriber` until `stop` turns true; an event in flight when
 /// the stop comes is finished first (or left for the next start if it is being retried).
-/// Each round also re-delivers dead letters an operator asked to retry, and reads the
-/// stored cursor, so `cairn journal replay` takes effect on a running host.
+/// It wakes when this process appends a matching event, and every [`OPERATOR_LOOK`] it
+/// re-delivers dead letters an operator asked to retry and reads the stored cursor, so
+/// `cairn journal replay` takes effect on a running host.
 pub async fn serve<S: Subscriber>(
     journal: Arc<Journal>,
     subscriber: Arc<S>,
@@ -111,45 +125,60 @@ pub async fn serve<S: Subscriber>(
         tracing::error!(subscriber = %id, "cannot subscribe: {e}");
         return;
     }
+    let appended = journal.watch(&patterns);
+    let mut at: Option<Position> = None;
+    let mut operator_looked: Option<Instant> = None;
     loop {
         if *stop.borrow() {
             return;
         }
-        let appended = journal.appended();
-        for event in journal.retries(&id).unwrap_or_default() {
-            let failure = match deliver(&journal, &*subscriber, &event, &mut stop).await {
-                Delivery::Taken => None,
-                Delivery::GaveUp(error, attempts) => Some((error, attempts)),
-                Delivery::Stopping => return,
-            };
-            if let Err(e) = journal.settle_retry(&id, event.seq, failure).await {
-                tracing::error!(subscriber = %id, "cannot settle a retried dead letter: {e}");
-            }
-        }
-        let cursor = match journal.cursor(&id) {
-            Ok(Some(cursor)) => cursor,
-            Ok(None) => return,
-            Err(e) => {
-                tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
+        if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
+            operator_looked = Some(Instant::now());
+            if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;
             }
-        };
-        let events = match journal.pending(cursor, &patterns, READ_AHEAD) {
-            Ok(events) => events,
+            match journal.cursor(&id) {
+                Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
+                    at = Some(Position {
+                        cursor: stored,
+                        searched_to: stored,
+                    });
+                }
+                Ok(Some(_)) => {}
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
+                    return;
+                }
+            }
+        }
+        let Some(mut position) = at else { return };
+        let pending = match journal.pending(position.searched_to, &patterns, READ_AHEAD) {
+            Ok(pending) => pending,
             Err(e) => {
                 tracing::error!(subscriber = %id, "cannot read the journal: {e}");
-                Vec::new()
+                super::Pending::default()
             }
         };
-        if events.is_empty() {
+        position.searched_to = position.searched_to.max(pending.searched_to);
+        if pending.events.is_empty() {
+            // Far behind on events it never takes: move the durable cursor past them, so
+            // retention can prune them and its lag reads true.
+            if position.searched_to - position.cursor >= READ_AHEAD as i64 {
+                match journal.advance(&id, position.searched_to).await {
+                    Ok(()) => position.cursor = position.searched_to,
+                    Err(e) => tracing::warn!(subscriber = %id, "cannot move the cursor: {e}"),
+                }
+            }
+            at = Some(position);
             tokio::select! {
-                _ = appended => {}
-                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                _ = appended.notified() => {}
+                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
                 _ = stop.changed() => {}
             }
             continue;
         }
-        for event in events {
+        for event in pending.events {
             let recorded = match deliver(&journal, &*subscriber, &event, &mut stop).await {
                 Delivery::Taken => journal.advance(&id, event.seq).await,
                 Delivery::GaveUp(error, attempts) => {
@@ -162,9 +191,31 @@ pub async fn serve<S: Subscriber>(
                 tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
                 return;
             }
+            position.cursor = event.seq;
             if *stop.borrow() {
                 return;
             }
         }
+        at = Some(position);
     }
+}
+
+/// Deliver the dead letters an operator asked to retry; false when the host is stopping.
+async fn redeliver_retries<S: Subscriber>(
+    journal: &Journal,
+    subscriber: &S,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let id = subscriber.id();
+    for event in journal.retries(id).unwrap_or_default() {
+        let failure = match deliver(journal, subscriber, &event, stop).await {
+            Delivery::Taken => None,
+            Delivery::GaveUp(error, attempts) => Some((error, attempts)),
+            Delivery::Stopping => return false,
+        };
+        if let Err(e) = journal.settle_retry(id, event.seq, failure).await {
+            tracing::error!(subscriber = %id, "cannot settle a retried dead letter: {e}");
+        }
+    }
+    true
 }

@@ -10,8 +10,9 @@
 pub mod dispatch;
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
-pub use cairn_storage::journal::{JournalAdmin, MIGRATIONS};
+pub use cairn_storage::journal::{JournalAdmin, MIGRATIONS, Pending};
 use cairn_storage::journal::{JournalStore, SqliteJournal};
 use cairn_storage::{ErrorKind, StorageError, now_ms};
 use serde::{Deserialize, Serialize};
@@ -75,7 +76,13 @@ impl JournalError {
 pub struct Journal {
     config: JournalConfig,
     store: Box<dyn JournalStore>,
-    appended: Notify,
+    watchers: Mutex<Vec<Watcher>>,
+}
+
+/// Who waits for events on which topics ([`Journal::watch`]).
+struct Watcher {
+    patterns: Vec<String>,
+    wake: Arc<Notify>,
 }
 
 impl Journal {
@@ -89,7 +96,7 @@ impl Journal {
         Self {
             config,
             store,
-            appended: Notify::new(),
+            watchers: Mutex::new(Vec::new()),
         }
     }
 
@@ -120,16 +127,18 @@ impl Journal {
     /// Append an event; returns its sequence number once it is on disk.
     pub async fn append(&self, event: NewEvent) -> Result<i64, JournalError> {
         self.validate(&event)?;
+        let topic = event.topic.clone();
         let seq = self.store.append(event).await?;
-        self.appended.notify_waiters();
+        self.wake_watchers(&topic);
         Ok(seq)
     }
 
     /// [`Journal::append`] for threads outside the async runtime (plugin calls).
     pub fn append_blocking(&self, event: NewEvent) -> Result<i64, JournalError> {
         self.validate(&event)?;
+        let topic = event.topic.clone();
         let seq = self.store.append(event).wait()?;
-        self.appended.notify_waiters();
+        self.wake_watchers(&topic);
         Ok(seq)
     }
 
@@ -154,9 +163,32 @@ impl Journal {
         }
     }
 
-    /// Resolves when an event is appended after the call.
-    pub fn appended(&self) -> tokio::sync::futures::Notified<'_> {
-        self.appended.notified()
+    /// A wake-up signalled each time this process appends an event on a topic `patterns`
+    /// match (a wake-up that finds nobody waiting is kept for the next wait, so none is
+    /// lost). Only matching appends wake it: a subscriber to rare topics is not woken, and
+    /// does not read the journal, for every event. Events other processes append are not
+    /// signalled.
+    pub fn watch(&self, patterns: &[String]) -> Arc<Notify> {
+        let wake = Arc::new(Notify::new());
+        self.watchers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Watcher {
+                patterns: patterns.to_vec(),
+                wake: wake.clone(),
+            });
+        wake
+    }
+
+    fn wake_watchers(&self, topic: &str) {
+        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
+        // A watcher whose subscriber has ended holds the only reference left.
+        watchers.retain(|watcher| Arc::strong_count(&watcher.wake) > 1);
+        for watcher in watchers.iter() {
+            if watcher.patterns.iter().any(|p| topic_matches(p, topic)) {
+                watcher.wake.notify_one();
+            }
+        }
     }
 
     /// Register a subscriber (or update its patterns) and return its cursor. A new
@@ -214,13 +246,14 @@ impl Journal {
         .await
     }
 
-    /// The subscriber's next events after its cursor.
+    /// A subscriber's next events after `after` (its cursor, or where its last search
+    /// ended), and how far the journal was searched.
     pub fn pending(
         &self,
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> Result<Vec<Event>, JournalError> {
+    ) -> Result<Pending, JournalError> {
         Ok(self.store.pending(after, patterns, limit)?)
     }
 
@@ -288,7 +321,10 @@ mod tests {
         for topic in ["a.one", "bxc.exact", "b_c.exact", "a.two", "other"] {
             journal.append(event(topic)).await.expect("append");
         }
-        let pending = journal.pending(cursor, &patterns, 10).expect("pending");
+        let pending = journal
+            .pending(cursor, &patterns, 10)
+            .expect("pending")
+            .events;
         let topics: Vec<&str> = pending.iter().map(|e| e.topic.as_str()).collect();
         assert_eq!(
             topics,
@@ -322,6 +358,31 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_search_reports_how_far_it_read_so_the_next_starts_there() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("open");
+        let rare = vec!["rare.topic".to_string()];
+        let mut seqs = Vec::new();
+        for topic in ["common.a", "rare.topic", "common.b", "common.c"] {
+            seqs.push(journal.append(event(topic)).await.expect("append"));
+        }
+        let all = journal.pending(0, &rare, 10).expect("read");
+        assert_eq!(all.events.len(), 1);
+        assert_eq!(all.searched_to, seqs[3], "searched to the journal's end");
+        let capped = journal.pending(0, &rare, 1).expect("read");
+        assert_eq!(
+            capped.searched_to, seqs[1],
+            "a full page was searched only up to its last event"
+        );
+        let none = journal.pending(seqs[3], &rare, 10).expect("read");
+        assert!(none.events.is_empty());
+        assert_eq!(none.searched_to, seqs[3], "never behind where it started");
+        journal.append(event("rare.topic")).await.expect("append");
+        let next = journal.pending(none.searched_to, &rare, 10).expect("read");
+        assert_eq!(next.events.len(), 1, "a later event is found from the mark");
+    }
+
+    #[tokio::test]
     async fn retention_prunes_only_events_every_subscriber_consumed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = JournalConfig {
@@ -338,7 +399,7 @@ mod tests {
         }
         journal.advance("fast", seqs[3]).await.expect("advance");
         journal.advance("slow", seqs[2]).await.expect("advance");
-        let events = journal.pending(0, &all, 10).expect("read");
+        let events = journal.pending(0, &all, 10).expect("read").events;
         journal
             .dead_letter("slow", &events[0], "boom", 1)
             .await
@@ -352,6 +413,7 @@ mod tests {
         let left: Vec<String> = journal
             .pending(0, &all, 10)
             .expect("read")
+            .events
             .into_iter()
             .map(|e| e.topic)
             .collect();

@@ -169,6 +169,18 @@ impl CompiledRule {
     }
 }
 
+/// Unrouted messages grouped by (conversation, channel): the groups to route now, and when
+/// the next of the others will be.
+#[derive(Debug, Default)]
+pub struct Grouped {
+    /// Groups whose oldest message has waited the window, each in id order, most urgent
+    /// first, then oldest.
+    pub ready: Vec<Vec<BufferedMessage>>,
+    /// When the earliest group still collecting has waited the window (ms); none when
+    /// every group is ready.
+    pub next_due: Option<i64>,
+}
+
 /// Group messages into batches by (conversation, channel), each in id order, and keep
 /// only the groups whose oldest message has waited at least `window_ms` (or all, when
 /// `flush` is set).
@@ -177,7 +189,7 @@ pub fn group_ready(
     now: i64,
     window_ms: u64,
     flush: bool,
-) -> Vec<Vec<BufferedMessage>> {
+) -> Grouped {
     let mut groups: BTreeMap<(String, String), Vec<BufferedMessage>> = BTreeMap::new();
     for message in messages {
         groups
@@ -185,24 +197,21 @@ pub fn group_ready(
             .or_default()
             .push(message);
     }
-    let mut ready: Vec<Vec<BufferedMessage>> = groups
-        .into_values()
-        .map(|mut group| {
-            group.sort_by_key(|m| m.id);
-            group
-        })
-        .filter(|group| {
-            flush
-                || group
-                    .iter()
-                    .map(|m| m.received_at)
-                    .min()
-                    .is_some_and(|oldest| now - oldest >= window_ms as i64)
-        })
-        .collect();
-    // Most urgent batch first, then oldest.
-    ready.sort_by_key(|group| (group.iter().map(|m| m.priority).min(), group[0].id));
-    ready
+    let mut grouped = Grouped::default();
+    for mut group in groups.into_values() {
+        group.sort_by_key(|m| m.id);
+        let oldest = group.iter().map(|m| m.received_at).min().unwrap_or(now);
+        let due = oldest.saturating_add(window_ms as i64);
+        if flush || now >= due {
+            grouped.ready.push(group);
+        } else {
+            grouped.next_due = Some(grouped.next_due.map_or(due, |next| next.min(due)));
+        }
+    }
+    grouped
+        .ready
+        .sort_by_key(|group| (group.iter().map(|m| m.priority).min(), group[0].id));
+    grouped
 }
 
 /// Messages of one group that take the same route by the same rule: one batch.
@@ -277,16 +286,20 @@ impl Router {
         parts
     }
 
-    /// Route every group that is ready; returns how many batches were recorded.
-    pub async fn tick(&self, flush: bool) -> Result<usize, crate::buffer::BufferError> {
+    /// Route every group that is ready.
+    pub async fn tick(&self, flush: bool) -> Result<Tick, crate::buffer::BufferError> {
         let messages = self.buffer.unrouted(self.config.max_messages_per_tick)?;
+        let unrouted = messages.len();
         let mut recorded = 0;
-        let ready = group_ready(messages, now_ms(), self.config.batch_window_ms, flush);
+        let grouped = group_ready(messages, now_ms(), self.config.batch_window_ms, flush);
         for RoutedPart {
             route,
             rule,
             messages: group,
-        } in ready.into_iter().flat_map(|group| self.split(group))
+        } in grouped
+            .ready
+            .into_iter()
+            .flat_map(|group| self.split(group))
         {
             let first = &group[0];
             let batch = NewBatch {
@@ -323,29 +336,71 @@ impl Router {
         if recorded > 0 {
             self.routed.notify_waiters();
         }
-        Ok(recorded)
+        Ok(Tick {
+            batches: recorded,
+            unrouted,
+            next_due: grouped.next_due,
+        })
     }
 
-    /// Tick every quarter window until `stop` turns true, then route what is left.
+    /// Route until `stop` turns true. The router sleeps until a
+    /// message arrives in this process or the next group is due; messages other processes
+    /// store (`cairn send` beside a running host) are seen within one window (at least
+    /// [`MIN_LOOK_AGAIN`]).
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
-        let period = Duration::from_millis((self.config.batch_window_ms / 4).max(10));
+        let look_again = Duration::from_millis(self.config.batch_window_ms).max(MIN_LOOK_AGAIN);
         let mut warned_depth = false;
         loop {
-            if let Err(e) = self.tick(false).await {
-                tracing::error!("router tick failed: {e}");
-            }
-            let depth = self.buffer.stats().map(|s| s.depth).unwrap_or(0);
-            let above = depth > self.buffer.config().warn_depth;
-            if above && !warned_depth {
-                tracing::warn!(depth, "unrouted messages above buffer.warn_depth");
-            }
-            warned_depth = above;
+            let next_due = match self.tick(false).await {
+                Ok(tick) => {
+                    warned_depth = self.warn_depth(&tick, warned_depth);
+                    tick.next_due
+                }
+                Err(e) => {
+                    tracing::error!("router tick failed: {e}");
+                    None
+                }
+            };
+            let wait = next_due.map_or(look_again, |due| {
+                Duration::from_millis(due.saturating_sub(now_ms()).max(1) as u64).min(look_again)
+            });
             tokio::select! {
-                _ = tokio::time::sleep(period) => {}
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.buffer.arrival() => {}
                 _ = stop.changed() => break,
             }
         }
     }
+
+    /// Warn once when the unrouted messages pass `buffer.warn_depth`; whether they are
+    /// above it.
+    fn warn_depth(&self, tick: &Tick, warned: bool) -> bool {
+        let depth = if tick.unrouted < self.config.max_messages_per_tick {
+            tick.unrouted as i64
+        } else {
+            self.buffer.stats().map(|s| s.depth).unwrap_or(0)
+        };
+        let above = depth > self.buffer.config().warn_depth;
+        if above && !warned {
+            tracing::warn!(depth, "unrouted messages above buffer.warn_depth");
+        }
+        above
+    }
+}
+
+/// How often, at most, the router looks for messages another process stored (they are
+/// never signalled), when the batch window is shorter than this.
+const MIN_LOOK_AGAIN: Duration = Duration::from_millis(100);
+
+/// What one routing round did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tick {
+    /// Batches recorded.
+    pub batches: usize,
+    /// Unrouted messages read (at most `max_messages_per_tick`).
+    pub unrouted: usize,
+    /// When the next group still collecting is due (ms).
+    pub next_due: Option<i64>,
 }
 
 #[cfg(test)]
@@ -376,11 +431,14 @@ mod tests {
         let messages: Vec<_> = (1..=5)
             .map(|i| message(i, "cli", "c", 1000 + i, "{}"))
             .collect();
-        assert!(
-            group_ready(messages.clone(), 1100, 500, false).is_empty(),
-            "still collecting"
+        let collecting = group_ready(messages.clone(), 1100, 500, false);
+        assert!(collecting.ready.is_empty(), "still collecting");
+        assert_eq!(
+            collecting.next_due,
+            Some(1501),
+            "due a window after the oldest"
         );
-        let ready = group_ready(messages, 1600, 500, false);
+        let ready = group_ready(messages, 1600, 500, false).ready;
         assert_eq!(ready.len(), 1);
         assert_eq!(
             ready[0].iter().map(|m| m.id).collect::<Vec<_>>(),
@@ -396,7 +454,7 @@ mod tests {
             message(3, "hooks", "repo#1", 0, "{}"),
             message(4, "cli", "repo#1", 0, "{}"),
         ];
-        let ready = group_ready(messages, 1000, 500, false);
+        let ready = group_ready(messages, 1000, 500, false).ready;
         let ids: Vec<Vec<i64>> = ready
             .iter()
             .map(|g| g.iter().map(|m| m.id).collect())

@@ -325,7 +325,7 @@ fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     let mut batches = 0;
     runtime.block_on(async {
         loop {
-            let routed = router.tick(true).await?;
+            let routed = router.tick(true).await?.batches;
             if routed == 0 {
                 break;
             }
@@ -696,6 +696,7 @@ async fn dispatch_rate(
     }
     let head = journal
         .pending(0, &patterns, usize::MAX)?
+        .events
         .last()
         .map(|e| e.seq)
         .unwrap_or(0);
@@ -708,7 +709,8 @@ async fn dispatch_rate(
             workers.spawn(async move {
                 let mut cursor = 0;
                 while cursor < head {
-                    for event in journal.pending(cursor, &patterns, 256).unwrap_or_default() {
+                    let pending = journal.pending(cursor, &patterns, 256).unwrap_or_default();
+                    for event in pending.events {
                         black_box(fnv1a(event.payload.as_bytes()));
                         let _ = journal.advance(&id, event.seq).await;
                         cursor = event.seq;
