@@ -163,7 +163,7 @@ pub async fn serve<S: Subscriber>(
         position.searched_to = position.searched_to.max(pending.searched_to);
         if pending.events.is_empty() {
             // Far behind on events it never takes: move the durable cursor past them, so
-            // retention can prune them and its lag reads true.
+            // retention can prune them.
             if position.searched_to - position.cursor >= READ_AHEAD as i64 {
                 match journal.advance(&id, position.searched_to).await {
                     Ok(()) => position.cursor = position.searched_to,

@@ -347,6 +347,74 @@ fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The background embedder's rate on distinct texts (no cache hit): episode-length texts
+/// made of the generated users' sentences, stored on a fresh memory with the default settings and embedded
+/// as the host's background embedder does (both cores, idle scheduling class, batches of
+/// `memory.embeddings.batch_size`).
+fn background_embedding_row(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
+    use cairn::memory::{ExportRecord, LocalMemory, MemoryConfig};
+    use cairn_tests::memory_dataset;
+
+    const TEXTS: usize = 2_000;
+    let dir = scratch.join("embedding-rate");
+    std::fs::create_dir_all(&dir)?;
+    let memory = LocalMemory::open(&dir, MemoryConfig::default())?;
+    let now = cairn::store::now_ms();
+    let dataset = memory_dataset::generate(200, 7, now);
+    // Episode-length texts (a few of the generated sentences each), every one distinct, so
+    // the embedder's cache never answers.
+    let mut seen = std::collections::HashSet::new();
+    let sentences: Vec<&cairn::memory::NewMemory> = dataset
+        .memories
+        .iter()
+        .map(|item| &item.memory)
+        .filter(|memory| seen.insert(memory.content.clone()))
+        .collect();
+    let n = sentences.len();
+    anyhow::ensure!(n > 100, "the dataset has only {n} distinct sentences");
+    let mut texts = std::collections::HashSet::new();
+    let mut chunk = String::new();
+    let mut words = 0usize;
+    for i in 0..TEXTS * 10 {
+        if texts.len() == TEXTS {
+            break;
+        }
+        let mut memory = sentences[i % n].clone();
+        let round = i / n;
+        memory.content = [i % n, (i * 7 + 3 + round) % n, (i * 13 + 5 + 2 * round) % n]
+            .map(|j| sentences[j].content.as_str())
+            .join(" ");
+        if !texts.insert(memory.content.clone()) {
+            continue;
+        }
+        words += memory.content.split_whitespace().count();
+        let entry = cairn::memory::record(&memory, format!("mem_rate{i:06}"), now);
+        chunk.push_str(&serde_json::to_string(&ExportRecord::Entry(Box::new(
+            entry,
+        )))?);
+        chunk.push('\n');
+    }
+    let texts = texts.len();
+    anyhow::ensure!(texts == TEXTS, "only {texts} distinct texts");
+    memory.import(&chunk)?;
+    let started = Instant::now();
+    let embedded = memory.embed_pending(|_| {})?;
+    let elapsed = started.elapsed().as_secs_f64();
+    anyhow::ensure!(embedded as usize == texts, "embedded {embedded} of {texts}");
+    rows.push(Row {
+        name: "background embedding, distinct texts".into(),
+        value: texts as f64 / elapsed,
+        unit: "/s",
+        note: format!(
+            "{texts} texts of {:.1} words on average, by {}; {} cores, idle class",
+            words as f64 / texts as f64,
+            memory.embeddings_in_use().0,
+            std::thread::available_parallelism().map_or(1, usize::from)
+        ),
+    });
+    Ok(())
+}
+
 /// Which provider the bench's host embeds with (`auto`: the local model when installed).
 fn embedding_provider() -> &'static str {
     use cairn::memory::embed::local_model;
@@ -819,6 +887,7 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
     use cairn::memory::{LocalMemory, MemoryConfig, MemoryKind, NewMemory, RecallQuery, Scope};
     use cairn_tests::memory_dataset;
 
+    background_embedding_row(rows, scratch)?;
     let dir = scratch.join("memory");
     std::fs::create_dir_all(&dir)?;
     let mut config = MemoryConfig::default();
