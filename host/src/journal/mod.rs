@@ -383,6 +383,21 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watcher_is_woken_only_by_the_topics_it_watches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("open");
+        let wake = journal.watch(&["a.*".to_string()]);
+        let woken = || tokio::time::timeout(std::time::Duration::from_millis(200), wake.notified());
+        journal.append(event("b.other")).await.expect("append");
+        assert!(woken().await.is_err(), "another topic does not wake it");
+        journal.append(event("a.one")).await.expect("append");
+        assert!(
+            woken().await.is_ok(),
+            "a matching append wakes it, even one made before it waited"
+        );
+    }
+
+    #[tokio::test]
     async fn retention_prunes_only_events_every_subscriber_consumed() {
         let dir = tempfile::tempdir().expect("tempdir");
         let config = JournalConfig {

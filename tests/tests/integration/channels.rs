@@ -692,6 +692,35 @@ fn the_channel_priority_holds_whether_or_not_a_host_runs() {
 }
 
 #[test]
+fn a_message_cairn_send_stores_beside_a_running_host_is_answered() {
+    // The router is woken by messages this process stores; one another process stores is
+    // found when it looks again (within a window).
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+    send(
+        data.path(),
+        &[
+            "--channel",
+            "cli",
+            "--conversation",
+            "cli",
+            "sent from another process",
+        ],
+    )
+    .expect("sent");
+    host.wait_until(LONG, "the reply to the message sent", |log| {
+        log.lines().any(|line| {
+            line.contains("[offline] I received") && line.contains("sent from another process")
+        })
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+}
+
+#[test]
 fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
     let data = tempfile::tempdir().expect("data");
     for (payload, kind) in [
