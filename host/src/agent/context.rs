@@ -43,15 +43,39 @@ pub struct Section {
     pub text: String,
     /// Ids of the memories it quoted (none for the session's own turns).
     pub memories: Vec<String>,
-    /// Time spent waiting for a model (the query's embedding), reported apart from the
-    /// host's.
-    pub model_time: Duration,
+    /// Time that was the model's (the query's embedding), reported apart from the host's.
+    pub model_time: ModelTime,
+}
+
+/// A turn's time that was its embedding model's, not the host's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelTime {
+    /// How long recall waited for the query's vector.
+    pub waited: Duration,
+    /// How much of the turn's wall time the model held up: the encoder's whole run when
+    /// recall had to wait for its vector (the turn could not have gone on sooner), none
+    /// when the vector was ready first (the host's own work was then the longer path).
+    pub on_path: Duration,
+}
+
+impl std::ops::AddAssign for ModelTime {
+    fn add_assign(&mut self, other: Self) {
+        self.waited += other.waited;
+        self.on_path += other.on_path;
+    }
 }
 
 /// A turn's text being embedded on its own thread: the model works while the host opens
 /// the session and reads the other providers' context, and recall waits for the vector.
 pub struct QueryEmbedding {
-    vector: Mutex<Option<Receiver<Option<Vec<f32>>>>>,
+    vector: Mutex<Option<Receiver<Encoded>>>,
+}
+
+/// The vector a [`QueryEmbedding`] made (none without embeddings or when the model
+/// failed), and how long the model ran for it.
+struct Encoded {
+    vector: Option<Vec<f32>>,
+    run: Duration,
 }
 
 impl std::fmt::Debug for QueryEmbedding {
@@ -63,9 +87,19 @@ impl std::fmt::Debug for QueryEmbedding {
 impl QueryEmbedding {
     /// Start embedding `text` with `memory`'s provider on a blocking thread.
     fn start(memory: Arc<MemoryService>, text: String) -> Arc<Self> {
+        Self::spawn(move || memory.local().embed_query(&text))
+    }
+
+    /// Run `encode` on a blocking thread, timing the model's run.
+    fn spawn(encode: impl FnOnce() -> Option<Vec<f32>> + Send + 'static) -> Arc<Self> {
         let (sender, receiver) = sync_channel(1);
         tokio::task::spawn_blocking(move || {
-            let _ = sender.send(memory.local().embed_query(&text));
+            let began = Instant::now();
+            let vector = encode();
+            let _ = sender.send(Encoded {
+                vector,
+                run: began.elapsed(),
+            });
         });
         Arc::new(Self {
             vector: Mutex::new(Some(receiver)),
@@ -73,16 +107,30 @@ impl QueryEmbedding {
     }
 
     /// The vector (none without embeddings or when the model failed; the first caller gets
-    /// it), and how long the caller waited for it.
-    fn wait(&self) -> (Option<Vec<f32>>, Duration) {
+    /// it), and the turn's time that was the model's.
+    fn wait(&self) -> (Option<Vec<f32>>, ModelTime) {
         let waiting = Instant::now();
-        let receiver = self
+        // Whether the vector is there is looked at before the slot is let go: whoever
+        // finds the slot empty knows the first caller has looked.
+        let mut slot = self
             .vector
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
-        let vector = receiver.and_then(|r| r.recv().ok()).flatten();
-        (vector, waiting.elapsed())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(receiver) = slot.take() else {
+            return (None, ModelTime::default());
+        };
+        let ready = receiver.try_recv().ok();
+        drop(slot);
+        let ready_first = ready.is_some();
+        let encoded = ready.or_else(|| receiver.recv().ok());
+        let Some(Encoded { vector, run }) = encoded else {
+            return (None, ModelTime::default());
+        };
+        let model_time = ModelTime {
+            waited: waiting.elapsed(),
+            on_path: if ready_first { Duration::ZERO } else { run },
+        };
+        (vector, model_time)
     }
 }
 
@@ -104,8 +152,8 @@ pub struct Assembled {
     pub sections: Vec<String>,
     /// Ids of every memory quoted (core and recalled).
     pub memories: Vec<String>,
-    /// Time the providers spent in a model (the query's embedding).
-    pub model_time: Duration,
+    /// The turn's time that was a model's (the query's embedding).
+    pub model_time: ModelTime,
 }
 
 /// The providers of every turn, highest priority first.
@@ -306,14 +354,14 @@ impl ContextProvider for RecalledMemories {
 
     fn provide(&self, turn: &TurnInput) -> Result<Option<Section>, MemoryError> {
         // The query's vector is taken after the full-text search (it may still be on its
-        // way); the time spent waiting for it is model time.
-        let model_time = Mutex::new(Duration::ZERO);
+        // way); what the model held the turn up is model time.
+        let model_time = Mutex::new(ModelTime::default());
         let vector = || {
-            let (vector, waited) = turn
+            let (vector, spent) = turn
                 .query
                 .as_ref()
-                .map_or((None, Duration::ZERO), |query| query.wait());
-            *model_time.lock().unwrap_or_else(|p| p.into_inner()) = waited;
+                .map_or((None, ModelTime::default()), |query| query.wait());
+            *model_time.lock().unwrap_or_else(|p| p.into_inner()) = spent;
             vector
         };
         let query = RecallQuery {
@@ -379,5 +427,53 @@ fn entries_section<'a>(
 fn quote(text: &mut String, content: &str) {
     for line in content.lines() {
         text.push_str(&format!("> {line}\n"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A query embedding whose model runs until `gate` is opened (sent to or dropped).
+    fn held_by(gate: Receiver<()>) -> Arc<QueryEmbedding> {
+        QueryEmbedding::spawn(move || {
+            let _ = gate.recv();
+            Some(vec![1.0])
+        })
+    }
+
+    #[tokio::test]
+    async fn a_turn_that_waits_for_its_vector_counts_the_encoders_run_as_model_time() {
+        let (open, gate) = sync_channel(1);
+        let embedding = held_by(gate);
+        let waiter = embedding.clone();
+        let waited = tokio::task::spawn_blocking(move || waiter.wait());
+        // Open the gate only once the waiter has looked and found no vector.
+        while embedding.vector.lock().expect("slot").is_some() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        open.send(()).expect("the model waits at the gate");
+        let (vector, spent) = waited.await.expect("wait");
+        assert_eq!(vector, Some(vec![1.0]));
+        assert!(spent.on_path > Duration::ZERO, "{spent:?}");
+    }
+
+    #[tokio::test]
+    async fn a_vector_ready_before_recall_asks_held_nothing_up() {
+        let (sender, receiver) = sync_channel(1);
+        sender
+            .send(Encoded {
+                vector: Some(vec![1.0]),
+                run: Duration::from_millis(20),
+            })
+            .expect("send");
+        let embedding = QueryEmbedding {
+            vector: Mutex::new(Some(receiver)),
+        };
+        let (vector, spent) = embedding.wait();
+        assert_eq!(vector, Some(vec![1.0]));
+        assert_eq!(spent.on_path, Duration::ZERO);
+        let (again, _) = embedding.wait();
+        assert_eq!(again, None, "the first caller takes the vector");
     }
 }

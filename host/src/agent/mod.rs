@@ -72,8 +72,8 @@ struct TurnTimings {
     session: Duration,
     /// Assembling the context, the query's embedding included.
     context: Duration,
-    /// Embedding the query (model time, not the host's).
-    embedding: Duration,
+    /// The query's embedding (model time, not the host's).
+    embedding: context::ModelTime,
 }
 
 /// Agent settings (`agent:` in `cairn.yaml`).
@@ -471,6 +471,7 @@ impl Agent {
                 return;
             };
             let elapsed = started.elapsed();
+            let model = timings.embedding;
             let payload = serde_json::json!({
                 "batch_id": batch.id,
                 "channel": batch.channel,
@@ -481,12 +482,17 @@ impl Agent {
                 "recalled": recalled,
                 "usage": usage,
                 "duration_ms": elapsed.as_millis() as u64,
-                "host_us": elapsed.saturating_sub(llm_time + timings.embedding).as_micros() as u64,
+                // The host's time on the turn's path: what the LLM and the query's
+                // embedding did not hold up (see `context::ModelTime`).
+                "host_us": elapsed.saturating_sub(llm_time + model.on_path).as_micros() as u64,
+                // Also counting the host's work done while the encoder ran.
+                "host_incl_overlap_us": elapsed.saturating_sub(llm_time + model.waited).as_micros() as u64,
                 "llm_us": llm_time.as_micros() as u64,
-                "embedding_us": timings.embedding.as_micros() as u64,
+                "embedding_us": model.on_path.as_micros() as u64,
+                "embedding_wait_us": model.waited.as_micros() as u64,
                 "phases_us": {
                     "session": timings.session.as_micros() as u64,
-                    "context": timings.context.saturating_sub(timings.embedding).as_micros() as u64,
+                    "context": timings.context.saturating_sub(model.on_path).as_micros() as u64,
                     "deliver": deliver_time.as_micros() as u64,
                 },
             });
