@@ -20,7 +20,10 @@ pub use bert::BertConfig;
 pub const MODEL_FILES: [&str; 3] = ["config.json", "model.safetensors", "tokenizer.json"];
 
 /// Texts encoded in one forward pass: sorted by length first, so that each pass pads little.
-const PASS_SIZE: usize = 32;
+/// Eight keep the matrix products large enough for the SIMD kernels while a pass pads only
+/// to the longest of eight similar lengths (measured on 2 cores, texts of 4–25 words in
+/// batches of 32: 269 texts/s against 205 with passes of 32, 262 with 4 or 16).
+const PASS_SIZE: usize = 8;
 
 /// Why a model could not be loaded or run.
 #[derive(Debug, thiserror::Error)]
