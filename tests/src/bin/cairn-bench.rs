@@ -524,41 +524,31 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             ))
         })
         .collect::<Result<Vec<_>>>()?;
-    rows.push(Row {
-        name: "host overhead per turn, LLM and embedding model excluded".into(),
-        value: percentile(&host_us, 0.5) / 1000.0,
-        unit: "ms",
-        note: format!(
-            "p50; p99 {:.2} ms; the host's time on the turn's path; {} turns, a new session each; phases p50/p99 ms: {} (session, events and episodes durable, context providers, delivery through the channel plugin with a kv write while the reply's episode and agent.response are written)",
-            percentile(&host_us, 0.99) / 1000.0,
+    rows.push(turn_time_row(
+        "host overhead per turn, LLM and embedding model excluded",
+        &host_us,
+        format!(
+            "the host's time on the turn's path; {} turns, a new session each; phases p50/p99 ms: {} (session, events and episodes durable, context providers, delivery through the channel plugin with a kv write while the reply's episode and agent.response are written)",
             host_us.len(),
             phases.join(", ")
         ),
-    });
-    let overlapping = turn_figure("$.host_incl_overlap_us")?;
-    rows.push(Row {
-        name: "host time per turn, counting work beside the encoder".into(),
-        value: percentile(&overlapping, 0.5) / 1000.0,
-        unit: "ms",
-        note: format!(
-            "p50; p99 {:.2} ms; also the reads done while the query's embedding ran (they share 2 cores with it, but the turn waited for the model anyway)",
-            percentile(&overlapping, 0.99) / 1000.0,
-        ),
-    });
-    let embedding_us = turn_figure("$.embedding_us")?;
+    ));
+    rows.push(turn_time_row(
+        "host time per turn, counting work beside the encoder",
+        &turn_figure("$.host_incl_overlap_us")?,
+        "also the reads done while the query's embedding ran (they share 2 cores with it, but the turn waited for the model anyway)".into(),
+    ));
     let waited_us = turn_figure("$.embedding_wait_us")?;
-    rows.push(Row {
-        name: "the query's embedding per turn, on the turn's path".into(),
-        value: percentile(&embedding_us, 0.5) / 1000.0,
-        unit: "ms",
-        note: format!(
-            "p50; p99 {:.2} ms; {} embedder, started with the turn; recall waited for it p50 {:.2} ms, p99 {:.2} ms (the session, recent turns, core memories and the full-text search run meanwhile)",
-            percentile(&embedding_us, 0.99) / 1000.0,
+    rows.push(turn_time_row(
+        "the query's embedding per turn, on the turn's path",
+        &turn_figure("$.embedding_us")?,
+        format!(
+            "{} embedder, started with the turn; recall waited for it p50 {:.2} ms, p99 {:.2} ms (the session, recent turns, core memories and the full-text search run meanwhile)",
             embedding_provider(),
             percentile(&waited_us, 0.5) / 1000.0,
             percentile(&waited_us, 0.99) / 1000.0,
         ),
-    });
+    ));
     let mut without_llm: Vec<f64> = journal
         .prepare(
             "SELECT json_extract(payload, '$.host_us') + json_extract(payload, '$.embedding_us')
@@ -567,15 +557,11 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         .query_map([], |r| r.get::<_, f64>(0))?
         .collect::<Result<_, _>>()?;
     without_llm.sort_by(|a, b| a.total_cmp(b));
-    rows.push(Row {
-        name: "turn time with the LLM excluded (host and embedding model)".into(),
-        value: percentile(&without_llm, 0.5) / 1000.0,
-        unit: "ms",
-        note: format!(
-            "p50; p99 {:.2} ms; what a user waits for beyond the LLM",
-            percentile(&without_llm, 0.99) / 1000.0
-        ),
-    });
+    rows.push(turn_time_row(
+        "turn time with the LLM excluded (host and embedding model)",
+        &without_llm,
+        "what a user waits for beyond the LLM".into(),
+    ));
     rows.push(Row {
         name: "webhook → reply delivered, end to end".into(),
         value: percentile(&latencies, 0.5),
@@ -587,6 +573,19 @@ fn end_to_end_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         ),
     });
     Ok(())
+}
+
+/// A row of per-turn times (µs, sorted): the p50 in ms as its value, the p99 first in its note.
+fn turn_time_row(name: &str, sorted_us: &[f64], note: String) -> Row {
+    Row {
+        name: name.into(),
+        value: percentile(sorted_us, 0.5) / 1000.0,
+        unit: "ms",
+        note: format!(
+            "p50; p99 {:.2} ms; {note}",
+            percentile(sorted_us, 0.99) / 1000.0
+        ),
+    }
 }
 
 fn print_and_save(rows: &[Row]) -> Result<()> {
