@@ -121,6 +121,8 @@ struct StopOnExit(Arc<Shared>);
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
+        // Taken out under the lock, dropped after it is let go: each dropped reply wakes
+        // its caller with `Stopped`.
         let abandoned = {
             let mut queue = self.0.queue();
             queue.stopped = true;
@@ -254,7 +256,8 @@ impl GroupWriter {
 #[must_use = "a write is acknowledged only once its receipt resolves"]
 pub struct Receipt<T> {
     outcome: Option<Result<oneshot::Receiver<Result<T, StorageError>>, StorageError>>,
-    /// The writer a blocking waiter may commit on (none once known or refused).
+    /// The writer a blocking waiter may commit on (none for a receipt resolved from the
+    /// start or refused, and once a waiter has tried).
     writer: Option<Arc<Shared>>,
 }
 
