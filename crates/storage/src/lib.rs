@@ -9,6 +9,8 @@
 //! - [`host`]: [`host::KvStore`], [`host::StatusStore`], [`host::LifecycleStore`] and
 //!   `host.db`.
 //!
+//! - [`pg`]: the same stores on PostgreSQL, for several hosts on one database.
+//!
 //! Each database file (`host.db`, `buffer.db`, `journal.db`, `memory.db`) has its
 //! migrations in `migrations/<name>/NNNN_*.sql`, embedded at build time. The schema version
 //! is kept in SQLite's `user_version`; pending migrations run in one transaction.
@@ -22,6 +24,7 @@ pub mod database;
 pub mod host;
 pub mod journal;
 pub mod memory;
+pub mod pg;
 pub mod readers;
 pub mod writer;
 
@@ -72,6 +75,39 @@ pub enum StorageError {
         /// The newest version this build knows.
         known: usize,
     },
+    /// The `storage:` URL is not a PostgreSQL connection string.
+    #[error("storage: `{url}` is not a PostgreSQL URL: {message}")]
+    BadUrl {
+        /// The URL, its password redacted.
+        url: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The PostgreSQL server could not be reached (or refused the login).
+    #[error("cannot reach PostgreSQL at {url}: {message}")]
+    Unreachable {
+        /// The URL, its password redacted.
+        url: String,
+        /// The client's error.
+        message: String,
+    },
+    /// A PostgreSQL database holds a store's schema newer than this build knows.
+    #[error(
+        "{url}: the {store} schema is at version {found}, newer than this cairn supports ({known})"
+    )]
+    SchemaTooNew {
+        /// The URL, its password redacted.
+        url: String,
+        /// The store (`buffer`, `journal`, …).
+        store: String,
+        /// The version found in the database.
+        found: usize,
+        /// The newest version this build knows.
+        known: usize,
+    },
+    /// PostgreSQL refused a read, a write or the commit.
+    #[error("postgres: {0}")]
+    Postgres(String),
     /// The store's writer has stopped (the store is shutting down).
     #[error("the store is not accepting writes (shutting down)")]
     Stopped,
@@ -85,7 +121,7 @@ impl StorageError {
     /// stopping store is `unavailable`, everything else is `internal`.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StorageError::Stopped => ErrorKind::Unavailable,
+            StorageError::Stopped | StorageError::Unreachable { .. } => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
     }

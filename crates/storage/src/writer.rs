@@ -273,6 +273,15 @@ impl<T> Receipt<T> {
         }
     }
 
+    /// A receipt that resolves when `receiver` is answered, for stores whose writes run on
+    /// threads of their own (PostgreSQL's connection workers).
+    pub(crate) fn answered_by(receiver: oneshot::Receiver<Result<T, StorageError>>) -> Self {
+        Receipt {
+            outcome: Some(Ok(receiver)),
+            writer: None,
+        }
+    }
+
     /// Block the calling thread until the write committed or failed. When this write waits
     /// alone and no commit holds the connection, the calling thread commits it itself
     /// rather than wait for the writer thread to wake.

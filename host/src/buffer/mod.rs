@@ -342,6 +342,7 @@ impl Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use cairn_storage::pg::buffer::{DEFAULT_LEASE, PgBuffer};
 
     fn message(conversation: &str, payload: &str) -> NewMessage {
         NewMessage {
@@ -355,22 +356,90 @@ mod tests {
         }
     }
 
-    fn open(dir: &Path, config: BufferConfig) -> Buffer {
-        let buffer = Buffer::open(dir, config).expect("open buffer");
+    /// Where a test's buffer lives: a data dir, or a fresh database on the test server.
+    enum Place {
+        Sqlite(tempfile::TempDir),
+        Postgres(Box<cairn_storage::pg::PgUrl>),
+    }
+
+    impl Place {
+        fn sqlite() -> Self {
+            Place::Sqlite(tempfile::tempdir().expect("tempdir"))
+        }
+
+        /// None when no PostgreSQL server can be had (the skip is announced loudly).
+        fn postgres() -> Option<Self> {
+            let cluster = cairn_storage::pg::cluster::TestCluster::shared()?;
+            Some(Place::Postgres(Box::new(cluster.fresh_database())))
+        }
+
+        /// A buffer on this place, as a host opens it.
+        fn buffer(&self, config: BufferConfig) -> Buffer {
+            match self {
+                Place::Sqlite(dir) => Buffer::open(dir.path(), config).expect("open buffer"),
+                Place::Postgres(url) => {
+                    let store = PgBuffer::connect(url, DEFAULT_LEASE).expect("connect");
+                    Buffer::over(Box::new(store), config).expect("open buffer")
+                }
+            }
+        }
+    }
+
+    /// Each named test once on SQLite and once on PostgreSQL.
+    macro_rules! on_each_backend {
+        ($($test:ident),*) => {$(
+            mod $test {
+                #[test]
+                fn sqlite() {
+                    super::$test(super::Place::sqlite())
+                }
+                #[test]
+                fn postgres() {
+                    if let Some(place) = super::Place::postgres() {
+                        super::$test(place)
+                    }
+                }
+            }
+        )*};
+        ($(async $test:ident),*) => {$(
+            mod $test {
+                #[tokio::test]
+                async fn sqlite() {
+                    super::$test(super::Place::sqlite()).await
+                }
+                #[tokio::test]
+                async fn postgres() {
+                    if let Some(place) = super::Place::postgres() {
+                        super::$test(place).await
+                    }
+                }
+            }
+        )*};
+    }
+
+    on_each_backend!(
+        bad_messages_are_rejected_at_the_edge_and_nothing_is_written,
+        priority_comes_from_config_then_message_then_manifest_then_default,
+        a_message_sent_before_the_manifests_were_known_takes_its_channel_priority_later,
+        a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
+        concurrent_producers_are_all_acknowledged_with_distinct_ids
+    );
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches);
+
+    fn open(place: &Place, config: BufferConfig) -> Buffer {
+        let buffer = place.buffer(config);
         buffer
             .set_channel_priorities(BTreeMap::from([("cli".to_string(), 10)]))
             .expect("channel priorities");
         buffer
     }
 
-    #[test]
-    fn bad_messages_are_rejected_at_the_edge_and_nothing_is_written() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    fn bad_messages_are_rejected_at_the_edge_and_nothing_is_written(place: Place) {
         let config = BufferConfig {
             max_payload_bytes: 16,
             ..BufferConfig::default()
         };
-        let buffer = open(dir.path(), config);
+        let buffer = open(&place, config);
         let cases = [
             (message("c", "{not json"), "payload: expected a JSON object"),
             (
@@ -410,14 +479,12 @@ mod tests {
         assert_eq!(buffer.stats().expect("stats").stored, 0);
     }
 
-    #[test]
-    fn priority_comes_from_config_then_message_then_manifest_then_default() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    fn priority_comes_from_config_then_message_then_manifest_then_default(place: Place) {
         let config = BufferConfig {
             channel_priority: BTreeMap::from([("hooks".to_string(), 5)]),
             ..BufferConfig::default()
         };
-        let buffer = open(dir.path(), config);
+        let buffer = open(&place, config);
         let push = |channel: &str, priority: Option<u32>| {
             buffer
                 .push(NewMessage {
@@ -445,10 +512,10 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_message_sent_before_the_manifests_were_known_takes_its_channel_priority_later() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let before = Buffer::open(dir.path(), BufferConfig::default()).expect("open");
+    fn a_message_sent_before_the_manifests_were_known_takes_its_channel_priority_later(
+        place: Place,
+    ) {
+        let before = place.buffer(BufferConfig::default());
         let early = before.push(message("c", "{}")).expect("push");
         let chosen = before
             .push(NewMessage {
@@ -457,7 +524,7 @@ mod tests {
             })
             .expect("push");
         drop(before);
-        let host = open(dir.path(), BufferConfig::default());
+        let host = open(&place, BufferConfig::default());
         let priorities: BTreeMap<i64, u32> = host
             .unrouted(10)
             .expect("unrouted")
@@ -466,7 +533,7 @@ mod tests {
             .collect();
         assert_eq!(priorities, BTreeMap::from([(early, 10), (chosen, 7)]));
         drop(host);
-        let later = Buffer::open(dir.path(), BufferConfig::default()).expect("reopen");
+        let later = place.buffer(BufferConfig::default());
         let id = later.push(message("c", "{}")).expect("push");
         let row = later.unrouted(10).expect("unrouted");
         assert_eq!(
@@ -476,10 +543,8 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_repeated_dedup_key_answers_the_first_id_and_stores_nothing() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let buffer = open(dir.path(), BufferConfig::default());
+    fn a_repeated_dedup_key_answers_the_first_id_and_stores_nothing(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
         let keyed = |key: &str| NewMessage {
             dedup_key: Some(key.into()),
             ..message("c", "{}")
@@ -501,10 +566,8 @@ mod tests {
         ));
     }
 
-    #[tokio::test]
-    async fn routing_is_all_or_nothing_and_never_twice() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let buffer = open(dir.path(), BufferConfig::default());
+    async fn routing_is_all_or_nothing_and_never_twice(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
         let a = buffer.push_async(message("c", "{}")).await.expect("push");
         let b = buffer.push_async(message("c", "{}")).await.expect("push");
         let batch = NewBatch {
@@ -530,10 +593,8 @@ mod tests {
         assert_eq!(stats.batches.get("main/queued"), Some(&1));
     }
 
-    #[tokio::test]
-    async fn the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let buffer = open(dir.path(), BufferConfig::default());
+    async fn the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
         let mut ids = Vec::new();
         for priority in [50, 10, 10] {
             let id = buffer.push_async(message("c", "{}")).await.expect("push");
@@ -565,14 +626,12 @@ mod tests {
         assert_eq!(again.id, ids[1]);
     }
 
-    #[tokio::test]
-    async fn pruning_keeps_unrouted_messages_and_unfinished_batches() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    async fn pruning_keeps_unrouted_messages_and_unfinished_batches(place: Place) {
         let config = BufferConfig {
             retention_days: 0,
             ..BufferConfig::default()
         };
-        let buffer = open(dir.path(), config);
+        let buffer = open(&place, config);
         let unrouted = buffer.push_async(message("u", "{}")).await.expect("push");
         let queued = buffer.push_async(message("q", "{}")).await.expect("push");
         let dropped = buffer.push_async(message("d", "{}")).await.expect("push");
@@ -605,10 +664,8 @@ mod tests {
         assert_eq!(buffer.unrouted(10).expect("unrouted")[0].id, unrouted);
     }
 
-    #[test]
-    fn concurrent_producers_are_all_acknowledged_with_distinct_ids() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let buffer = std::sync::Arc::new(open(dir.path(), BufferConfig::default()));
+    fn concurrent_producers_are_all_acknowledged_with_distinct_ids(place: Place) {
+        let buffer = std::sync::Arc::new(open(&place, BufferConfig::default()));
         let threads: Vec<_> = (0..8)
             .map(|t| {
                 let buffer = buffer.clone();

@@ -230,37 +230,14 @@ fn fresh_buffer(scratch: &Path, name: &str) -> Result<(PathBuf, Arc<Buffer>)> {
 }
 
 /// Durable ingest through the group-commit writer with N producers, and the raw ceiling:
-/// a plain rusqlite loop committing transactions of N inserts at synchronous=FULL.
+/// a plain rusqlite loop committing transactions of N inserts at synchronous=FULL. Then the
+/// same producers against the buffer on PostgreSQL (a private server), side by side.
 fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
+    let postgres = cairn::store::pg::cluster::TestCluster::shared();
     for (producers, per_producer) in [(1usize, 300usize), (8, 150), (64, 40)] {
         let (_, buffer) = fresh_buffer(scratch, &format!("ingest-{producers}"))?;
-        let started = Instant::now();
-        let threads: Vec<_> = (0..producers)
-            .map(|p| {
-                let buffer = buffer.clone();
-                std::thread::spawn(move || -> Result<Vec<f64>> {
-                    let mut latencies = Vec::with_capacity(per_producer);
-                    for i in 0..per_producer {
-                        let sent = Instant::now();
-                        buffer.push(bench_message(p, i))?;
-                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
-                    }
-                    Ok(latencies)
-                })
-            })
-            .collect();
-        let mut latencies = Vec::new();
-        for thread in threads {
-            latencies.extend(
-                thread
-                    .join()
-                    .map_err(|_| anyhow::anyhow!("producer panicked"))??,
-            );
-        }
-        let elapsed = started.elapsed().as_secs_f64();
-        latencies.sort_by(|a, b| a.total_cmp(b));
+        let (ingest, latencies) = push_all(buffer, producers, per_producer)?;
         let total = producers * per_producer;
-        let ingest = total as f64 / elapsed;
         let raw = raw_insert_rate(&scratch.join(format!("raw-{producers}")), producers, total)?;
         rows.push(Row {
             name: format!("durable ingest, {producers} producer(s)"),
@@ -273,8 +250,58 @@ fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
                 ingest / raw
             ),
         });
+        if let Some(cluster) = postgres {
+            let store = cairn::store::pg::buffer::PgBuffer::connect(
+                &cluster.fresh_database(),
+                cairn::store::pg::buffer::DEFAULT_LEASE,
+            )?;
+            let buffer = Arc::new(Buffer::over(Box::new(store), BufferConfig::default())?);
+            let (on_postgres, latencies) = push_all(buffer, producers, per_producer)?;
+            rows.push(Row {
+                name: format!("durable ingest on PostgreSQL, {producers} producer(s)"),
+                value: on_postgres,
+                unit: "msg/s",
+                note: format!(
+                    "ack p50 {:.1} ms, p99 {:.1} ms; ratio to SQLite in this run {:.2}",
+                    percentile(&latencies, 0.5),
+                    percentile(&latencies, 0.99),
+                    on_postgres / ingest
+                ),
+            });
+        }
     }
     Ok(())
+}
+
+/// `producers` threads pushing `per_producer` messages each: messages per second, and every
+/// acknowledgement's latency in ms, sorted.
+fn push_all(buffer: Arc<Buffer>, producers: usize, per_producer: usize) -> Result<(f64, Vec<f64>)> {
+    let started = Instant::now();
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let buffer = buffer.clone();
+            std::thread::spawn(move || -> Result<Vec<f64>> {
+                let mut latencies = Vec::with_capacity(per_producer);
+                for i in 0..per_producer {
+                    let sent = Instant::now();
+                    buffer.push(bench_message(p, i))?;
+                    latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+                }
+                Ok(latencies)
+            })
+        })
+        .collect();
+    let mut latencies = Vec::new();
+    for thread in threads {
+        latencies.extend(
+            thread
+                .join()
+                .map_err(|_| anyhow::anyhow!("producer panicked"))??,
+        );
+    }
+    let rate = (producers * per_producer) as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    Ok((rate, latencies))
 }
 
 /// Insert `total` rows into a fresh buffer schema, `batch` rows per committed transaction.

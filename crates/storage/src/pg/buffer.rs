@@ -1,0 +1,571 @@
+//! The buffer on PostgreSQL, shared by several hosts.
+//!
+//! - A message is stored once per dedup key, whichever host receives it twice.
+//! - Routing marks messages routed only if no other router did first: the whole batch is
+//!   refused otherwise, so no message is routed twice.
+//! - A host claims a main batch under a transaction-level advisory lock, and only the
+//!   oldest unfinished batch of a conversation nobody is working on: one conversation's
+//!   turns run one at a time, in order, whichever hosts take them.
+//! - A claim is a lease: the claiming host renews it every third of [`PgBuffer::lease`]
+//!   while it lives; once it lapsed (the host died) any host's next claim takes the work
+//!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
+
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use cairn_vocab::buffer::{
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
+    TaskRow, TaskStatus,
+};
+use postgres::{GenericClient, Row, Transaction};
+
+use super::{PgPool, PgUrl, migrate};
+use crate::buffer::{BufferStore, MessageRow};
+use crate::writer::Receipt;
+use crate::{Migrations, StorageError, now_ms};
+
+/// Migrations of the buffer's tables on PostgreSQL.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "buffer",
+    scripts: &[include_str!(
+        "../../../../migrations/postgres/buffer/0001_init.sql"
+    )],
+};
+
+/// How long a claim holds without renewal by default: a dead host's turn is taken over by
+/// another this long after its last renewal.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// Connections each buffer keeps.
+const CONNECTIONS: usize = 4;
+
+/// The advisory lock main-batch claims take, so two hosts never start two turns of one
+/// conversation ("claim" in ASCII).
+const CLAIM_LOCK: i64 = 0x0063_6c61_696d;
+
+/// The buffer's tables on a PostgreSQL database, claiming as host `holder`.
+pub struct PgBuffer {
+    pool: PgPool,
+    holder: String,
+    lease: Duration,
+    /// Dropped with the buffer, which stops the thread renewing this host's leases.
+    _renewals: mpsc::Sender<()>,
+}
+
+impl PgBuffer {
+    /// Connect to `url`, migrate the buffer's tables, and start renewing this host's
+    /// claims every third of `lease`.
+    pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
+        let pool = PgPool::connect(url, CONNECTIONS, "buffer-pg")?;
+        migrate::migrate(&pool, &MIGRATIONS)?;
+        let holder = holder_id();
+        let (stop, stopped) = mpsc::channel();
+        let renewing = (pool.clone(), holder.clone());
+        thread::Builder::new()
+            .name("buffer-pg-lease".into())
+            .spawn(move || renew_until_dropped(&renewing.0, &renewing.1, lease, &stopped))
+            .map_err(|e| url.unreachable(&format!("cannot start the lease thread: {e}")))?;
+        Ok(Self {
+            pool,
+            holder,
+            lease,
+            _renewals: stop,
+        })
+    }
+
+    /// How long a claim of this host holds without renewal.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// The id this host's claims carry.
+    pub fn holder(&self) -> &str {
+        &self.holder
+    }
+
+    fn lease_ms(&self) -> i64 {
+        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// A host's id on the database: its name, process id and a random part, so a restarted
+/// host never renews the leases of its previous life.
+fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    // Randomly keyed per process, and a new key per call.
+    let random = RandomState::new().hash_one(now_ms());
+    format!("{host}-{}-{random:016x}", std::process::id())
+}
+
+/// Renew `holder`'s running claims every third of `lease` until `stopped` says stop.
+fn renew_until_dropped(pool: &PgPool, holder: &str, lease: Duration, stopped: &mpsc::Receiver<()>) {
+    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(lease / 3) {
+        let holder = holder.to_string();
+        let renewed = pool
+            .submit(move |tx| {
+                let until = now_ms() + lease_ms;
+                for table in ["buffer_batches", "buffer_tasks"] {
+                    tx.execute(
+                        &format!(
+                            "UPDATE {table} SET lease_until = $2
+                              WHERE claimed_by = $1 AND status = 'running'"
+                        ),
+                        &[&holder, &until],
+                    )?;
+                }
+                Ok(())
+            })
+            .wait();
+        if let Err(e) = renewed {
+            tracing::warn!("cannot renew this host's buffer claims: {e}");
+        }
+    }
+}
+
+impl BufferStore for PgBuffer {
+    fn insert(&self, message: MessageRow) -> Receipt<i64> {
+        self.pool.submit(move |tx| insert(tx, &message))
+    }
+
+    fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError> {
+        self.pool.read(|client| {
+            client
+                .query(
+                    "SELECT channel, priority FROM buffer_channel_priorities",
+                    &[],
+                )?
+                .iter()
+                .map(|row| Ok((row.get(0), to_u32(row.get(1)))))
+                .collect()
+        })
+    }
+
+    fn set_channel_priorities(
+        &self,
+        priorities: BTreeMap<String, u32>,
+        default_priority: u32,
+    ) -> Receipt<usize> {
+        self.pool.submit(move |tx| {
+            tx.execute("DELETE FROM buffer_channel_priorities", &[])?;
+            for (channel, priority) in &priorities {
+                tx.execute(
+                    "INSERT INTO buffer_channel_priorities (channel, priority) VALUES ($1, $2)",
+                    &[channel, &i64::from(*priority)],
+                )?;
+            }
+            let changed = tx.execute(
+                "UPDATE buffer_messages m
+                    SET priority = coalesce(c.priority, $1)
+                   FROM (SELECT m2.id, c2.priority FROM buffer_messages m2
+                         LEFT JOIN buffer_channel_priorities c2 ON c2.channel = m2.channel
+                         WHERE NOT m2.routed AND m2.priority_is_default) c
+                  WHERE m.id = c.id AND m.priority IS DISTINCT FROM coalesce(c.priority, $1)",
+                &[&i64::from(default_priority)],
+            )?;
+            Ok(to_usize(changed))
+        })
+    }
+
+    fn unrouted(&self, limit: usize) -> Result<Vec<BufferedMessage>, StorageError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.pool.read(move |client| {
+            Ok(client
+                .query(
+                    &format!(
+                        "SELECT {MESSAGE_COLUMNS} FROM buffer_messages WHERE NOT routed
+                          ORDER BY priority, id LIMIT $1"
+                    ),
+                    &[&limit],
+                )?
+                .iter()
+                .map(read_message)
+                .collect())
+        })
+    }
+
+    fn has_pending_work(&self, channel: &str) -> Result<bool, StorageError> {
+        let channel = channel.to_string();
+        self.pool.read(move |client| {
+            Ok(client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM buffer_messages WHERE NOT routed AND channel = $1)
+                         OR EXISTS (SELECT 1 FROM buffer_batches WHERE channel = $1
+                                      AND route = 'main' AND status IN ('queued', 'running'))
+                         OR EXISTS (SELECT 1 FROM buffer_tasks t
+                                      JOIN buffer_batches b ON b.id = t.batch_id
+                                     WHERE b.channel = $1 AND t.status IN ('queued', 'running'))",
+                    &[&channel],
+                )?
+                .get(0))
+        })
+    }
+
+    fn route(&self, batch: NewBatch) -> Receipt<i64> {
+        self.pool.submit(move |tx| route(tx, &batch))
+    }
+
+    fn claim_main(&self) -> Receipt<Option<i64>> {
+        let (holder, lease) = (self.holder.clone(), self.lease_ms());
+        self.pool.submit(move |tx| claim_main(tx, &holder, lease))
+    }
+
+    fn finish_batch(
+        &self,
+        id: i64,
+        status: BatchStatus,
+        reply: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()> {
+        let holder = self.holder.clone();
+        self.pool.submit(move |tx| {
+            let changed = tx.execute(
+                "UPDATE buffer_batches
+                    SET status = $2, reply = $3, error = $4, finished_at = $5, lease_until = NULL
+                  WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)",
+                &[&id, &status.as_str(), &reply, &error, &now_ms(), &holder],
+            )?;
+            taken_over(changed, "batch", id)
+        })
+    }
+
+    fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
+        let (holder, lease) = (self.holder.clone(), self.lease_ms());
+        self.pool.submit(move |tx| {
+            let now = now_ms();
+            Ok(tx
+                .query_opt(
+                    "UPDATE buffer_tasks
+                        SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3
+                      WHERE id = (SELECT id FROM buffer_tasks
+                                   WHERE status = 'queued'
+                                      OR (status = 'running' AND lease_until < $1)
+                                   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
+                      RETURNING id, batch_id",
+                    &[&now, &holder, &(now + lease)],
+                )?
+                .map(|row| (row.get(0), row.get(1))))
+        })
+    }
+
+    fn finish_task(
+        &self,
+        id: i64,
+        status: TaskStatus,
+        result: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()> {
+        let holder = self.holder.clone();
+        self.pool.submit(move |tx| {
+            let changed = tx.execute(
+                "UPDATE buffer_tasks
+                    SET status = $2, result = $3, error = $4, finished_at = $5, lease_until = NULL
+                  WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)",
+                &[&id, &status.as_str(), &result, &error, &now_ms(), &holder],
+            )?;
+            taken_over(changed, "task", id)
+        })
+    }
+
+    fn requeue(&self) -> Receipt<(usize, usize)> {
+        let holder = self.holder.clone();
+        self.pool.submit(move |tx| {
+            let now = now_ms();
+            let mut counts = [0usize; 2];
+            for (count, table) in counts.iter_mut().zip(["buffer_batches", "buffer_tasks"]) {
+                *count = to_usize(tx.execute(
+                    &format!(
+                        "UPDATE {table}
+                            SET status = 'queued', started_at = NULL, claimed_by = NULL,
+                                lease_until = NULL
+                          WHERE status = 'running' AND (claimed_by = $1 OR lease_until < $2)"
+                    ),
+                    &[&holder, &now],
+                )?);
+            }
+            Ok((counts[0], counts[1]))
+        })
+    }
+
+    fn prune(&self, before_ms: i64) -> Receipt<(usize, usize)> {
+        self.pool.submit(move |tx| prune(tx, before_ms))
+    }
+
+    fn batch(&self, id: i64) -> Result<Option<Batch>, StorageError> {
+        self.pool.read(move |client| read_batch(client, id))
+    }
+
+    fn stats(&self) -> Result<BufferStats, StorageError> {
+        self.pool.read(stats)
+    }
+}
+
+const MESSAGE_COLUMNS: &str =
+    "id, channel, sender, conversation, payload, received_at, priority, said_at";
+
+fn read_message(row: &Row) -> BufferedMessage {
+    BufferedMessage {
+        id: row.get(0),
+        channel: row.get(1),
+        sender: row.get(2),
+        conversation: row.get(3),
+        payload: row.get(4),
+        received_at: row.get(5),
+        priority: to_u32(row.get(6)),
+        said_at: row.get(7),
+    }
+}
+
+fn to_u32(value: i64) -> u32 {
+    u32::try_from(value).unwrap_or(u32::MAX)
+}
+
+fn to_usize(value: u64) -> usize {
+    usize::try_from(value).unwrap_or(usize::MAX)
+}
+
+/// A finish that changed nothing: another host took the work over after this host's lease
+/// lapsed (or it never existed).
+fn taken_over(changed: u64, what: &str, id: i64) -> Result<(), StorageError> {
+    if changed == 1 {
+        return Ok(());
+    }
+    Err(StorageError::Postgres(format!(
+        "{what} {id} is not this host's: it does not exist, or its lease lapsed and another host took it over"
+    )))
+}
+
+/// Store a message once per (channel, dedup key); its id, or the first one's.
+fn insert(tx: &mut Transaction<'_>, message: &MessageRow) -> Result<i64, StorageError> {
+    let inserted = tx.query_opt(
+        "INSERT INTO buffer_messages (channel, sender, conversation, payload, received_at,
+                                      priority, priority_is_default, dedup_key, said_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+         ON CONFLICT (channel, dedup_key) WHERE dedup_key IS NOT NULL DO NOTHING
+         RETURNING id",
+        &[
+            &message.channel,
+            &message.sender,
+            &message.conversation,
+            &message.payload,
+            &message.received_at,
+            &i64::from(message.priority),
+            &message.priority_is_default,
+            &message.dedup_key,
+            &message.said_at,
+        ],
+    )?;
+    match inserted {
+        Some(row) => Ok(row.get(0)),
+        None => Ok(tx
+            .query_one(
+                "SELECT id FROM buffer_messages WHERE channel = $1 AND dedup_key = $2",
+                &[&message.channel, &message.dedup_key],
+            )?
+            .get(0)),
+    }
+}
+
+/// Record a batch and mark its messages routed, all or nothing.
+fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError> {
+    let status = match batch.route {
+        Route::Main => BatchStatus::Queued,
+        Route::Spawn => BatchStatus::Spawned,
+        Route::Drop => BatchStatus::Dropped,
+    }
+    .as_str();
+    let now = now_ms();
+    let finished = (batch.route == Route::Drop).then_some(now);
+    let count = i32::try_from(batch.message_ids.len()).unwrap_or(i32::MAX);
+    let batch_id: i64 = tx
+        .query_one(
+            "INSERT INTO buffer_batches (channel, conversation, priority, route, rule,
+                                         message_count, status, created_at, finished_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+            &[
+                &batch.channel,
+                &batch.conversation,
+                &i64::from(batch.priority),
+                &batch.route.as_str(),
+                &batch.rule,
+                &count,
+                &status,
+                &now,
+                &finished,
+            ],
+        )?
+        .get(0);
+    let marked = tx.execute(
+        "UPDATE buffer_messages SET routed = TRUE, batch_id = $1
+          WHERE id = ANY($2) AND NOT routed",
+        &[&batch_id, &batch.message_ids],
+    )?;
+    if to_usize(marked) != batch.message_ids.len() {
+        return Err(StorageError::Postgres(format!(
+            "batch refused: {} of its {} messages were already routed (or are gone)",
+            batch.message_ids.len() - to_usize(marked),
+            batch.message_ids.len()
+        )));
+    }
+    if batch.route == Route::Spawn {
+        tx.execute(
+            "INSERT INTO buffer_tasks (batch_id, status, created_at) VALUES ($1, 'queued', $2)",
+            &[&batch_id, &now],
+        )?;
+    }
+    Ok(batch_id)
+}
+
+/// Claim the most urgent main batch that is the oldest unfinished one of a conversation no
+/// host is working on (a lapsed claim counts as nobody's); its id.
+fn claim_main(
+    tx: &mut Transaction<'_>,
+    holder: &str,
+    lease: i64,
+) -> Result<Option<i64>, StorageError> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])?;
+    let now = now_ms();
+    Ok(tx
+        .query_opt(
+            "UPDATE buffer_batches
+                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3
+              WHERE id = (
+                SELECT b.id FROM buffer_batches b
+                 WHERE b.route = 'main'
+                   AND (b.status = 'queued' OR (b.status = 'running' AND b.lease_until < $1))
+                   AND NOT EXISTS (
+                       SELECT 1 FROM buffer_batches o
+                        WHERE o.channel = b.channel AND o.conversation = b.conversation
+                          AND o.route = 'main' AND o.id <> b.id
+                          AND ((o.status = 'running' AND o.lease_until >= $1)
+                               OR (o.id < b.id AND o.status IN ('queued', 'running'))))
+                 ORDER BY b.priority, b.id LIMIT 1)
+              RETURNING id",
+            &[&now, &holder, &(now + lease)],
+        )?
+        .map(|row| row.get(0)))
+}
+
+/// Delete finished work older than `before_ms`; (messages, batches) deleted.
+fn prune(tx: &mut Transaction<'_>, before_ms: i64) -> Result<(usize, usize), StorageError> {
+    let messages = tx.execute(
+        "DELETE FROM buffer_messages m USING buffer_batches b
+          WHERE m.routed AND m.received_at < $1 AND b.id = m.batch_id
+            AND (b.status IN ('done', 'failed', 'dropped')
+                 OR (b.status = 'spawned' AND EXISTS (
+                        SELECT 1 FROM buffer_tasks t
+                         WHERE t.batch_id = b.id AND t.status IN ('done', 'failed'))))",
+        &[&before_ms],
+    )?;
+    tx.execute(
+        "DELETE FROM buffer_tasks t
+          WHERE t.status IN ('done', 'failed') AND t.finished_at < $1
+            AND NOT EXISTS (SELECT 1 FROM buffer_messages m WHERE m.batch_id = t.batch_id)",
+        &[&before_ms],
+    )?;
+    let batches = tx.execute(
+        "DELETE FROM buffer_batches b
+          WHERE b.created_at < $1 AND b.status IN ('done', 'failed', 'dropped', 'spawned')
+            AND NOT EXISTS (SELECT 1 FROM buffer_messages m WHERE m.batch_id = b.id)
+            AND NOT EXISTS (SELECT 1 FROM buffer_tasks t WHERE t.batch_id = b.id)",
+        &[&before_ms],
+    )?;
+    Ok((to_usize(messages), to_usize(batches)))
+}
+
+/// A batch with its messages, in id order.
+fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>, StorageError> {
+    let Some(head) = client.query_opt(
+        "SELECT channel, conversation, priority FROM buffer_batches WHERE id = $1",
+        &[&id],
+    )?
+    else {
+        return Ok(None);
+    };
+    let messages = client
+        .query(
+            &format!(
+                "SELECT {MESSAGE_COLUMNS} FROM buffer_messages WHERE batch_id = $1 ORDER BY id"
+            ),
+            &[&id],
+        )?
+        .iter()
+        .map(read_message)
+        .collect();
+    Ok(Some(Batch {
+        id,
+        channel: head.get(0),
+        conversation: head.get(1),
+        priority: to_u32(head.get(2)),
+        messages,
+    }))
+}
+
+/// Depth, per-channel breakdown, batch and task counts.
+fn stats(client: &mut postgres::Client) -> Result<BufferStats, StorageError> {
+    let channels: Vec<ChannelDepth> = client
+        .query(
+            "SELECT channel, count(*), min(received_at) FROM buffer_messages WHERE NOT routed
+              GROUP BY channel ORDER BY channel",
+            &[],
+        )?
+        .iter()
+        .map(|row| ChannelDepth {
+            channel: row.get(0),
+            unrouted: row.get(1),
+            oldest_received_at: row.get(2),
+        })
+        .collect();
+    let depth = channels.iter().map(|c| c.unrouted).sum();
+    let oldest = channels.iter().map(|c| c.oldest_received_at).min();
+    let stored: i64 = client
+        .query_one("SELECT count(*) FROM buffer_messages", &[])?
+        .get(0);
+    let mut counts = |sql: &str| -> Result<StatusCounts, StorageError> {
+        Ok(client
+            .query(sql, &[])?
+            .iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect())
+    };
+    let batches = counts(
+        "SELECT route || '/' || status, count(*) FROM buffer_batches GROUP BY route, status",
+    )?;
+    let tasks = counts("SELECT status, count(*) FROM buffer_tasks GROUP BY status")?;
+    let recent_tasks = client
+        .query(
+            "SELECT id, batch_id, status, result, error, created_at, finished_at
+               FROM buffer_tasks ORDER BY id DESC LIMIT 10",
+            &[],
+        )?
+        .iter()
+        .map(|row| {
+            let status: String = row.get(2);
+            Ok(TaskRow {
+                id: row.get(0),
+                batch_id: row.get(1),
+                status: TaskStatus::parse(&status).ok_or_else(|| {
+                    StorageError::Postgres(format!("unknown task status `{status}`"))
+                })?,
+                result: row.get(3),
+                error: row.get(4),
+                created_at: row.get(5),
+                finished_at: row.get(6),
+            })
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    Ok(BufferStats {
+        depth,
+        oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
+        channels,
+        stored,
+        batches,
+        tasks,
+        recent_tasks,
+    })
+}

@@ -1,0 +1,310 @@
+//! PostgreSQL behind the same store interfaces as SQLite, so several hosts can share one
+//! database (`storage: postgres://…` in `cairn.yaml`).
+//!
+//! The `postgres` client blocks on a runtime of its own, which must not run inside the
+//! host's tokio runtime; so every statement runs on a [`PgPool`] worker thread that owns
+//! one connection, and callers get a [`Receipt`] (writes) or wait for the answer (reads)
+//! exactly as with a SQLite store. A worker whose connection broke connects again, backing
+//! off while the server stays away; meanwhile its work fails with
+//! [`StorageError::Unreachable`] naming the URL (password redacted).
+//!
+//! - [`url`]: parsing and redacting the connection string.
+//! - [`migrate`]: versioned schema per store, applied once under an advisory lock.
+//! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases).
+//! - [`cluster`]: a private PostgreSQL server for tests and benches.
+
+pub mod buffer;
+pub mod cluster;
+pub mod migrate;
+pub mod url;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use postgres::{Client, NoTls, Transaction};
+use tokio::sync::oneshot;
+
+use crate::StorageError;
+use crate::writer::Receipt;
+pub use url::PgUrl;
+
+/// Work a pool worker runs with its connection.
+enum Job {
+    /// A read, run on its own.
+    Read(Box<dyn FnOnce(&mut Worker) + Send>),
+    /// A write, run in a group's transaction (or told it cannot run).
+    Write(Write),
+}
+
+/// Runs a write under a savepoint of the group's transaction, and returns what answers its
+/// caller once the group committed (with the commit's error, if it failed).
+type Write = Box<dyn FnOnce(Result<&mut Transaction<'_>, &StorageError>) -> Answer + Send>;
+
+/// Answers a write's caller, given the error of the group's commit if it failed.
+type Answer = Box<dyn FnOnce(Option<&StorageError>) + Send>;
+
+/// Most writes committed in one transaction.
+const MAX_GROUP: usize = 512;
+
+/// First wait before connecting again after a failure; doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// Longest wait between two attempts to reach a server that is away.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Connection worker threads sharing one queue of work. Cloning shares the workers; they
+/// stop once every clone is dropped and the queue is empty.
+#[derive(Clone)]
+pub struct PgPool {
+    jobs: mpsc::Sender<Job>,
+    url: Arc<PgUrl>,
+}
+
+impl PgPool {
+    /// Connect `workers` threads (named `name-N`) to `url`. Every worker connects before this
+    /// returns, so an unreachable server is an error now, naming the URL.
+    pub fn connect(url: &PgUrl, workers: usize, name: &str) -> Result<Self, StorageError> {
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let queue = Arc::new(Mutex::new(queue));
+        for n in 0..workers.max(1) {
+            // The client must be made on the worker's thread: its runtime cannot start on
+            // a thread of the host's runtime.
+            let (connected, outcome) = mpsc::channel();
+            let queue = Arc::clone(&queue);
+            let worker_url = url.clone();
+            thread::Builder::new()
+                .name(format!("{name}-{n}"))
+                .spawn(move || {
+                    let mut worker = match Worker::connect(worker_url) {
+                        Ok(worker) => {
+                            let _ = connected.send(Ok(()));
+                            worker
+                        }
+                        Err(e) => {
+                            let _ = connected.send(Err(e));
+                            return;
+                        }
+                    };
+                    while let Some(job) = next_job(&queue) {
+                        match job {
+                            Job::Read(read) => read(&mut worker),
+                            Job::Write(first) => {
+                                let (group, read_next) = group_behind(first, &queue);
+                                worker.commit_group(group);
+                                if let Some(read) = read_next {
+                                    read(&mut worker);
+                                }
+                            }
+                        }
+                    }
+                })
+                .map_err(|e| url.unreachable(&format!("cannot start a connection thread: {e}")))?;
+            outcome
+                .recv()
+                .unwrap_or_else(|_| Err(url.unreachable("the connection thread stopped")))?;
+        }
+        Ok(Self {
+            jobs,
+            url: Arc::new(url.clone()),
+        })
+    }
+
+    /// The URL the pool connects to.
+    pub fn url(&self) -> &PgUrl {
+        &self.url
+    }
+
+    /// Run `work` on a worker, in one transaction with the writes queued beside it (group
+    /// commit: one WAL flush for the group) under a savepoint of its own, so its failure
+    /// undoes only its own changes. The receipt resolves once the group committed.
+    pub fn submit<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Receipt<T> {
+        let (reply, receiver) = oneshot::channel();
+        let job = Job::Write(Box::new(
+            move |tx: Result<&mut Transaction<'_>, &StorageError>| {
+                let outcome = match tx {
+                    Ok(tx) => in_savepoint(tx, work),
+                    Err(e) => Err(e.clone()),
+                };
+                Box::new(move |commit_error: Option<&StorageError>| {
+                    let _ = reply.send(match commit_error {
+                        Some(e) => Err(e.clone()),
+                        None => outcome,
+                    });
+                }) as Answer
+            },
+        ));
+        if self.jobs.send(job).is_err() {
+            return Receipt::ready(Err(StorageError::Stopped));
+        }
+        Receipt::answered_by(receiver)
+    }
+
+    /// Run `read` on a worker's connection and wait for its answer.
+    pub fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&mut Client) -> Result<T, StorageError> + Send + 'static,
+    ) -> Result<T, StorageError> {
+        let (reply, receiver) = oneshot::channel();
+        let job = Job::Read(Box::new(move |worker: &mut Worker| {
+            let _ = reply.send(worker.with_client(read));
+        }));
+        if self.jobs.send(job).is_err() {
+            return Err(StorageError::Stopped);
+        }
+        // pollster, not `blocking_recv`: this may be called on a runtime's thread.
+        pollster::block_on(receiver).unwrap_or(Err(StorageError::Stopped))
+    }
+}
+
+/// `first` and the writes queued right behind it (up to [`MAX_GROUP`]); a read found
+/// behind them ends the group and runs next.
+fn group_behind(
+    first: Write,
+    queue: &Mutex<mpsc::Receiver<Job>>,
+) -> (Vec<Write>, Option<Box<dyn FnOnce(&mut Worker) + Send>>) {
+    let mut group = vec![first];
+    // Held by another worker: it is either waiting for work (nothing is queued) or taking
+    // a group itself; either way there is nothing to wait for here.
+    let queue = match queue.try_lock() {
+        Ok(queue) => queue,
+        Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        Err(TryLockError::WouldBlock) => return (group, None),
+    };
+    while group.len() < MAX_GROUP {
+        match queue.try_recv() {
+            Ok(Job::Write(write)) => group.push(write),
+            Ok(Job::Read(read)) => return (group, Some(read)),
+            Err(_) => break,
+        }
+    }
+    (group, None)
+}
+
+/// Run `work` under a savepoint of `tx`: on failure only its own changes are undone.
+fn in_savepoint<T>(
+    tx: &mut Transaction<'_>,
+    work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StorageError>,
+) -> Result<T, StorageError> {
+    let mut savepoint = tx.savepoint("write")?;
+    let value = work(&mut savepoint)?;
+    savepoint.commit()?;
+    Ok(value)
+}
+
+fn next_job(queue: &Mutex<mpsc::Receiver<Job>>) -> Option<Job> {
+    queue
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .recv()
+        .ok()
+}
+
+/// One connection and how to get it back when it breaks.
+struct Worker {
+    url: PgUrl,
+    client: Option<Client>,
+    /// No attempt to connect again before this, after a failed one.
+    retry_at: Option<Instant>,
+    backoff: Duration,
+    last_error: String,
+}
+
+impl Worker {
+    fn connect(url: PgUrl) -> Result<Self, StorageError> {
+        let client = url
+            .config()
+            .connect(NoTls)
+            .map_err(|e| url.unreachable(&describe(&e)))?;
+        Ok(Self {
+            url,
+            client: Some(client),
+            retry_at: None,
+            backoff: FIRST_BACKOFF,
+            last_error: String::new(),
+        })
+    }
+
+    /// The connection, connecting again if it broke (at most once per backoff period).
+    fn client(&mut self) -> Result<&mut Client, StorageError> {
+        if self.client.as_ref().is_some_and(Client::is_closed) {
+            self.client = None;
+        }
+        if self.client.is_none() {
+            if self.retry_at.is_some_and(|at| Instant::now() < at) {
+                return Err(self.url.unreachable(&self.last_error));
+            }
+            match self.url.config().connect(NoTls) {
+                Ok(client) => {
+                    tracing::info!("reconnected to PostgreSQL at {}", self.url.redacted());
+                    self.client = Some(client);
+                    self.retry_at = None;
+                    self.backoff = FIRST_BACKOFF;
+                }
+                Err(e) => {
+                    self.last_error = describe(&e);
+                    self.retry_at = Some(Instant::now() + self.backoff);
+                    self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                    tracing::warn!(
+                        "PostgreSQL at {} is unreachable ({}); next attempt in {:?}",
+                        self.url.redacted(),
+                        self.last_error,
+                        self.backoff
+                    );
+                    return Err(self.url.unreachable(&self.last_error));
+                }
+            }
+        }
+        self.client
+            .as_mut()
+            .ok_or_else(|| StorageError::Postgres("no connection".into()))
+    }
+
+    fn with_client<T>(
+        &mut self,
+        read: impl FnOnce(&mut Client) -> Result<T, StorageError>,
+    ) -> Result<T, StorageError> {
+        read(self.client()?)
+    }
+
+    /// Run a group of writes in one transaction and answer each once it committed.
+    fn commit_group(&mut self, group: Vec<Write>) {
+        let mut tx = match self.client().and_then(|c| Ok(c.transaction()?)) {
+            Ok(tx) => tx,
+            Err(e) => {
+                for write in group {
+                    write(Err(&e))(None);
+                }
+                return;
+            }
+        };
+        let answers: Vec<Answer> = group.into_iter().map(|write| write(Ok(&mut tx))).collect();
+        let commit_error = tx.commit().err().map(StorageError::from);
+        for answer in answers {
+            answer(commit_error.as_ref());
+        }
+    }
+}
+
+impl From<postgres::Error> for StorageError {
+    fn from(error: postgres::Error) -> Self {
+        StorageError::Postgres(describe(&error))
+    }
+}
+
+/// The server's message (and detail) when it sent one, else the client's.
+pub(crate) fn describe(error: &postgres::Error) -> String {
+    match error.as_db_error() {
+        Some(db) => match db.detail() {
+            Some(detail) => format!("{} ({detail})", db.message()),
+            None => db.message().to_string(),
+        },
+        None => error.to_string(),
+    }
+}
