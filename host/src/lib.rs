@@ -7,6 +7,8 @@
 #![deny(missing_docs)]
 
 pub mod agent;
+#[cfg(test)]
+mod backends;
 pub mod buffer;
 pub mod cli;
 pub mod config;

@@ -71,6 +71,14 @@ pub trait JournalStore: Send + Sync {
         error: &str,
         attempts: u32,
     ) -> Receipt<()>;
+    /// Whether this host may deliver to `subscriber` now. Where several hosts share the
+    /// journal one holds each subscription at a time, by a lease each call renews; another
+    /// host takes it over once the holder has stopped calling for a lease. A journal one
+    /// host owns (a data dir's) always says yes.
+    fn hold(&self, subscriber: &str) -> Receipt<bool> {
+        let _ = subscriber;
+        Receipt::ready(Ok(true))
+    }
 }
 
 /// `journal.db`: a writer thread for writes, a connection for reads.

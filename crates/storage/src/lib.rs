@@ -108,6 +108,10 @@ pub enum StorageError {
     /// PostgreSQL refused a read, a write or the commit.
     #[error("postgres: {0}")]
     Postgres(String),
+    /// PostgreSQL aborted a write that deadlocked with another transaction (or could not
+    /// be serialised with it); running it again may succeed.
+    #[error("postgres: {0}")]
+    Conflict(String),
     /// The store's writer has stopped (the store is shutting down).
     #[error("the store is not accepting writes (shutting down)")]
     Stopped,

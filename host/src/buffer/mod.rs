@@ -342,6 +342,7 @@ impl Buffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::{Place, on_each_backend};
     use cairn_storage::pg::buffer::{DEFAULT_LEASE, PgBuffer};
 
     fn message(conversation: &str, payload: &str) -> NewMessage {
@@ -356,65 +357,15 @@ mod tests {
         }
     }
 
-    /// Where a test's buffer lives: a data dir, or a fresh database on the test server.
-    enum Place {
-        Sqlite(tempfile::TempDir),
-        Postgres(Box<cairn_storage::pg::PgUrl>),
-    }
-
-    impl Place {
-        fn sqlite() -> Self {
-            Place::Sqlite(tempfile::tempdir().expect("tempdir"))
-        }
-
-        /// None when no PostgreSQL server can be had (the skip is announced loudly).
-        fn postgres() -> Option<Self> {
-            let cluster = cairn_storage::pg::cluster::TestCluster::shared()?;
-            Some(Place::Postgres(Box::new(cluster.fresh_database())))
-        }
-
-        /// A buffer on this place, as a host opens it.
-        fn buffer(&self, config: BufferConfig) -> Buffer {
-            match self {
-                Place::Sqlite(dir) => Buffer::open(dir.path(), config).expect("open buffer"),
-                Place::Postgres(url) => {
-                    let store = PgBuffer::connect(url, DEFAULT_LEASE).expect("connect");
-                    Buffer::over(Box::new(store), config).expect("open buffer")
-                }
+    /// A buffer on `place`, as a host opens it.
+    fn buffer_on(place: &Place, config: BufferConfig) -> Buffer {
+        match place {
+            Place::Sqlite(dir) => Buffer::open(dir.path(), config).expect("open buffer"),
+            Place::Postgres(url) => {
+                let store = PgBuffer::connect(url, DEFAULT_LEASE).expect("connect");
+                Buffer::over(Box::new(store), config).expect("open buffer")
             }
         }
-    }
-
-    /// Each named test once on SQLite and once on PostgreSQL.
-    macro_rules! on_each_backend {
-        ($($test:ident),*) => {$(
-            mod $test {
-                #[test]
-                fn sqlite() {
-                    super::$test(super::Place::sqlite())
-                }
-                #[test]
-                fn postgres() {
-                    if let Some(place) = super::Place::postgres() {
-                        super::$test(place)
-                    }
-                }
-            }
-        )*};
-        ($(async $test:ident),*) => {$(
-            mod $test {
-                #[tokio::test]
-                async fn sqlite() {
-                    super::$test(super::Place::sqlite()).await
-                }
-                #[tokio::test]
-                async fn postgres() {
-                    if let Some(place) = super::Place::postgres() {
-                        super::$test(place).await
-                    }
-                }
-            }
-        )*};
     }
 
     on_each_backend!(
@@ -427,7 +378,7 @@ mod tests {
     on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
-        let buffer = place.buffer(config);
+        let buffer = buffer_on(place, config);
         buffer
             .set_channel_priorities(BTreeMap::from([("cli".to_string(), 10)]))
             .expect("channel priorities");
@@ -515,7 +466,7 @@ mod tests {
     fn a_message_sent_before_the_manifests_were_known_takes_its_channel_priority_later(
         place: Place,
     ) {
-        let before = place.buffer(BufferConfig::default());
+        let before = buffer_on(&place, BufferConfig::default());
         let early = before.push(message("c", "{}")).expect("push");
         let chosen = before
             .push(NewMessage {
@@ -533,7 +484,7 @@ mod tests {
             .collect();
         assert_eq!(priorities, BTreeMap::from([(early, 10), (chosen, 7)]));
         drop(host);
-        let later = place.buffer(BufferConfig::default());
+        let later = buffer_on(&place, BufferConfig::default());
         let id = later.push(message("c", "{}")).expect("push");
         let row = later.unrouted(10).expect("unrouted");
         assert_eq!(

@@ -113,7 +113,8 @@ struct Position {
 /// the stop comes is finished first (or left for the next start if it is being retried).
 /// It wakes when this process appends a matching event, and every [`OPERATOR_LOOK`] it
 /// re-delivers dead letters an operator asked to retry and reads the stored cursor, so
-/// `cairn journal replay` takes effect on a running host.
+/// `cairn journal replay` takes effect on a running host. On a journal several hosts
+/// share, it delivers only while this host holds the subscription (renewed at each look).
 pub async fn serve<S: Subscriber>(
     journal: Arc<Journal>,
     subscriber: Arc<S>,
@@ -134,6 +135,19 @@ pub async fn serve<S: Subscriber>(
         }
         if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
             operator_looked = Some(Instant::now());
+            // On a journal several hosts share, one delivers to each subscriber: another
+            // host holds it, so look again in a while, from the cursor as it is then.
+            match journal.hold(&id).await {
+                Ok(true) => {}
+                Ok(false) | Err(_) => {
+                    at = None;
+                    tokio::select! {
+                        _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+                        _ = stop.changed() => {}
+                    }
+                    continue;
+                }
+            }
             if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;
             }
@@ -218,4 +232,121 @@ async fn redeliver_retries<S: Subscriber>(
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use cairn_storage::pg::cluster::TestCluster;
+    use cairn_storage::pg::journal::PgJournal;
+
+    use super::*;
+    use crate::journal::{JournalConfig, NewEvent};
+
+    /// Records the events it takes, as one host's instance of a plugin would.
+    struct Recorder {
+        taken: Mutex<Vec<i64>>,
+    }
+
+    impl Subscriber for Recorder {
+        fn id(&self) -> &str {
+            "recorder"
+        }
+
+        async fn take(&self, event: &Event) -> Result<(), String> {
+            self.taken
+                .lock()
+                .map_err(|_| "poisoned".to_string())?
+                .push(event.seq);
+            Ok(())
+        }
+    }
+
+    fn seen(recorder: &Recorder) -> Vec<i64> {
+        recorder.taken.lock().expect("lock").clone()
+    }
+
+    /// Wait (up to a minute, polling) until the two recorders took `count` events in all.
+    async fn until_taken(hosts: [&Recorder; 2], count: usize) {
+        for _ in 0..600 {
+            if hosts.iter().map(|h| seen(h).len()).sum::<usize>() >= count {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{count} deliveries never happened: {:?}", hosts.map(seen));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn on_a_shared_journal_one_host_delivers_and_another_takes_over_when_it_stops() {
+        let Some(cluster) = TestCluster::shared() else {
+            return;
+        };
+        let url = cluster.fresh_database();
+        let lease = Duration::from_secs(2);
+        let open = || {
+            let store = PgJournal::connect(&url, lease).expect("connect");
+            Arc::new(Journal::over(Box::new(store), JournalConfig::default()))
+        };
+        let journals = [open(), open()];
+        let recorders = [
+            Arc::new(Recorder {
+                taken: Mutex::new(Vec::new()),
+            }),
+            Arc::new(Recorder {
+                taken: Mutex::new(Vec::new()),
+            }),
+        ];
+        let patterns = vec!["work.*".to_string()];
+        let mut hosts = Vec::new();
+        for (journal, recorder) in journals.iter().zip(&recorders) {
+            let (stop, stopped) = watch::channel(false);
+            let task = tokio::spawn(serve(
+                journal.clone(),
+                recorder.clone(),
+                patterns.clone(),
+                stopped,
+            ));
+            hosts.push((stop, task));
+        }
+        let append = |journal: Arc<Journal>, n: usize| async move {
+            for _ in 0..n {
+                journal
+                    .append(NewEvent {
+                        topic: "work.item".into(),
+                        payload: "{}".into(),
+                        source: "test".into(),
+                        ..NewEvent::default()
+                    })
+                    .await
+                    .expect("append");
+            }
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        append(journals[0].clone(), 10).await;
+        append(journals[1].clone(), 10).await;
+        until_taken([&recorders[0], &recorders[1]], 20).await;
+        let holder = usize::from(seen(&recorders[0]).is_empty());
+        let other = 1 - holder;
+        assert!(
+            seen(&recorders[other]).is_empty(),
+            "both hosts delivered: {:?}",
+            recorders.each_ref().map(|r| seen(r))
+        );
+        assert_eq!(
+            seen(&recorders[holder]),
+            (1..=20).collect::<Vec<i64>>(),
+            "in order, once"
+        );
+
+        // The holding host stops; the other takes over once the lease lapsed and goes on
+        // from the cursor.
+        let (stop, task) = hosts.swap_remove(holder);
+        stop.send(true).expect("stop");
+        task.await.expect("the holder stops");
+        append(journals[other].clone(), 5).await;
+        until_taken([&recorders[0], &recorders[1]], 25).await;
+        assert_eq!(seen(&recorders[other]), (21..=25).collect::<Vec<i64>>());
+    }
 }

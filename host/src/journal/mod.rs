@@ -257,6 +257,12 @@ impl Journal {
         Ok(self.store.pending(after, patterns, limit)?)
     }
 
+    /// Whether this host may deliver to `subscriber` now (see [`JournalStore::hold`]): always
+    /// on a data dir's journal; on a shared one, while this host holds its lease.
+    pub async fn hold(&self, subscriber: &str) -> Result<bool, JournalError> {
+        Ok(self.store.hold(subscriber).await?)
+    }
+
     /// Move a subscriber's cursor past `seq` (never backwards).
     pub async fn advance(&self, subscriber: &str, seq: i64) -> Result<(), JournalError> {
         Ok(self.store.advance(subscriber, seq).await?)
@@ -280,6 +286,21 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backends::{Place, on_each_backend};
+    use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
+
+    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed);
+
+    /// A journal on `place`, as a host opens it.
+    fn journal_on(place: &Place, config: JournalConfig) -> Journal {
+        match place {
+            Place::Sqlite(dir) => Journal::open(dir.path(), config).expect("open"),
+            Place::Postgres(url) => {
+                let store = PgJournal::connect(url, DEFAULT_SUBSCRIPTION_LEASE).expect("connect");
+                Journal::over(Box::new(store), config)
+            }
+        }
+    }
 
     fn head(admin: &JournalAdmin) -> Option<i64> {
         let newest = admin.recent(&["*".to_string()], 1).expect("recent");
@@ -357,10 +378,8 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_search_reports_how_far_it_read_so_the_next_starts_there() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("open");
+    async fn a_search_reports_how_far_it_read_so_the_next_starts_there(place: Place) {
+        let journal = journal_on(&place, JournalConfig::default());
         let rare = vec!["rare.topic".to_string()];
         let mut seqs = Vec::new();
         for topic in ["common.a", "rare.topic", "common.b", "common.c"] {
@@ -382,10 +401,8 @@ mod tests {
         assert_eq!(next.events.len(), 1, "a later event is found from the mark");
     }
 
-    #[tokio::test]
-    async fn a_watcher_is_woken_only_by_the_topics_it_watches() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("open");
+    async fn a_watcher_is_woken_only_by_the_topics_it_watches(place: Place) {
+        let journal = journal_on(&place, JournalConfig::default());
         let wake = journal.watch(&["a.*".to_string()]);
         let woken = || tokio::time::timeout(std::time::Duration::from_millis(200), wake.notified());
         journal.append(event("b.other")).await.expect("append");
@@ -397,14 +414,12 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn retention_prunes_only_events_every_subscriber_consumed() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    async fn retention_prunes_only_events_every_subscriber_consumed(place: Place) {
         let config = JournalConfig {
             retention_days: 0,
             ..JournalConfig::default()
         };
-        let journal = Journal::open(dir.path(), config).expect("open");
+        let journal = journal_on(&place, config);
         let all = vec!["*".to_string()];
         journal.subscribe("fast", &all).await.expect("subscribe");
         journal.subscribe("slow", &all).await.expect("subscribe");

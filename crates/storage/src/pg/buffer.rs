@@ -11,7 +11,6 @@
 //!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
@@ -61,7 +60,7 @@ impl PgBuffer {
     pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
         let pool = PgPool::connect(url, CONNECTIONS, "buffer-pg")?;
         migrate::migrate(&pool, &MIGRATIONS)?;
-        let holder = holder_id();
+        let holder = super::holder_id();
         let (stop, stopped) = mpsc::channel();
         let renewing = (pool.clone(), holder.clone());
         thread::Builder::new()
@@ -89,17 +88,6 @@ impl PgBuffer {
     fn lease_ms(&self) -> i64 {
         i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
-}
-
-/// A host's id on the database: its name, process id and a random part, so a restarted
-/// host never renews the leases of its previous life.
-fn holder_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "host".into());
-    // Randomly keyed per process, and a new key per call.
-    let random = RandomState::new().hash_one(now_ms());
-    format!("{host}-{}-{random:016x}", std::process::id())
 }
 
 /// Renew `holder`'s running claims every third of `lease` until `stopped` says stop.

@@ -32,7 +32,7 @@ pub fn migrate(pool: &PgPool, migrations: &'static Migrations) -> Result<usize, 
         let known = migrations.scripts.len();
         if found > known {
             return Err(StorageError::SchemaTooNew {
-                url,
+                url: url.clone(),
                 store: migrations.name.to_string(),
                 found,
                 known,

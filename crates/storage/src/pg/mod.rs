@@ -11,16 +11,20 @@
 //! - [`url`]: parsing and redacting the connection string.
 //! - [`migrate`]: versioned schema per store, applied once under an advisory lock.
 //! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases).
+//! - [`journal`]: [`crate::journal::JournalStore`] for several hosts (events commit in
+//!   sequence order; one host delivers to each subscriber at a time).
 //! - [`cluster`]: a private PostgreSQL server for tests and benches.
 
 pub mod buffer;
 pub mod cluster;
+pub mod journal;
 pub mod migrate;
 pub mod url;
 
 #[cfg(test)]
 mod tests;
 
+use std::hash::{BuildHasher, RandomState};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::thread;
@@ -36,10 +40,13 @@ pub use url::PgUrl;
 /// Work a pool worker runs with its connection.
 enum Job {
     /// A read, run on its own.
-    Read(Box<dyn FnOnce(&mut Worker) + Send>),
+    Read(Read),
     /// A write, run in a group's transaction (or told it cannot run).
     Write(Write),
 }
+
+/// Runs a read on the worker's connection and answers its caller.
+type Read = Box<dyn FnOnce(&mut Worker) + Send>;
 
 /// Runs a write under a savepoint of the group's transaction, and returns what answers its
 /// caller once the group committed (with the commit's error, if it failed).
@@ -123,7 +130,7 @@ impl PgPool {
     /// undoes only its own changes. The receipt resolves once the group committed.
     pub fn submit<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Receipt<T> {
         let (reply, receiver) = oneshot::channel();
         let job = Job::Write(Box::new(
@@ -165,10 +172,7 @@ impl PgPool {
 
 /// `first` and the writes queued right behind it (up to [`MAX_GROUP`]); a read found
 /// behind them ends the group and runs next.
-fn group_behind(
-    first: Write,
-    queue: &Mutex<mpsc::Receiver<Job>>,
-) -> (Vec<Write>, Option<Box<dyn FnOnce(&mut Worker) + Send>>) {
+fn group_behind(first: Write, queue: &Mutex<mpsc::Receiver<Job>>) -> (Vec<Write>, Option<Read>) {
     let mut group = vec![first];
     // Held by another worker: it is either waiting for work (nothing is queued) or taking
     // a group itself; either way there is nothing to wait for here.
@@ -187,15 +191,32 @@ fn group_behind(
     (group, None)
 }
 
-/// Run `work` under a savepoint of `tx`: on failure only its own changes are undone.
+/// Times a write that deadlocked with another transaction is run again.
+const CONFLICT_RETRIES: usize = 3;
+
+/// Run `work` under a savepoint of `tx`: on failure only its own changes are undone, and a
+/// write PostgreSQL aborted for a deadlock (hosts locking the same rows in another order)
+/// runs again, its locks released with its savepoint.
 fn in_savepoint<T>(
     tx: &mut Transaction<'_>,
-    work: impl FnOnce(&mut Transaction<'_>) -> Result<T, StorageError>,
+    work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError>,
 ) -> Result<T, StorageError> {
-    let mut savepoint = tx.savepoint("write")?;
-    let value = work(&mut savepoint)?;
-    savepoint.commit()?;
-    Ok(value)
+    let mut attempt = 0;
+    loop {
+        let mut savepoint = tx.savepoint("write")?;
+        match work(&mut savepoint) {
+            Ok(value) => {
+                savepoint.commit()?;
+                return Ok(value);
+            }
+            Err(StorageError::Conflict(why)) if attempt < CONFLICT_RETRIES => {
+                attempt += 1;
+                tracing::debug!("write ran into another transaction ({why}); again");
+                savepoint.rollback()?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 fn next_job(queue: &Mutex<mpsc::Receiver<Job>>) -> Option<Job> {
@@ -294,8 +315,27 @@ impl Worker {
 
 impl From<postgres::Error> for StorageError {
     fn from(error: postgres::Error) -> Self {
-        StorageError::Postgres(describe(&error))
+        use postgres::error::SqlState;
+        let conflict = error.code().is_some_and(|code| {
+            *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
+        });
+        if conflict {
+            StorageError::Conflict(describe(&error))
+        } else {
+            StorageError::Postgres(describe(&error))
+        }
     }
+}
+
+/// A host's id on the database: its name, process id and a random part, so a restarted
+/// host never renews the leases of its previous life.
+pub(crate) fn holder_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    // Randomly keyed per process, and a new key per call.
+    let random = RandomState::new().hash_one(crate::now_ms());
+    format!("{host}-{}-{random:016x}", std::process::id())
 }
 
 /// The server's message (and detail) when it sent one, else the client's.

@@ -1,5 +1,6 @@
-//! Several hosts on one database: claims, leases and take-over, the schema guard, and
-//! errors that name the server. Each test gets a fresh database on the test server (see
+//! Several hosts on one database: the buffer's claims, leases and take-over, the journal's
+//! commit order and subscription leases, the schema guard, and errors that name the
+//! server. Each test gets a fresh database on the test server (see
 //! [`super::cluster`]); without PostgreSQL they say so loudly and pass.
 
 use std::collections::BTreeSet;
@@ -7,12 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use cairn_vocab::buffer::{BatchStatus, NewBatch, Route};
+use cairn_vocab::event::NewEvent;
 
 use super::PgUrl;
 use super::buffer::{DEFAULT_LEASE, PgBuffer};
 use super::cluster::TestCluster;
+use super::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
 use crate::StorageError;
 use crate::buffer::{BufferStore, MessageRow};
+use crate::journal::JournalStore;
 
 fn database() -> Option<PgUrl> {
     TestCluster::shared().map(TestCluster::fresh_database)
@@ -256,4 +260,107 @@ fn an_unreachable_server_is_named_without_its_password() {
         Err(other) => panic!("expected unreachable, got {other}"),
         Ok(_) => panic!("connected to nothing"),
     }
+}
+
+fn new_event(topic: &str) -> NewEvent {
+    NewEvent {
+        topic: topic.into(),
+        payload: "{}".into(),
+        source: "test".into(),
+        ..NewEvent::default()
+    }
+}
+
+#[test]
+fn a_reader_never_passes_an_append_that_commits_after_a_later_one() {
+    let Some(url) = database() else { return };
+    let journal = Arc::new(PgJournal::connect(&url, DEFAULT_SUBSCRIPTION_LEASE).expect("journal"));
+    let all = vec!["*".to_string()];
+    assert_eq!(
+        journal.append(new_event("a.first")).wait().expect("append"),
+        1
+    );
+    // Another host's append takes sequence number 2 and has not committed yet.
+    let (committing, commit) = std::sync::mpsc::channel::<()>();
+    let (taken, seq_taken) = std::sync::mpsc::channel::<i64>();
+    let slow_url = url.clone();
+    let slow_host = std::thread::spawn(move || {
+        let mut client = slow_url.config().connect(postgres::NoTls).expect("connect");
+        let mut tx = client.transaction().expect("begin");
+        let seq: i64 = tx
+            .query_one("UPDATE journal_head SET seq = seq + 1 RETURNING seq", &[])
+            .expect("take a number")
+            .get(0);
+        tx.execute(
+            "INSERT INTO journal_events (seq, topic, payload, source, created_at)
+             VALUES ($1, 'b.slow', '{}', 'other host', 0)",
+            &[&seq],
+        )
+        .expect("insert");
+        taken.send(seq).expect("tell");
+        commit.recv().expect("wait for the go");
+        tx.commit().expect("commit");
+    });
+    assert_eq!(seq_taken.recv().expect("seq"), 2);
+    // This host's append queues behind it for number 3, on a thread of its own.
+    let appender = Arc::clone(&journal);
+    let fast = std::thread::spawn(move || appender.append(new_event("c.fast")).wait());
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = journal.pending(1, &all, 10).expect("read");
+    assert!(
+        seen.events.is_empty(),
+        "nothing after 1 is committed: {:?}",
+        seen.events
+    );
+    assert_eq!(
+        seen.searched_to, 1,
+        "the search stops at the committed head"
+    );
+    committing.send(()).expect("go");
+    slow_host.join().expect("slow host");
+    assert_eq!(fast.join().expect("fast").expect("append"), 3);
+    let seen = journal.pending(seen.searched_to, &all, 10).expect("read");
+    let order: Vec<(i64, &str)> = seen
+        .events
+        .iter()
+        .map(|e| (e.seq, e.topic.as_str()))
+        .collect();
+    assert_eq!(order, [(2, "b.slow"), (3, "c.fast")]);
+}
+
+#[test]
+fn one_host_at_a_time_delivers_to_a_subscriber_and_another_takes_over_when_it_stops() {
+    let Some(url) = database() else { return };
+    let lease = Duration::from_secs(2);
+    let first = PgJournal::connect(&url, lease).expect("first host");
+    let second = PgJournal::connect(&url, lease).expect("second host");
+    let patterns = vec!["a.*".to_string()];
+    first
+        .subscribe("plugin", &patterns)
+        .wait()
+        .expect("subscribe");
+    second
+        .subscribe("plugin", &patterns)
+        .wait()
+        .expect("subscribe");
+    assert!(first.hold("plugin").wait().expect("hold"));
+    assert!(
+        !second.hold("plugin").wait().expect("hold"),
+        "held by the first"
+    );
+    assert!(
+        first.hold("plugin").wait().expect("renew"),
+        "renewing keeps it"
+    );
+    // The first host stops renewing (it died); after the lease the second takes over.
+    std::thread::sleep(lease + Duration::from_millis(500));
+    assert!(second.hold("plugin").wait().expect("hold"), "taken over");
+    assert!(
+        !first.hold("plugin").wait().expect("hold"),
+        "the old holder has lost it"
+    );
+    assert!(
+        !second.hold("unknown").wait().expect("hold"),
+        "subscribe first"
+    );
 }

@@ -1,0 +1,318 @@
+//! The event journal on PostgreSQL, shared by several hosts.
+//!
+//! - An append takes its sequence number from `journal_head` under that row's lock, held
+//!   until the append's transaction commits: events commit in sequence order, so a
+//!   subscriber reading up to the committed head never skips an event that commits later.
+//! - One host delivers to each subscriber at a time: [`JournalStore::hold`] takes or renews
+//!   a lease on the subscriber's row; a host that died stops renewing and another takes the
+//!   subscription over where its cursor stands once the lease lapsed.
+//! - Hosts learn of each other's appends by reading (every second at most, as for an
+//!   operator's changes); nothing relies on a notification arriving.
+
+use std::time::Duration;
+
+use cairn_vocab::event::{Event, NewEvent};
+use postgres::types::ToSql;
+use postgres::{GenericClient, Row};
+
+use super::{PgPool, PgUrl, migrate};
+use crate::journal::{JournalStore, Pending};
+use crate::writer::Receipt;
+use crate::{Migrations, StorageError, now_ms};
+
+/// Migrations of the journal's tables on PostgreSQL.
+pub const MIGRATIONS: Migrations = Migrations {
+    name: "journal",
+    scripts: &[include_str!(
+        "../../../../migrations/postgres/journal/0001_init.sql"
+    )],
+};
+
+/// How long a host holds a subscription without renewing it by default. A delivering host
+/// renews it every second, so a subscriber moves to another host this long after its
+/// host died.
+pub const DEFAULT_SUBSCRIPTION_LEASE: Duration = Duration::from_secs(15);
+
+/// Connections each journal keeps.
+const CONNECTIONS: usize = 4;
+
+/// The journal's tables on a PostgreSQL database, delivering as host `holder`.
+pub struct PgJournal {
+    pool: PgPool,
+    holder: String,
+    lease: Duration,
+}
+
+impl PgJournal {
+    /// Connect to `url` and migrate the journal's tables; subscriptions this host holds
+    /// lapse `lease` after it last renewed them.
+    pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
+        let pool = PgPool::connect(url, CONNECTIONS, "journal-pg")?;
+        migrate::migrate(&pool, &MIGRATIONS)?;
+        Ok(Self {
+            pool,
+            holder: super::holder_id(),
+            lease,
+        })
+    }
+}
+
+impl JournalStore for PgJournal {
+    fn append(&self, event: NewEvent) -> Receipt<i64> {
+        self.pool.submit(move |tx| {
+            let seq: i64 = tx
+                .query_one("UPDATE journal_head SET seq = seq + 1 RETURNING seq", &[])?
+                .get(0);
+            tx.execute(
+                "INSERT INTO journal_events
+                     (seq, topic, payload, source, session_id, agent_id, user_id, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &seq,
+                    &event.topic,
+                    &event.payload,
+                    &event.source,
+                    &event.session_id,
+                    &event.agent_id,
+                    &event.user_id,
+                    &now_ms(),
+                ],
+            )?;
+            Ok(seq)
+        })
+    }
+
+    fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
+        let id = id.to_string();
+        let patterns = serde_json::to_string(patterns).unwrap_or_else(|_| "[]".into());
+        self.pool.submit(move |tx| {
+            Ok(tx
+                .query_one(
+                    "INSERT INTO journal_subscribers (id, patterns, cursor, updated_at)
+                     VALUES ($1, $2, (SELECT seq FROM journal_head), $3)
+                     ON CONFLICT (id) DO UPDATE SET patterns = excluded.patterns
+                     RETURNING cursor",
+                    &[&id, &patterns, &now_ms()],
+                )?
+                .get(0))
+        })
+    }
+
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
+        let subscriber = subscriber.to_string();
+        self.pool.read(move |client| {
+            Ok(client
+                .query_opt(
+                    "SELECT cursor FROM journal_subscribers WHERE id = $1",
+                    &[&subscriber],
+                )?
+                .map(|row| row.get(0)))
+        })
+    }
+
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError> {
+        let subscriber = subscriber.to_string();
+        self.pool.read(move |client| {
+            Ok(client
+                .query(
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM journal_events WHERE seq IN
+                           (SELECT seq FROM journal_dead_letters
+                             WHERE subscriber = $1 AND status = 'retry')
+                         ORDER BY seq"
+                    ),
+                    &[&subscriber],
+                )?
+                .iter()
+                .map(read_event)
+                .collect())
+        })
+    }
+
+    fn settle_retry(
+        &self,
+        subscriber: &str,
+        seq: i64,
+        failure: Option<(String, u32)>,
+    ) -> Receipt<()> {
+        let subscriber = subscriber.to_string();
+        self.pool.submit(move |tx| {
+            match &failure {
+                None => tx.execute(
+                    "DELETE FROM journal_dead_letters WHERE subscriber = $1 AND seq = $2",
+                    &[&subscriber, &seq],
+                )?,
+                Some((error, attempts)) => tx.execute(
+                    "UPDATE journal_dead_letters
+                        SET status = 'dead', error = $3, attempts = attempts + $4, created_at = $5
+                      WHERE subscriber = $1 AND seq = $2",
+                    &[&subscriber, &seq, error, &to_i32(*attempts), &now_ms()],
+                )?,
+            };
+            Ok(())
+        })
+    }
+
+    fn prune(&self, before_ms: i64) -> Receipt<usize> {
+        self.pool.submit(move |tx| {
+            let pruned = tx.execute(
+                "DELETE FROM journal_events e
+                  WHERE e.created_at < $1
+                    AND e.seq <= (SELECT coalesce(min(cursor), 0) FROM journal_subscribers)
+                    AND NOT EXISTS (SELECT 1 FROM journal_dead_letters d WHERE d.seq = e.seq)",
+                &[&before_ms],
+            )?;
+            Ok(usize::try_from(pruned).unwrap_or(usize::MAX))
+        })
+    }
+
+    fn pending(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Pending, StorageError> {
+        let patterns = patterns.to_vec();
+        self.pool.read(move |client| {
+            // Events commit in sequence order (see the module's note): every event up to
+            // the committed head is visible, so a search bounded by it is complete.
+            let head: i64 = client
+                .query_one("SELECT seq FROM journal_head", &[])?
+                .get(0);
+            let events = events_between(client, after, head, &patterns, limit)?;
+            let searched_to = match events.last() {
+                Some(event) if events.len() == limit => event.seq,
+                _ => head.max(after),
+            };
+            Ok(Pending {
+                events,
+                searched_to,
+            })
+        })
+    }
+
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
+        let subscriber = subscriber.to_string();
+        self.pool.submit(move |tx| {
+            tx.execute(
+                "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
+                  WHERE id = $1",
+                &[&subscriber, &seq, &now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn dead_letter(
+        &self,
+        subscriber: &str,
+        event: &Event,
+        error: &str,
+        attempts: u32,
+    ) -> Receipt<()> {
+        let (subscriber, seq, topic, error) = (
+            subscriber.to_string(),
+            event.seq,
+            event.topic.clone(),
+            error.to_string(),
+        );
+        self.pool.submit(move |tx| {
+            let now = now_ms();
+            tx.execute(
+                "INSERT INTO journal_dead_letters (subscriber, seq, topic, error, attempts, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6)
+                 ON CONFLICT (subscriber, seq) DO UPDATE
+                    SET topic = $3, error = $4, attempts = $5, created_at = $6, status = 'dead'",
+                &[&subscriber, &seq, &topic, &error, &to_i32(attempts), &now],
+            )?;
+            tx.execute(
+                "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
+                  WHERE id = $1",
+                &[&subscriber, &seq, &now],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn hold(&self, subscriber: &str) -> Receipt<bool> {
+        let (subscriber, holder) = (subscriber.to_string(), self.holder.clone());
+        let lease = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        self.pool.submit(move |tx| {
+            let now = now_ms();
+            let held = tx.execute(
+                "UPDATE journal_subscribers SET holder = $2, lease_until = $3
+                  WHERE id = $1 AND (holder IS NULL OR holder = $2 OR lease_until < $4)",
+                &[&subscriber, &holder, &(now + lease), &now],
+            )?;
+            Ok(held == 1)
+        })
+    }
+}
+
+fn to_i32(value: u32) -> i32 {
+    i32::try_from(value).unwrap_or(i32::MAX)
+}
+
+const EVENT_COLUMNS: &str =
+    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
+
+fn read_event(row: &Row) -> Event {
+    Event {
+        seq: row.get(0),
+        topic: row.get(1),
+        payload: row.get(2),
+        source: row.get(3),
+        session_id: row.get(4),
+        agent_id: row.get(5),
+        user_id: row.get(6),
+        created_at: row.get(7),
+    }
+}
+
+/// Events after `after` and up to `through` whose topic matches `patterns` (exact topics,
+/// `prefix.*`, or `*`), oldest first.
+fn events_between(
+    client: &mut impl GenericClient,
+    after: i64,
+    through: i64,
+    patterns: &[String],
+    limit: usize,
+) -> Result<Vec<Event>, StorageError> {
+    let mut values: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(after), Box::new(through)];
+    let topics = if patterns.iter().any(|p| p == "*") {
+        "TRUE".to_string()
+    } else if patterns.is_empty() {
+        "FALSE".to_string()
+    } else {
+        let clauses: Vec<String> = patterns
+            .iter()
+            .map(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => {
+                    values.push(Box::new(prefix.to_string()));
+                    format!(
+                        "left(topic, {}) = ${}",
+                        prefix.chars().count(),
+                        values.len()
+                    )
+                }
+                None => {
+                    values.push(Box::new(pattern.clone()));
+                    format!("topic = ${}", values.len())
+                }
+            })
+            .collect();
+        clauses.join(" OR ")
+    };
+    values.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
+    let sql = format!(
+        "SELECT {EVENT_COLUMNS} FROM journal_events
+          WHERE seq > $1 AND seq <= $2 AND ({topics}) ORDER BY seq LIMIT ${}",
+        values.len()
+    );
+    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
+    Ok(client
+        .query(&sql, &params)?
+        .iter()
+        .map(read_event)
+        .collect())
+}
