@@ -650,36 +650,44 @@ fn bench_event(i: usize) -> NewEvent {
 
 /// Journal rows: durable append, dispatch to WASM subscribers next to a native one, and
 /// emit → on-event latency at 1k events/s.
+/// `appenders` tasks appending events (300 for one, 40 each for many): events per second,
+/// and every acknowledgement's latency in ms, sorted.
+async fn append_all(journal: Arc<Journal>, appenders: usize) -> Result<(f64, Vec<f64>)> {
+    let per = if appenders == 1 { 300 } else { 40 };
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for a in 0..appenders {
+        let journal = journal.clone();
+        tasks.spawn(async move {
+            let mut latencies = Vec::new();
+            for i in 0..per {
+                let sent = Instant::now();
+                journal.append(bench_event(a * per + i)).await?;
+                latencies.push(sent.elapsed().as_secs_f64() * 1e3);
+            }
+            anyhow::Ok(latencies)
+        });
+    }
+    let mut latencies = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        latencies.extend(done??);
+    }
+    let rate = (appenders * per) as f64 / started.elapsed().as_secs_f64();
+    latencies.sort_by(|a, b| a.total_cmp(b));
+    Ok((rate, latencies))
+}
+
 fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        let postgres = cairn::store::pg::cluster::TestCluster::shared();
         for appenders in [1usize, 64] {
             let dir = scratch.join(format!("journal-append-{appenders}"));
             std::fs::create_dir_all(&dir)?;
             let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
-            let per = if appenders == 1 { 300 } else { 40 };
-            let started = Instant::now();
-            let mut tasks = tokio::task::JoinSet::new();
-            for a in 0..appenders {
-                let journal = journal.clone();
-                tasks.spawn(async move {
-                    let mut latencies = Vec::new();
-                    for i in 0..per {
-                        let sent = Instant::now();
-                        journal.append(bench_event(a * per + i)).await?;
-                        latencies.push(sent.elapsed().as_secs_f64() * 1e3);
-                    }
-                    anyhow::Ok(latencies)
-                });
-            }
-            let mut latencies = Vec::new();
-            while let Some(done) = tasks.join_next().await {
-                latencies.extend(done??);
-            }
-            let rate = (appenders * per) as f64 / started.elapsed().as_secs_f64();
-            latencies.sort_by(|a, b| a.total_cmp(b));
+            let (rate, latencies) = append_all(journal, appenders).await?;
             rows.push(Row {
                 name: format!("journal durable append, {appenders} appender(s)"),
                 value: rate,
@@ -690,6 +698,25 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                     percentile(&latencies, 0.99)
                 ),
             });
+            if let Some(cluster) = postgres {
+                let store = cairn::store::pg::journal::PgJournal::connect(
+                    &cluster.fresh_database(),
+                    cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
+                )?;
+                let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+                let (on_postgres, latencies) = append_all(journal, appenders).await?;
+                rows.push(Row {
+                    name: format!("journal durable append on PostgreSQL, {appenders} appender(s)"),
+                    value: on_postgres,
+                    unit: "ev/s",
+                    note: format!(
+                        "ack p50 {:.1} ms, p99 {:.1} ms; ratio to SQLite in this run {:.2}",
+                        percentile(&latencies, 0.5),
+                        percentile(&latencies, 0.99),
+                        on_postgres / rate
+                    ),
+                });
+            }
         }
 
         for subscribers in [1usize, 10] {

@@ -1,6 +1,7 @@
 //! The buffer on PostgreSQL, shared by several hosts.
 //!
-//! - A message is stored once per dedup key, whichever host receives it twice.
+//! - Messages arriving together are stored in one statement and one commit; a message with
+//!   a dedup key is stored once per key, whichever host receives it twice.
 //! - Routing marks messages routed only if no other router did first: the whole batch is
 //!   refused otherwise, so no message is routed twice.
 //! - A host claims a main batch under a transaction-level advisory lock, and only the
@@ -11,7 +12,7 @@
 //!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
 
 use std::collections::BTreeMap;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, PoisonError, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -19,7 +20,8 @@ use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
     TaskRow, TaskStatus,
 };
-use postgres::{GenericClient, Row, Transaction};
+use postgres::{Client, GenericClient, Row, Transaction};
+use tokio::sync::oneshot;
 
 use super::{PgPool, PgUrl, migrate};
 use crate::buffer::{BufferStore, MessageRow};
@@ -48,6 +50,9 @@ const CLAIM_LOCK: i64 = 0x0063_6c61_696d;
 /// The buffer's tables on a PostgreSQL database, claiming as host `holder`.
 pub struct PgBuffer {
     pool: PgPool,
+    /// Messages without a dedup key waiting to be stored: the first to wait sends a job
+    /// that stores every one waiting by then in one statement.
+    waiting: Arc<Mutex<Vec<WaitingInsert>>>,
     holder: String,
     lease: Duration,
     /// Dropped with the buffer, which stops the thread renewing this host's leases.
@@ -69,6 +74,7 @@ impl PgBuffer {
             .map_err(|e| url.unreachable(&format!("cannot start the lease thread: {e}")))?;
         Ok(Self {
             pool,
+            waiting: Arc::default(),
             holder,
             lease,
             _renewals: stop,
@@ -118,7 +124,25 @@ fn renew_until_dropped(pool: &PgPool, holder: &str, lease: Duration, stopped: &m
 
 impl BufferStore for PgBuffer {
     fn insert(&self, message: MessageRow) -> Receipt<i64> {
-        self.pool.submit(move |tx| insert(tx, &message))
+        if message.dedup_key.is_some() {
+            return self.pool.submit(move |tx| insert(tx, &message));
+        }
+        let (reply, receiver) = oneshot::channel();
+        let first = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            waiting.push((message, reply));
+            waiting.len() == 1
+        };
+        if first {
+            let waiting = Arc::clone(&self.waiting);
+            if !self
+                .pool
+                .run(move |client| insert_waiting(client, &waiting))
+            {
+                return Receipt::ready(Err(StorageError::Stopped));
+            }
+        }
+        Receipt::answered_by(receiver)
     }
 
     fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError> {
@@ -326,6 +350,88 @@ fn taken_over(changed: u64, what: &str, id: i64) -> Result<(), StorageError> {
     Err(StorageError::Postgres(format!(
         "{what} {id} is not this host's: it does not exist, or its lease lapsed and another host took it over"
     )))
+}
+
+/// A message to store and who waits for its id.
+type WaitingInsert = (MessageRow, oneshot::Sender<Result<i64, StorageError>>);
+
+/// Store every message waiting in one transaction (ids taken at once, rows inserted in one
+/// statement) and answer each; when the group fails, each is tried alone so that one bad
+/// message fails only itself.
+fn insert_waiting(client: Result<&mut Client, StorageError>, waiting: &Mutex<Vec<WaitingInsert>>) {
+    let group = std::mem::take(&mut *waiting.lock().unwrap_or_else(PoisonError::into_inner));
+    if group.is_empty() {
+        return;
+    }
+    let client = match client {
+        Ok(client) => client,
+        Err(e) => {
+            for (_, reply) in group {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    let messages: Vec<&MessageRow> = group.iter().map(|(message, _)| message).collect();
+    match insert_all(client, &messages) {
+        Ok(ids) => {
+            for (id, (_, reply)) in ids.into_iter().zip(group) {
+                let _ = reply.send(Ok(id));
+            }
+        }
+        Err(_) if group.len() > 1 => {
+            for (message, reply) in group {
+                let stored = insert_all(client, &[&message]).map(|ids| ids[0]);
+                let _ = reply.send(stored);
+            }
+        }
+        Err(e) => {
+            for (_, reply) in group {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Insert `messages` (none with a dedup key) in one transaction; their ids, in order.
+fn insert_all(client: &mut Client, messages: &[&MessageRow]) -> Result<Vec<i64>, StorageError> {
+    let count = i64::try_from(messages.len()).unwrap_or(i64::MAX);
+    let mut tx = client.transaction()?;
+    let ids: Vec<i64> = tx
+        .query(
+            "SELECT nextval(pg_get_serial_sequence('buffer_messages', 'id'))
+               FROM generate_series(1, $1::bigint)",
+            &[&count],
+        )?
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let text =
+        |pick: fn(&MessageRow) -> &str| -> Vec<&str> { messages.iter().map(|m| pick(m)).collect() };
+    let received: Vec<i64> = messages.iter().map(|m| m.received_at).collect();
+    let said: Vec<Option<i64>> = messages.iter().map(|m| m.said_at).collect();
+    let priorities: Vec<i64> = messages.iter().map(|m| i64::from(m.priority)).collect();
+    let defaults: Vec<bool> = messages.iter().map(|m| m.priority_is_default).collect();
+    tx.execute(
+        "INSERT INTO buffer_messages (id, channel, sender, conversation, payload, received_at,
+                                      said_at, priority, priority_is_default)
+         OVERRIDING SYSTEM VALUE
+         SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                              $6::bigint[], $7::bigint[], $8::bigint[], $9::boolean[])",
+        &[
+            &ids,
+            &text(|m| &m.channel),
+            &text(|m| &m.sender),
+            &text(|m| &m.conversation),
+            &text(|m| &m.payload),
+            &received,
+            &said,
+            &priorities,
+            &defaults,
+        ],
+    )?;
+    tx.commit()?;
+    Ok(ids)
 }
 
 /// Store a message once per (channel, dedup key); its id, or the first one's.

@@ -9,11 +9,13 @@
 //! - Hosts learn of each other's appends by reading (every second at most, as for an
 //!   operator's changes); nothing relies on a notification arriving.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use cairn_vocab::event::{Event, NewEvent};
 use postgres::types::ToSql;
-use postgres::{GenericClient, Row};
+use postgres::{Client, GenericClient, Row};
+use tokio::sync::oneshot;
 
 use super::{PgPool, PgUrl, migrate};
 use crate::journal::{JournalStore, Pending};
@@ -33,11 +35,15 @@ pub const MIGRATIONS: Migrations = Migrations {
 /// host died.
 pub const DEFAULT_SUBSCRIPTION_LEASE: Duration = Duration::from_secs(15);
 
-/// Connections each journal keeps.
-const CONNECTIONS: usize = 4;
+/// Connections each journal keeps for everything but appends.
+const CONNECTIONS: usize = 3;
 
 /// The journal's tables on a PostgreSQL database, delivering as host `holder`.
 pub struct PgJournal {
+    /// One connection for appends: they queue for `journal_head`'s lock anyway, so one
+    /// writer commits all that wait in one transaction of three statements.
+    appends: PgPool,
+    waiting: Arc<Mutex<Vec<WaitingAppend>>>,
     pool: PgPool,
     holder: String,
     lease: Duration,
@@ -50,6 +56,8 @@ impl PgJournal {
         let pool = PgPool::connect(url, CONNECTIONS, "journal-pg")?;
         migrate::migrate(&pool, &MIGRATIONS)?;
         Ok(Self {
+            appends: PgPool::connect(url, 1, "journal-pg-append")?,
+            waiting: Arc::default(),
             pool,
             holder: super::holder_id(),
             lease,
@@ -59,27 +67,23 @@ impl PgJournal {
 
 impl JournalStore for PgJournal {
     fn append(&self, event: NewEvent) -> Receipt<i64> {
-        self.pool.submit(move |tx| {
-            let seq: i64 = tx
-                .query_one("UPDATE journal_head SET seq = seq + 1 RETURNING seq", &[])?
-                .get(0);
-            tx.execute(
-                "INSERT INTO journal_events
-                     (seq, topic, payload, source, session_id, agent_id, user_id, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &seq,
-                    &event.topic,
-                    &event.payload,
-                    &event.source,
-                    &event.session_id,
-                    &event.agent_id,
-                    &event.user_id,
-                    &now_ms(),
-                ],
-            )?;
-            Ok(seq)
-        })
+        let (reply, receiver) = oneshot::channel();
+        let first = {
+            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+            waiting.push((event, reply));
+            waiting.len() == 1
+        };
+        // The first to wait sends the job that takes every append waiting when it runs.
+        if first {
+            let waiting = Arc::clone(&self.waiting);
+            if !self
+                .appends
+                .run(move |client| append_waiting(client, &waiting))
+            {
+                return Receipt::ready(Err(StorageError::Stopped));
+            }
+        }
+        Receipt::answered_by(receiver)
     }
 
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
@@ -247,6 +251,89 @@ impl JournalStore for PgJournal {
             Ok(held == 1)
         })
     }
+}
+
+/// An event to append and who waits for its sequence number.
+type WaitingAppend = (NewEvent, oneshot::Sender<Result<i64, StorageError>>);
+
+/// Append every event waiting, in one transaction: take as many sequence numbers at once,
+/// insert the rows in one statement, commit, answer each. When the group fails, each event
+/// is tried alone so that one bad event fails only itself.
+fn append_waiting(client: Result<&mut Client, StorageError>, waiting: &Mutex<Vec<WaitingAppend>>) {
+    let group = std::mem::take(&mut *waiting.lock().unwrap_or_else(PoisonError::into_inner));
+    if group.is_empty() {
+        return;
+    }
+    let client = match client {
+        Ok(client) => client,
+        Err(e) => {
+            for (_, reply) in group {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    let events: Vec<&NewEvent> = group.iter().map(|(event, _)| event).collect();
+    match insert_events(client, &events) {
+        Ok(first) => {
+            for (seq, (_, reply)) in (first..).zip(group) {
+                let _ = reply.send(Ok(seq));
+            }
+        }
+        Err(_) if group.len() > 1 => {
+            for (event, reply) in group {
+                let _ = reply.send(insert_events(client, &[&event]));
+            }
+        }
+        Err(e) => {
+            for (_, reply) in group {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Insert `events` with consecutive sequence numbers in one transaction; the first number.
+fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<i64, StorageError> {
+    let count = i64::try_from(events.len()).unwrap_or(i64::MAX);
+    let mut tx = client.transaction()?;
+    let last: i64 = tx
+        .query_one(
+            "UPDATE journal_head SET seq = seq + $1 RETURNING seq",
+            &[&count],
+        )?
+        .get(0);
+    let first = last - count + 1;
+    let seqs: Vec<i64> = (first..=last).collect();
+    let column = |pick: fn(&NewEvent) -> Option<String>| -> Vec<Option<String>> {
+        events.iter().map(|event| pick(event)).collect()
+    };
+    let topics = column(|e| Some(e.topic.clone()));
+    let payloads = column(|e| Some(e.payload.clone()));
+    let sources = column(|e| Some(e.source.clone()));
+    let sessions = column(|e| e.session_id.clone());
+    let agents = column(|e| e.agent_id.clone());
+    let users = column(|e| e.user_id.clone());
+    tx.execute(
+        "INSERT INTO journal_events
+             (seq, topic, payload, source, session_id, agent_id, user_id, created_at)
+         SELECT seq, topic, payload, source, session_id, agent_id, user_id, $8
+           FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
+                       $6::text[], $7::text[])
+             AS e (seq, topic, payload, source, session_id, agent_id, user_id)",
+        &[
+            &seqs,
+            &topics,
+            &payloads,
+            &sources,
+            &sessions,
+            &agents,
+            &users,
+            &now_ms(),
+        ],
+    )?;
+    tx.commit()?;
+    Ok(first)
 }
 
 fn to_i32(value: u32) -> i32 {

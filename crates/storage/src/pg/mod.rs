@@ -168,6 +168,17 @@ impl PgPool {
         // pollster, not `blocking_recv`: this may be called on a runtime's thread.
         pollster::block_on(receiver).unwrap_or(Err(StorageError::Stopped))
     }
+
+    /// Hand `job` a worker's connection (or the reason there is none) without waiting: for
+    /// a store that batches work its own way and answers its callers itself. False when
+    /// the pool has stopped (the job was dropped unrun).
+    pub fn run(
+        &self,
+        job: impl FnOnce(Result<&mut Client, StorageError>) + Send + 'static,
+    ) -> bool {
+        let job = Job::Read(Box::new(move |worker: &mut Worker| job(worker.client())));
+        self.jobs.send(job).is_ok()
+    }
 }
 
 /// `first` and the writes queued right behind it (up to [`MAX_GROUP`]); a read found

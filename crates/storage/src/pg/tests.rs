@@ -364,3 +364,34 @@ fn one_host_at_a_time_delivers_to_a_subscriber_and_another_takes_over_when_it_st
         "subscribe first"
     );
 }
+
+#[test]
+fn one_bad_event_among_appends_committed_together_fails_alone() {
+    let Some(url) = database() else { return };
+    let journal = Arc::new(PgJournal::connect(&url, DEFAULT_SUBSCRIPTION_LEASE).expect("journal"));
+    let receipts: Vec<_> = (0..40)
+        .map(|i| {
+            let mut event = new_event("a.ok");
+            if i == 17 {
+                event.payload = "not json".into();
+            }
+            journal.append(event)
+        })
+        .collect();
+    let outcomes: Vec<_> = receipts.into_iter().map(|r| r.wait()).collect();
+    assert!(outcomes[17].is_err(), "the bad event is refused");
+    let mut seqs: Vec<i64> = outcomes
+        .iter()
+        .filter_map(|o| o.as_ref().ok().copied())
+        .collect();
+    assert_eq!(seqs.len(), 39, "every other event is appended");
+    seqs.sort_unstable();
+    seqs.dedup();
+    assert_eq!(seqs.len(), 39, "each with its own number");
+    let stored = journal.pending(0, &["*".to_string()], 100).expect("read");
+    assert_eq!(stored.events.len(), 39);
+    assert!(
+        stored.events.windows(2).all(|w| w[0].seq < w[1].seq),
+        "in sequence order"
+    );
+}
