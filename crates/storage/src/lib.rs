@@ -108,6 +108,10 @@ pub enum StorageError {
     /// PostgreSQL refused a read, a write or the commit.
     #[error("postgres: {0}")]
     Postgres(String),
+    /// Another host got there first: the messages of a batch were routed by another router,
+    /// or a claim this host let lapse was taken over. Nothing was written.
+    #[error("{0}")]
+    Taken(String),
     /// PostgreSQL aborted a write that deadlocked with another transaction (or could not
     /// be serialised with it); running it again may succeed.
     #[error("postgres: {0}")]

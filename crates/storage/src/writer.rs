@@ -289,7 +289,10 @@ impl<T> Receipt<T> {
         if let Some(writer) = self.writer.take() {
             writer.try_commit_alone();
         }
-        pollster::block_on(self)
+        // Unconstrained: called on a runtime's task, tokio's co-operative budget would run
+        // out after 128 waits and make the receiver answer "not yet" for ever, so this
+        // loop would spin instead of returning.
+        pollster::block_on(tokio::task::unconstrained(self))
     }
 }
 
@@ -361,6 +364,28 @@ fn run_isolated(tx: &mut rusqlite::Transaction<'_>, work: Work) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn many_waits_on_one_async_task_all_return() {
+        // tokio's co-operative budget runs out after 128 polls on one task; a wait that
+        // polled its receiver under that budget spun for ever from then on.
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("runtime");
+            let total: i64 = runtime.block_on(async {
+                (0..1000)
+                    .map(|i| Receipt::ready(Ok(i)).wait().expect("ready"))
+                    .sum()
+            });
+            let _ = done.send(total);
+        });
+        let total = finished
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("1000 waits on one task returned");
+        assert_eq!(total, 499_500);
+    }
 
     #[test]
     fn a_failing_write_is_rolled_back_alone() {

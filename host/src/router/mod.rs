@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Buffer, BufferedMessage, NewBatch, Route};
-use crate::store::now_ms;
+use crate::store::{StorageError, now_ms};
 
 /// Router settings (`router:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -314,7 +314,15 @@ impl Router {
                 rule: rule.clone(),
                 message_ids: group.iter().map(|m| m.id).collect(),
             };
-            let id = self.buffer.route(batch).await?;
+            let id = match self.buffer.route(batch).await {
+                Ok(id) => id,
+                // Another host's router routed these messages first (a shared buffer).
+                Err(crate::buffer::BufferError::Storage(StorageError::Taken(why))) => {
+                    tracing::debug!(conversation = %first.conversation, "not routed here: {why}");
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             recorded += 1;
             match route {
                 Route::Drop => tracing::info!(
@@ -544,5 +552,60 @@ mod tests {
                 .to_string()
                 .contains("match.sender")
         );
+    }
+}
+
+#[cfg(test)]
+mod shared_buffer_tests {
+    use cairn_storage::pg::buffer::{DEFAULT_LEASE, PgBuffer};
+    use cairn_storage::pg::cluster::TestCluster;
+
+    use super::*;
+    use crate::buffer::{BufferConfig, NewMessage};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_hosts_routing_one_shared_buffer_route_each_message_once() {
+        let Some(cluster) = TestCluster::shared() else {
+            return;
+        };
+        let url = cluster.fresh_database();
+        let open = || {
+            let store = PgBuffer::connect(&url, DEFAULT_LEASE).expect("connect");
+            Arc::new(Buffer::over(Box::new(store), BufferConfig::default()).expect("buffer"))
+        };
+        let hosts = [open(), open()];
+        for i in 0..300 {
+            hosts[i % 2]
+                .push(NewMessage {
+                    channel: "cli".into(),
+                    sender: "ada".into(),
+                    conversation: format!("c{}", i % 60),
+                    payload: "{}".into(),
+                    priority: None,
+                    dedup_key: None,
+                    said_at: None,
+                })
+                .expect("push");
+        }
+        let routers = hosts.each_ref().map(|buffer| {
+            Router::new(
+                buffer.clone(),
+                RouterConfig::default(),
+                Arc::new(Notify::new()),
+            )
+            .expect("router")
+        });
+        let (first, second) = tokio::join!(routers[0].tick(true), routers[1].tick(true));
+        let routed = first.expect("first router").batches + second.expect("second router").batches;
+        assert!(hosts[0].unrouted(1000).expect("unrouted").is_empty());
+        let stats = hosts[1].stats().expect("stats");
+        assert_eq!(stats.batches.get("main/queued"), Some(&(routed as i64)));
+        let mut in_batches = 0;
+        for id in 1..=routed as i64 * 4 {
+            if let Some(batch) = hosts[0].batch(id).expect("batch") {
+                in_batches += batch.messages.len();
+            }
+        }
+        assert_eq!(in_batches, 300, "every message in exactly one batch");
     }
 }

@@ -347,7 +347,7 @@ fn taken_over(changed: u64, what: &str, id: i64) -> Result<(), StorageError> {
     if changed == 1 {
         return Ok(());
     }
-    Err(StorageError::Postgres(format!(
+    Err(StorageError::Taken(format!(
         "{what} {id} is not this host's: it does not exist, or its lease lapsed and another host took it over"
     )))
 }
@@ -500,7 +500,7 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
         &[&batch_id, &batch.message_ids],
     )?;
     if to_usize(marked) != batch.message_ids.len() {
-        return Err(StorageError::Postgres(format!(
+        return Err(StorageError::Taken(format!(
             "batch refused: {} of its {} messages were already routed (or are gone)",
             batch.message_ids.len() - to_usize(marked),
             batch.message_ids.len()

@@ -165,8 +165,10 @@ impl PgPool {
         if self.jobs.send(job).is_err() {
             return Err(StorageError::Stopped);
         }
-        // pollster, not `blocking_recv`: this may be called on a runtime's thread.
-        pollster::block_on(receiver).unwrap_or(Err(StorageError::Stopped))
+        // pollster, not `blocking_recv`: this may be called on a runtime's thread; and
+        // unconstrained by tokio's co-operative budget (see `Receipt::wait`).
+        pollster::block_on(tokio::task::unconstrained(receiver))
+            .unwrap_or(Err(StorageError::Stopped))
     }
 
     /// Hand `job` a worker's connection (or the reason there is none) without waiting: for
