@@ -79,7 +79,18 @@ pub trait JournalStore: Send + Sync {
         let _ = subscriber;
         Receipt::ready(Ok(true))
     }
+    /// Call `wake` with the topic of events other hosts append, soon after they commit: a
+    /// hint that lets a subscriber read at once rather than at its next look. It may come
+    /// late, twice, or not at all; readers never depend on it. A journal only one host
+    /// writes has nothing to tell.
+    fn on_appended_elsewhere(&self, wake: AppendedElsewhere) {
+        let _ = wake;
+    }
 }
+
+/// What [`JournalStore::on_appended_elsewhere`] calls with each topic appended elsewhere
+/// (`*` when it cannot say which).
+pub type AppendedElsewhere = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
 
 /// `journal.db`: a writer thread for writes, a connection for reads.
 pub struct SqliteJournal {

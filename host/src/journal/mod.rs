@@ -76,7 +76,20 @@ impl JournalError {
 pub struct Journal {
     config: JournalConfig,
     store: Box<dyn JournalStore>,
-    watchers: Mutex<Vec<Watcher>>,
+    watchers: Arc<Mutex<Vec<Watcher>>>,
+}
+
+/// Wake the watchers whose patterns match `topic` (every watcher for `*`, a topic another
+/// host could not name).
+fn wake(watchers: &Mutex<Vec<Watcher>>, topic: &str) {
+    let mut watchers = watchers.lock().unwrap_or_else(|p| p.into_inner());
+    // A watcher whose subscriber has ended holds the only reference left.
+    watchers.retain(|watcher| Arc::strong_count(&watcher.wake) > 1);
+    for watcher in watchers.iter() {
+        if topic == "*" || watcher.patterns.iter().any(|p| topic_matches(p, topic)) {
+            watcher.wake.notify_one();
+        }
+    }
 }
 
 /// Who waits for events on which topics ([`Journal::watch`]).
@@ -93,10 +106,13 @@ impl Journal {
 
     /// The journal service over any store.
     pub fn over(store: Box<dyn JournalStore>, config: JournalConfig) -> Self {
+        let watchers: Arc<Mutex<Vec<Watcher>>> = Arc::default();
+        let woken = Arc::clone(&watchers);
+        store.on_appended_elsewhere(Arc::new(move |topic: &str| wake(&woken, topic)));
         Self {
             config,
             store,
-            watchers: Mutex::new(Vec::new()),
+            watchers,
         }
     }
 
@@ -166,8 +182,9 @@ impl Journal {
     /// A wake-up signalled each time this process appends an event on a topic `patterns`
     /// match (a wake-up that finds nobody waiting is kept for the next wait, so none is
     /// lost). Only matching appends wake it: a subscriber to rare topics is not woken, and
-    /// does not read the journal, for every event. Events other processes append are not
-    /// signalled.
+    /// does not read the journal, for every event. On a journal several hosts share, the
+    /// other hosts' appends wake it too, as soon as the store hears of them (a hint: the
+    /// subscriber looks every second anyway).
     pub fn watch(&self, patterns: &[String]) -> Arc<Notify> {
         let wake = Arc::new(Notify::new());
         self.watchers
@@ -181,14 +198,7 @@ impl Journal {
     }
 
     fn wake_watchers(&self, topic: &str) {
-        let mut watchers = self.watchers.lock().unwrap_or_else(|p| p.into_inner());
-        // A watcher whose subscriber has ended holds the only reference left.
-        watchers.retain(|watcher| Arc::strong_count(&watcher.wake) > 1);
-        for watcher in watchers.iter() {
-            if watcher.patterns.iter().any(|p| topic_matches(p, topic)) {
-                watcher.wake.notify_one();
-            }
-        }
+        wake(&self.watchers, topic);
     }
 
     /// Register a subscriber (or update its patterns) and return its cursor. A new

@@ -6,19 +6,21 @@
 //! - One host delivers to each subscriber at a time: [`JournalStore::hold`] takes or renews
 //!   a lease on the subscriber's row; a host that died stops renewing and another takes the
 //!   subscription over where its cursor stands once the lease lapsed.
-//! - Hosts learn of each other's appends by reading (every second at most, as for an
-//!   operator's changes); nothing relies on a notification arriving.
+//! - An append's commit notifies `cairn_journal` with its topics; every host listens and
+//!   wakes its matching subscribers at once. That is only a hint: subscribers also read
+//!   every second, so a lost notification delays an event by a second at most.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use cairn_vocab::event::{Event, NewEvent};
+use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row};
 use tokio::sync::oneshot;
 
 use super::{PgPool, PgUrl, migrate};
-use crate::journal::{JournalStore, Pending};
+use crate::journal::{AppendedElsewhere, JournalStore, Pending};
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms};
 
@@ -44,6 +46,10 @@ pub struct PgJournal {
     /// writer commits all that wait in one transaction of three statements.
     appends: PgPool,
     waiting: Arc<Mutex<Vec<WaitingAppend>>>,
+    url: PgUrl,
+    /// Alive while the journal is: the thread listening for other hosts' appends stops
+    /// once it cannot upgrade this.
+    alive: Arc<()>,
     pool: PgPool,
     holder: String,
     lease: Duration,
@@ -58,6 +64,8 @@ impl PgJournal {
         Ok(Self {
             appends: PgPool::connect(url, 1, "journal-pg-append")?,
             waiting: Arc::default(),
+            url: url.clone(),
+            alive: Arc::new(()),
             pool,
             holder: super::holder_id(),
             lease,
@@ -238,6 +246,18 @@ impl JournalStore for PgJournal {
         })
     }
 
+    fn on_appended_elsewhere(&self, wake: AppendedElsewhere) {
+        let (url, alive) = (self.url.clone(), Arc::downgrade(&self.alive));
+        let started = std::thread::Builder::new()
+            .name("journal-pg-listen".into())
+            .spawn(move || listen(&url, &alive, &wake));
+        if let Err(e) = started {
+            tracing::warn!(
+                "cannot listen for other hosts' events (they arrive within a second anyway): {e}"
+            );
+        }
+    }
+
     fn hold(&self, subscriber: &str) -> Receipt<bool> {
         let (subscriber, holder) = (subscriber.to_string(), self.holder.clone());
         let lease = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
@@ -250,6 +270,49 @@ impl JournalStore for PgJournal {
             )?;
             Ok(held == 1)
         })
+    }
+}
+
+/// The channel appends notify, with their topics (one per line) as the payload.
+const CHANNEL: &str = "cairn_journal";
+
+/// Longest notification payload sent; more topics than fit say `*`.
+const MAX_NOTIFY_BYTES: usize = 4000;
+
+/// Pass every topic notified on [`CHANNEL`] to `wake` until `alive` is gone, connecting
+/// again (after a pause) whenever the connection breaks.
+fn listen(url: &PgUrl, alive: &Weak<()>, wake: &AppendedElsewhere) {
+    while alive.strong_count() > 0 {
+        let listened = url
+            .config()
+            .connect(postgres::NoTls)
+            .and_then(|mut client| {
+                client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
+                while alive.strong_count() > 0 {
+                    let mut notifications = client.notifications();
+                    let mut heard = notifications.timeout_iter(Duration::from_secs(1));
+                    while let Some(notification) = heard.next()? {
+                        notification.payload().lines().for_each(|topic| wake(topic));
+                    }
+                }
+                Ok(())
+            });
+        if let Err(e) = listened {
+            tracing::debug!("listening for other hosts' events: {}", super::describe(&e));
+            std::thread::sleep(Duration::from_secs(1));
+        }
+    }
+}
+
+/// The notification payload for `events`: their distinct topics, one per line, or `*`.
+fn topics_of(events: &[&NewEvent]) -> String {
+    let topics: std::collections::BTreeSet<&str> =
+        events.iter().map(|event| event.topic.as_str()).collect();
+    let joined = topics.into_iter().collect::<Vec<_>>().join("\n");
+    if joined.len() > MAX_NOTIFY_BYTES {
+        "*".into()
+    } else {
+        joined
     }
 }
 
@@ -332,6 +395,8 @@ fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<i64, Stora
             &now_ms(),
         ],
     )?;
+    // Delivered to the listening hosts when (and only if) this commits.
+    tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &topics_of(events)])?;
     tx.commit()?;
     Ok(first)
 }

@@ -395,3 +395,43 @@ fn one_bad_event_among_appends_committed_together_fails_alone() {
         "in sequence order"
     );
 }
+
+#[test]
+fn other_hosts_hear_of_an_append_when_it_commits() {
+    let Some(url) = database() else { return };
+    let writer = PgJournal::connect(&url, DEFAULT_SUBSCRIPTION_LEASE).expect("writing host");
+    let listener = PgJournal::connect(&url, DEFAULT_SUBSCRIPTION_LEASE).expect("listening host");
+    let (heard, topics) = std::sync::mpsc::channel::<String>();
+    let heard = std::sync::Mutex::new(heard);
+    listener.on_appended_elsewhere(Arc::new(move |topic: &str| {
+        let _ = heard.lock().expect("lock").send(topic.to_string());
+    }));
+    // The listener connects on its own thread: append until it has heard one, for at most
+    // a minute (a hint may be missed while it connects; none is missed after).
+    let mut first = None;
+    for _ in 0..60 {
+        writer
+            .append(new_event("hint.first"))
+            .wait()
+            .expect("append");
+        if let Ok(topic) = topics.recv_timeout(Duration::from_secs(1)) {
+            first = Some(topic);
+            break;
+        }
+    }
+    assert_eq!(first.as_deref(), Some("hint.first"));
+    writer
+        .append(new_event("hint.second"))
+        .wait()
+        .expect("append");
+    // Hints of the first appends may still be on their way; the second's must follow.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let topic = topics.recv_timeout(left).expect("heard the second append");
+        if topic == "hint.second" {
+            break;
+        }
+        assert_eq!(topic, "hint.first", "only appended topics are heard");
+    }
+}
