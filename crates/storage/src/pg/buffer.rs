@@ -12,7 +12,7 @@
 //!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError, mpsc};
+use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
@@ -21,8 +21,8 @@ use cairn_vocab::buffer::{
     TaskRow, TaskStatus,
 };
 use postgres::{Client, GenericClient, Row, Transaction};
-use tokio::sync::oneshot;
 
+use super::batch::Batcher;
 use super::{PgPool, PgUrl, migrate};
 use crate::buffer::{BufferStore, MessageRow};
 use crate::writer::Receipt;
@@ -52,7 +52,7 @@ pub struct PgBuffer {
     pool: PgPool,
     /// Messages without a dedup key waiting to be stored: the first to wait sends a job
     /// that stores every one waiting by then in one statement.
-    waiting: Arc<Mutex<Vec<WaitingInsert>>>,
+    inserts: Batcher<MessageRow>,
     holder: String,
     lease: Duration,
     /// Dropped with the buffer, which stops the thread renewing this host's leases.
@@ -74,7 +74,7 @@ impl PgBuffer {
             .map_err(|e| url.unreachable(&format!("cannot start the lease thread: {e}")))?;
         Ok(Self {
             pool,
-            waiting: Arc::default(),
+            inserts: Batcher::new(insert_all),
             holder,
             lease,
             _renewals: stop,
@@ -127,22 +127,7 @@ impl BufferStore for PgBuffer {
         if message.dedup_key.is_some() {
             return self.pool.submit(move |tx| insert(tx, &message));
         }
-        let (reply, receiver) = oneshot::channel();
-        let first = {
-            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-            waiting.push((message, reply));
-            waiting.len() == 1
-        };
-        if first {
-            let waiting = Arc::clone(&self.waiting);
-            if !self
-                .pool
-                .run(move |client| insert_waiting(client, &waiting))
-            {
-                return Receipt::ready(Err(StorageError::Stopped));
-            }
-        }
-        Receipt::answered_by(receiver)
+        self.inserts.push(&self.pool, message)
     }
 
     fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError> {
@@ -350,47 +335,6 @@ fn taken_over(changed: u64, what: &str, id: i64) -> Result<(), StorageError> {
     Err(StorageError::Taken(format!(
         "{what} {id} is not this host's: it does not exist, or its lease lapsed and another host took it over"
     )))
-}
-
-/// A message to store and who waits for its id.
-type WaitingInsert = (MessageRow, oneshot::Sender<Result<i64, StorageError>>);
-
-/// Store every message waiting in one transaction (ids taken at once, rows inserted in one
-/// statement) and answer each; when the group fails, each is tried alone so that one bad
-/// message fails only itself.
-fn insert_waiting(client: Result<&mut Client, StorageError>, waiting: &Mutex<Vec<WaitingInsert>>) {
-    let group = std::mem::take(&mut *waiting.lock().unwrap_or_else(PoisonError::into_inner));
-    if group.is_empty() {
-        return;
-    }
-    let client = match client {
-        Ok(client) => client,
-        Err(e) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(e.clone()));
-            }
-            return;
-        }
-    };
-    let messages: Vec<&MessageRow> = group.iter().map(|(message, _)| message).collect();
-    match insert_all(client, &messages) {
-        Ok(ids) => {
-            for (id, (_, reply)) in ids.into_iter().zip(group) {
-                let _ = reply.send(Ok(id));
-            }
-        }
-        Err(_) if group.len() > 1 => {
-            for (message, reply) in group {
-                let stored = insert_all(client, &[&message]).map(|ids| ids[0]);
-                let _ = reply.send(stored);
-            }
-        }
-        Err(e) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
-    }
 }
 
 /// Insert `messages` (none with a dedup key) in one transaction; their ids, in order.

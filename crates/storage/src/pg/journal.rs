@@ -10,15 +10,15 @@
 //!   wakes its matching subscribers at once. That is only a hint: subscribers also read
 //!   every second, so a lost notification delays an event by a second at most.
 
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use cairn_vocab::event::{Event, NewEvent};
 use postgres::fallible_iterator::FallibleIterator;
 use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row};
-use tokio::sync::oneshot;
 
+use super::batch::Batcher;
 use super::{PgPool, PgUrl, migrate};
 use crate::journal::{AppendedElsewhere, JournalStore, Pending};
 use crate::writer::Receipt;
@@ -43,9 +43,10 @@ const CONNECTIONS: usize = 3;
 /// The journal's tables on a PostgreSQL database, delivering as host `holder`.
 pub struct PgJournal {
     /// One connection for appends: they queue for `journal_head`'s lock anyway, so one
-    /// writer commits all that wait in one transaction of three statements.
+    /// writer commits all that wait in one transaction, one statement for all their rows.
     appends: PgPool,
-    waiting: Arc<Mutex<Vec<WaitingAppend>>>,
+    /// Events waiting for the append connection.
+    waiting_appends: Batcher<NewEvent>,
     url: PgUrl,
     /// Alive while the journal is: the thread listening for other hosts' appends stops
     /// once it cannot upgrade this.
@@ -63,7 +64,7 @@ impl PgJournal {
         migrate::migrate(&pool, &MIGRATIONS)?;
         Ok(Self {
             appends: PgPool::connect(url, 1, "journal-pg-append")?,
-            waiting: Arc::default(),
+            waiting_appends: Batcher::new(insert_events),
             url: url.clone(),
             alive: Arc::new(()),
             pool,
@@ -75,23 +76,7 @@ impl PgJournal {
 
 impl JournalStore for PgJournal {
     fn append(&self, event: NewEvent) -> Receipt<i64> {
-        let (reply, receiver) = oneshot::channel();
-        let first = {
-            let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-            waiting.push((event, reply));
-            waiting.len() == 1
-        };
-        // The first to wait sends the job that takes every append waiting when it runs.
-        if first {
-            let waiting = Arc::clone(&self.waiting);
-            if !self
-                .appends
-                .run(move |client| append_waiting(client, &waiting))
-            {
-                return Receipt::ready(Err(StorageError::Stopped));
-            }
-        }
-        Receipt::answered_by(receiver)
+        self.waiting_appends.push(&self.appends, event)
     }
 
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
@@ -316,48 +301,8 @@ fn topics_of(events: &[&NewEvent]) -> String {
     }
 }
 
-/// An event to append and who waits for its sequence number.
-type WaitingAppend = (NewEvent, oneshot::Sender<Result<i64, StorageError>>);
-
-/// Append every event waiting, in one transaction: take as many sequence numbers at once,
-/// insert the rows in one statement, commit, answer each. When the group fails, each event
-/// is tried alone so that one bad event fails only itself.
-fn append_waiting(client: Result<&mut Client, StorageError>, waiting: &Mutex<Vec<WaitingAppend>>) {
-    let group = std::mem::take(&mut *waiting.lock().unwrap_or_else(PoisonError::into_inner));
-    if group.is_empty() {
-        return;
-    }
-    let client = match client {
-        Ok(client) => client,
-        Err(e) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(e.clone()));
-            }
-            return;
-        }
-    };
-    let events: Vec<&NewEvent> = group.iter().map(|(event, _)| event).collect();
-    match insert_events(client, &events) {
-        Ok(first) => {
-            for (seq, (_, reply)) in (first..).zip(group) {
-                let _ = reply.send(Ok(seq));
-            }
-        }
-        Err(_) if group.len() > 1 => {
-            for (event, reply) in group {
-                let _ = reply.send(insert_events(client, &[&event]));
-            }
-        }
-        Err(e) => {
-            for (_, reply) in group {
-                let _ = reply.send(Err(e.clone()));
-            }
-        }
-    }
-}
-
-/// Insert `events` with consecutive sequence numbers in one transaction; the first number.
-fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<i64, StorageError> {
+/// Insert `events` with consecutive sequence numbers in one transaction; their numbers.
+fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<Vec<i64>, StorageError> {
     let count = i64::try_from(events.len()).unwrap_or(i64::MAX);
     let mut tx = client.transaction()?;
     let last: i64 = tx
@@ -398,7 +343,7 @@ fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<i64, Stora
     // Delivered to the listening hosts when (and only if) this commits.
     tx.execute("SELECT pg_notify($1, $2)", &[&CHANNEL, &topics_of(events)])?;
     tx.commit()?;
-    Ok(first)
+    Ok(seqs)
 }
 
 fn to_i32(value: u32) -> i32 {

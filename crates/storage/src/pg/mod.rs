@@ -15,6 +15,7 @@
 //!   sequence order; one host delivers to each subscriber at a time).
 //! - [`cluster`]: a private PostgreSQL server for tests and benches.
 
+mod batch;
 pub mod buffer;
 pub mod cluster;
 pub mod journal;
