@@ -132,9 +132,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lookups_count_hits_and_misses_and_old_or_unused_entries_go() {
+    fn on_sqlite_lookups_count_hits_and_misses_and_old_or_unused_entries_go() {
         let dir = tempfile::tempdir().expect("tempdir");
         let cache = SqliteCache::open(dir.path()).expect("open");
+        lookups_count_hits_and_misses_and_old_or_unused_entries_go(&cache);
+        drop(cache);
+        let stats = SqliteCache::read_stats(dir.path())
+            .expect("read")
+            .expect("a cache");
+        assert_eq!(stats.entries, 2, "read without a host too");
+    }
+
+    #[test]
+    fn on_postgres_lookups_count_hits_and_misses_and_old_or_unused_entries_go() {
+        let Some(cluster) = crate::pg::cluster::TestCluster::shared() else {
+            return;
+        };
+        let cache = crate::pg::cache::PgCache::connect(&cluster.fresh_database()).expect("connect");
+        lookups_count_hits_and_misses_and_old_or_unused_entries_go(&cache);
+    }
+
+    fn lookups_count_hits_and_misses_and_old_or_unused_entries_go(cache: &dyn ResponseCacheStore) {
         assert_eq!(cache.lookup("a", 0, 10).wait().expect("lookup"), None);
         cache
             .store("a", "{\"x\":1}".into(), 10, 2)
@@ -162,12 +180,8 @@ mod tests {
             None,
             "b was the least recently used of three with room for two"
         );
-        drop(cache);
-        let stats = SqliteCache::read_stats(dir.path())
-            .expect("read")
-            .expect("a cache");
         assert_eq!(
-            stats,
+            cache.stats().expect("stats"),
             CacheStats {
                 entries: 2,
                 hits: 1,

@@ -11,12 +11,14 @@
 //! - [`url`]: parsing and redacting the connection string.
 //! - [`migrate`]: versioned schema per store, applied once under an advisory lock.
 //! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases).
+//! - [`cache`]: [`crate::cache::ResponseCacheStore`], one LLM response cache for all hosts.
 //! - [`journal`]: [`crate::journal::JournalStore`] for several hosts (events commit in
 //!   sequence order; one host delivers to each subscriber at a time).
 //! - [`cluster`]: a private PostgreSQL server for tests and benches.
 
 mod batch;
 pub mod buffer;
+pub mod cache;
 pub mod cluster;
 pub mod journal;
 pub mod migrate;
