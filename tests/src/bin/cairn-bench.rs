@@ -209,6 +209,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[index.min(sorted.len() - 1)]
 }
 
+/// "ack p50 … ms, p99 … ms" of sorted acknowledgement latencies in ms.
+fn acks(latencies: &[f64]) -> String {
+    format!(
+        "ack p50 {:.1} ms, p99 {:.1} ms",
+        percentile(latencies, 0.5),
+        percentile(latencies, 0.99)
+    )
+}
+
 fn bench_message(producer: usize, i: usize) -> NewMessage {
     NewMessage {
         channel: "bench".into(),
@@ -244,9 +253,8 @@ fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             value: ingest,
             unit: "msg/s",
             note: format!(
-                "ack p50 {:.1} ms, p99 {:.1} ms; raw rusqlite FULL, {producers} per commit: {raw:.0} msg/s (ratio {:.2})",
-                percentile(&latencies, 0.5),
-                percentile(&latencies, 0.99),
+                "{}; raw rusqlite FULL, {producers} per commit: {raw:.0} msg/s (ratio {:.2})",
+                acks(&latencies),
                 ingest / raw
             ),
         });
@@ -262,9 +270,8 @@ fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
                 value: on_postgres,
                 unit: "msg/s",
                 note: format!(
-                    "ack p50 {:.1} ms, p99 {:.1} ms; ratio to SQLite in this run {:.2}",
-                    percentile(&latencies, 0.5),
-                    percentile(&latencies, 0.99),
+                    "{}; ratio to SQLite in this run {:.2}",
+                    acks(&latencies),
                     on_postgres / ingest
                 ),
             });
@@ -692,11 +699,7 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                 name: format!("journal durable append, {appenders} appender(s)"),
                 value: rate,
                 unit: "ev/s",
-                note: format!(
-                    "ack p50 {:.1} ms, p99 {:.1} ms",
-                    percentile(&latencies, 0.5),
-                    percentile(&latencies, 0.99)
-                ),
+                note: acks(&latencies),
             });
             if let Some(cluster) = postgres {
                 let store = cairn::store::pg::journal::PgJournal::connect(
@@ -710,11 +713,10 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                     value: on_postgres,
                     unit: "ev/s",
                     note: format!(
-                        "ack p50 {:.1} ms, p99 {:.1} ms; ratio to SQLite in this run {:.2}",
-                        percentile(&latencies, 0.5),
-                        percentile(&latencies, 0.99),
-                        on_postgres / rate
-                    ),
+                    "{}; ratio to SQLite in this run {:.2}",
+                    acks(&latencies),
+                    on_postgres / rate
+                ),
                 });
             }
         }
