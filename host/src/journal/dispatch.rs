@@ -193,6 +193,12 @@ pub async fn serve<S: Subscriber>(
             continue;
         }
         for event in pending.events {
+            if operator_looked.is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK) {
+                // A long round: look first (renewing this host's hold on a shared journal,
+                // so no other host takes over meanwhile), then search on from the cursor.
+                position.searched_to = position.cursor;
+                break;
+            }
             let recorded = match deliver(&journal, &*subscriber, &event, &mut stop).await {
                 Delivery::Taken => journal.advance(&id, event.seq).await,
                 Delivery::GaveUp(error, attempts) => {
