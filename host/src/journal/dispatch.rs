@@ -137,16 +137,17 @@ pub async fn serve<S: Subscriber>(
             operator_looked = Some(Instant::now());
             // On a journal several hosts share, one delivers to each subscriber: another
             // host holds it, so look again in a while, from the cursor as it is then.
-            match journal.hold(&id).await {
-                Ok(true) => {}
-                Ok(false) | Err(_) => {
-                    at = None;
-                    tokio::select! {
-                        _ = tokio::time::sleep(OPERATOR_LOOK) => {}
-                        _ = stop.changed() => {}
-                    }
-                    continue;
+            let held = journal.hold(&id).await.unwrap_or_else(|e| {
+                tracing::warn!(subscriber = %id, "cannot hold the subscription: {e}");
+                false
+            });
+            if !held {
+                at = None;
+                tokio::select! {
+                    _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+                    _ = stop.changed() => {}
                 }
+                continue;
             }
             if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;

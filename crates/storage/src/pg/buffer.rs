@@ -23,7 +23,7 @@ use cairn_vocab::buffer::{
 use postgres::{Client, GenericClient, Row, Transaction};
 
 use super::batch::Batcher;
-use super::{PgPool, PgUrl, migrate};
+use super::{PgPool, PgUrl};
 use crate::buffer::{BufferStore, MessageRow};
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms};
@@ -54,7 +54,8 @@ pub struct PgBuffer {
     /// that stores every one waiting by then in one statement.
     inserts: Batcher<MessageRow>,
     holder: String,
-    lease: Duration,
+    /// How long a claim holds without renewal, in ms.
+    lease_ms: i64,
     /// Dropped with the buffer, which stops the thread renewing this host's leases.
     _renewals: mpsc::Sender<()>,
 }
@@ -63,8 +64,7 @@ impl PgBuffer {
     /// Connect to `url`, migrate the buffer's tables, and start renewing this host's
     /// claims every third of `lease`.
     pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
-        let pool = PgPool::connect(url, CONNECTIONS, "buffer-pg")?;
-        migrate::migrate(&pool, &MIGRATIONS)?;
+        let pool = PgPool::connect_migrated(url, CONNECTIONS, "buffer-pg", &MIGRATIONS)?;
         let holder = super::holder_id();
         let (stop, stopped) = mpsc::channel();
         let renewing = (pool.clone(), holder.clone());
@@ -76,29 +76,15 @@ impl PgBuffer {
             pool,
             inserts: Batcher::new(insert_all),
             holder,
-            lease,
+            lease_ms: super::millis(lease),
             _renewals: stop,
         })
-    }
-
-    /// How long a claim of this host holds without renewal.
-    pub fn lease(&self) -> Duration {
-        self.lease
-    }
-
-    /// The id this host's claims carry.
-    pub fn holder(&self) -> &str {
-        &self.holder
-    }
-
-    fn lease_ms(&self) -> i64 {
-        i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX)
     }
 }
 
 /// Renew `holder`'s running claims every third of `lease` until `stopped` says stop.
 fn renew_until_dropped(pool: &PgPool, holder: &str, lease: Duration, stopped: &mpsc::Receiver<()>) {
-    let lease_ms = i64::try_from(lease.as_millis()).unwrap_or(i64::MAX);
+    let lease_ms = super::millis(lease);
     while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(lease / 3) {
         let holder = holder.to_string();
         let renewed = pool
@@ -119,6 +105,50 @@ fn renew_until_dropped(pool: &PgPool, holder: &str, lease: Duration, stopped: &m
         if let Err(e) = renewed {
             tracing::warn!("cannot renew this host's buffer claims: {e}");
         }
+    }
+}
+
+/// Claimed work: a main batch or a task.
+#[derive(Clone, Copy)]
+enum Work {
+    Batch,
+    Task,
+}
+
+impl Work {
+    /// Its table, the column its outcome goes in, and its name in messages.
+    fn table_outcome_name(self) -> (&'static str, &'static str, &'static str) {
+        match self {
+            Work::Batch => ("buffer_batches", "reply", "batch"),
+            Work::Task => ("buffer_tasks", "result", "task"),
+        }
+    }
+}
+
+impl PgBuffer {
+    /// Record how claimed work ended, if it is still this host's (or was never claimed).
+    fn finish(
+        &self,
+        work: Work,
+        id: i64,
+        status: &'static str,
+        outcome: Option<String>,
+        error: Option<String>,
+    ) -> Receipt<()> {
+        let holder = self.holder.clone();
+        let (table, column, name) = work.table_outcome_name();
+        self.pool.submit(move |tx| {
+            let changed = tx.execute(
+                &format!(
+                    "UPDATE {table}
+                        SET status = $2, {column} = $3, error = $4, finished_at = $5,
+                            lease_until = NULL
+                      WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)"
+                ),
+                &[&id, &status, &outcome, &error, &now_ms(), &holder],
+            )?;
+            taken_over(changed, name, id)
+        })
     }
 }
 
@@ -208,7 +238,7 @@ impl BufferStore for PgBuffer {
     }
 
     fn claim_main(&self) -> Receipt<Option<i64>> {
-        let (holder, lease) = (self.holder.clone(), self.lease_ms());
+        let (holder, lease) = (self.holder.clone(), self.lease_ms);
         self.pool.submit(move |tx| claim_main(tx, &holder, lease))
     }
 
@@ -219,20 +249,11 @@ impl BufferStore for PgBuffer {
         reply: Option<String>,
         error: Option<String>,
     ) -> Receipt<()> {
-        let holder = self.holder.clone();
-        self.pool.submit(move |tx| {
-            let changed = tx.execute(
-                "UPDATE buffer_batches
-                    SET status = $2, reply = $3, error = $4, finished_at = $5, lease_until = NULL
-                  WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)",
-                &[&id, &status.as_str(), &reply, &error, &now_ms(), &holder],
-            )?;
-            taken_over(changed, "batch", id)
-        })
+        self.finish(Work::Batch, id, status.as_str(), reply, error)
     }
 
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
-        let (holder, lease) = (self.holder.clone(), self.lease_ms());
+        let (holder, lease) = (self.holder.clone(), self.lease_ms);
         self.pool.submit(move |tx| {
             let now = now_ms();
             Ok(tx
@@ -257,16 +278,7 @@ impl BufferStore for PgBuffer {
         result: Option<String>,
         error: Option<String>,
     ) -> Receipt<()> {
-        let holder = self.holder.clone();
-        self.pool.submit(move |tx| {
-            let changed = tx.execute(
-                "UPDATE buffer_tasks
-                    SET status = $2, result = $3, error = $4, finished_at = $5, lease_until = NULL
-                  WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)",
-                &[&id, &status.as_str(), &result, &error, &now_ms(), &holder],
-            )?;
-            taken_over(changed, "task", id)
-        })
+        self.finish(Work::Task, id, status.as_str(), result, error)
     }
 
     fn requeue(&self) -> Receipt<(usize, usize)> {

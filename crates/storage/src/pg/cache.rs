@@ -1,7 +1,7 @@
 //! The LLM response cache on PostgreSQL: one cache for every host, so a completion one host
 //! paid for answers the same request on another.
 
-use super::{PgPool, PgUrl, migrate};
+use super::{PgPool, PgUrl};
 use crate::cache::{CacheStats, ResponseCacheStore};
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError};
@@ -25,9 +25,9 @@ pub struct PgCache {
 impl PgCache {
     /// Connect to `url` and migrate the cache's tables.
     pub fn connect(url: &PgUrl) -> Result<Self, StorageError> {
-        let pool = PgPool::connect(url, CONNECTIONS, "cache-pg")?;
-        migrate::migrate(&pool, &MIGRATIONS)?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool: PgPool::connect_migrated(url, CONNECTIONS, "cache-pg", &MIGRATIONS)?,
+        })
     }
 }
 

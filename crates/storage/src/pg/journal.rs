@@ -19,7 +19,7 @@ use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row};
 
 use super::batch::Batcher;
-use super::{PgPool, PgUrl, migrate};
+use super::{PgPool, PgUrl};
 use crate::journal::{AppendedElsewhere, JournalStore, Pending};
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms};
@@ -47,29 +47,27 @@ pub struct PgJournal {
     appends: PgPool,
     /// Events waiting for the append connection.
     waiting_appends: Batcher<NewEvent>,
-    url: PgUrl,
     /// Alive while the journal is: the thread listening for other hosts' appends stops
     /// once it cannot upgrade this.
     alive: Arc<()>,
     pool: PgPool,
     holder: String,
-    lease: Duration,
+    /// How long this host holds a subscription without renewing it, in ms.
+    lease_ms: i64,
 }
 
 impl PgJournal {
     /// Connect to `url` and migrate the journal's tables; subscriptions this host holds
     /// lapse `lease` after it last renewed them.
     pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
-        let pool = PgPool::connect(url, CONNECTIONS, "journal-pg")?;
-        migrate::migrate(&pool, &MIGRATIONS)?;
+        let pool = PgPool::connect_migrated(url, CONNECTIONS, "journal-pg", &MIGRATIONS)?;
         Ok(Self {
             appends: PgPool::connect(url, 1, "journal-pg-append")?,
             waiting_appends: Batcher::new(insert_events),
-            url: url.clone(),
             alive: Arc::new(()),
             pool,
             holder: super::holder_id(),
-            lease,
+            lease_ms: super::millis(lease),
         })
     }
 }
@@ -232,7 +230,7 @@ impl JournalStore for PgJournal {
     }
 
     fn on_appended_elsewhere(&self, wake: AppendedElsewhere) {
-        let (url, alive) = (self.url.clone(), Arc::downgrade(&self.alive));
+        let (url, alive) = (self.pool.url().clone(), Arc::downgrade(&self.alive));
         let started = std::thread::Builder::new()
             .name("journal-pg-listen".into())
             .spawn(move || listen(&url, &alive, &wake));
@@ -244,8 +242,8 @@ impl JournalStore for PgJournal {
     }
 
     fn hold(&self, subscriber: &str) -> Receipt<bool> {
-        let (subscriber, holder) = (subscriber.to_string(), self.holder.clone());
-        let lease = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
+        let (subscriber, holder, lease) =
+            (subscriber.to_string(), self.holder.clone(), self.lease_ms);
         self.pool.submit(move |tx| {
             let now = now_ms();
             let held = tx.execute(

@@ -123,6 +123,18 @@ impl PgPool {
         })
     }
 
+    /// [`PgPool::connect`], then bring `migrations`' tables up to date through the pool.
+    pub fn connect_migrated(
+        url: &PgUrl,
+        workers: usize,
+        name: &str,
+        migrations: &'static crate::Migrations,
+    ) -> Result<Self, StorageError> {
+        let pool = Self::connect(url, workers, name)?;
+        migrate::migrate(&pool, migrations)?;
+        Ok(pool)
+    }
+
     /// The URL the pool connects to.
     pub fn url(&self) -> &PgUrl {
         &self.url
@@ -352,6 +364,11 @@ pub(crate) fn holder_id() -> String {
     // Randomly keyed per process, and a new key per call.
     let random = RandomState::new().hash_one(crate::now_ms());
     format!("{host}-{}-{random:016x}", std::process::id())
+}
+
+/// `duration` in whole milliseconds, as the tables keep times.
+pub(crate) fn millis(duration: Duration) -> i64 {
+    i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 
 /// The server's message (and detail) when it sent one, else the client's.
