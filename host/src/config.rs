@@ -41,12 +41,28 @@ pub enum ConfigError {
     },
 }
 
+/// The `storage:` value of the embedded default.
+pub const SQLITE: &str = "sqlite";
+
+/// Where a host keeps its stores (`storage:` in `cairn.yaml`).
+#[derive(Debug, Clone)]
+pub enum Storage {
+    /// SQLite database files in the data dir: one host.
+    Sqlite,
+    /// One PostgreSQL database that several hosts share.
+    Postgres(Box<cairn_storage::pg::PgUrl>),
+}
+
 /// The whole host configuration. Field names are the YAML keys.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields, default)]
 pub struct HostConfig {
     /// Where the databases, plugin files and compile cache live (default `.cairn`).
     pub data_dir: PathBuf,
+    /// Where the buffer, journal, memory, host state and LLM response cache live:
+    /// `sqlite` (the default: database files in `data_dir`) or a PostgreSQL connection
+    /// string (`postgres://user:password@host/database`) that several hosts share.
+    pub storage: String,
     /// Log filter in `tracing` env-filter syntax (default `info`).
     pub log: String,
     /// Plugin runtime settings.
@@ -86,6 +102,7 @@ impl Default for HostConfig {
     fn default() -> Self {
         Self {
             data_dir: PathBuf::from(".cairn"),
+            storage: SQLITE.to_string(),
             log: "info".to_string(),
             runtime: RuntimeConfig::default(),
             supervisor: SupervisorConfig::default(),
@@ -151,6 +168,9 @@ impl HostConfig {
                 message: message.into(),
             })
         };
+        if let Err(e) = self.storage() {
+            return problem(&e.to_string());
+        }
         if self.runtime.epoch_tick_ms == 0 {
             return problem("runtime.epoch_tick_ms: expected a positive number of milliseconds");
         }
@@ -185,6 +205,15 @@ impl HostConfig {
         Ok(())
     }
 
+    /// The storage `storage:` names.
+    pub fn storage(&self) -> Result<Storage, cairn_storage::StorageError> {
+        let text = self.storage.trim();
+        if text.is_empty() || text == SQLITE {
+            return Ok(Storage::Sqlite);
+        }
+        text.parse().map(|url| Storage::Postgres(Box::new(url)))
+    }
+
     /// Where compiled components are cached.
     pub fn cache_dir(&self) -> PathBuf {
         self.data_dir.join(&self.runtime.cache_dir)
@@ -201,11 +230,16 @@ impl HostConfig {
     }
 
     /// The `(environment variable, YAML path, current value)` of every setting, for docs
-    /// and `--help`.
+    /// and `--help`; the storage URL's password is shown as `***`.
     pub fn settings(&self) -> Vec<(String, String, String)> {
         let mut out = Vec::new();
         if let Ok(value) = serde_yaml::to_value(self) {
             collect_settings(&value, "CAIRN", "", &mut out);
+        }
+        for (_, path, value) in &mut out {
+            if path == "storage" {
+                *value = cairn_storage::pg::url::redact(value);
+            }
         }
         out
     }

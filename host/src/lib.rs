@@ -17,6 +17,7 @@ pub mod lifecycle;
 pub mod periodic;
 pub mod ports;
 pub mod router;
+pub mod storage;
 pub mod webhook;
 
 pub use cairn_llm as llm;

@@ -49,6 +49,9 @@ pub struct LocalMemory {
     embedding_warning: Option<String>,
     index: VectorIndex,
     index_loaded: OnceLock<()>,
+    /// The store's mark the index has caught up to (a shared store: see
+    /// [`MemoryStore::vectors_saved_after`]).
+    index_mark: AtomicI64,
     /// Every live entry up to this seq has a vector from the configured model.
     embedded_through: AtomicI64,
     signal: Arc<EmbedSignal>,
@@ -84,6 +87,7 @@ impl LocalMemory {
             embedding_warning,
             index: VectorIndex::default(),
             index_loaded: OnceLock::new(),
+            index_mark: AtomicI64::new(0),
             embedded_through: AtomicI64::new(0),
             signal: Arc::new(EmbedSignal::default()),
             turns: Arc::new(AtomicUsize::new(0)),

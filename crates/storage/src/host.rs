@@ -63,6 +63,10 @@ pub trait LifecycleStore: Send + Sync {
     fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<i64>, StorageError>;
     /// Record that schedule `name` of `plugin` fired at `at_ms`.
     fn record_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<()>;
+    /// Claim the firing of schedule `name` of `plugin` due at `at_ms`: records it and
+    /// returns true unless it was already recorded at `at_ms` or later (another host of a
+    /// shared database fired it), so each tick fires once across hosts.
+    fn claim_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<bool>;
 }
 
 /// `host.db`: one writer thread for writes, a connection for reads.
@@ -306,6 +310,21 @@ impl LifecycleStore for SqliteHost {
             Ok(())
         })
     }
+
+    fn claim_fired(&self, plugin: &str, name: &str, at_ms: i64) -> Receipt<bool> {
+        let (plugin, name) = (plugin.to_string(), name.to_string());
+        self.db.submit(move |conn| {
+            // An upsert whose WHERE is false changes no row: the tick was claimed already.
+            let changed = conn
+                .prepare_cached(
+                    "INSERT INTO schedule_state (plugin_id, name, last_fired_at) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (plugin_id, name) DO UPDATE SET last_fired_at = excluded.last_fired_at
+                     WHERE schedule_state.last_fired_at < excluded.last_fired_at",
+                )?
+                .execute(params![plugin, name, at_ms])?;
+            Ok(changed > 0)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -359,5 +378,17 @@ mod tests {
         assert_eq!(host.sleep_state().expect("read"), asleep);
         assert_eq!(host.last_fired("p", "tick").expect("read"), Some(7));
         assert_eq!(host.last_fired("p", "other").expect("read"), None);
+    }
+
+    #[test]
+    fn a_schedule_tick_is_claimed_once_and_never_backwards() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let host = SqliteHost::open(dir.path()).expect("open");
+        let claim = |at: i64| host.claim_fired("p", "tick", at).wait().expect("claim");
+        assert!(claim(10), "a first tick is claimed");
+        assert!(!claim(10), "the same tick again is not");
+        assert!(!claim(5), "nor an earlier one");
+        assert!(claim(20), "a later tick is");
+        assert_eq!(host.last_fired("p", "tick").expect("read"), Some(20));
     }
 }

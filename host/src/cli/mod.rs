@@ -19,6 +19,7 @@ use clap::{Parser, Subcommand};
 use serde_json::json;
 
 use crate::config::HostConfig;
+use crate::store::StorageError;
 use journal::{JournalCommand, journal_command};
 use plugins::{PluginsCommand, check, list};
 use run::run_host;
@@ -114,6 +115,32 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// A store that cannot be opened for a reason the user must fix — a bad or unreachable
+/// `storage:` URL, a schema newer than this build — is bad input (exit 2); anything else
+/// is an internal failure.
+pub(crate) fn storage_unusable(error: StorageError) -> anyhow::Error {
+    match error {
+        StorageError::BadUrl { .. }
+        | StorageError::Unreachable { .. }
+        | StorageError::SchemaTooNew { .. }
+        | StorageError::TooNew { .. } => BadInput(error.to_string()).into(),
+        other => other.into(),
+    }
+}
+
+/// Refuse a command that reads SQLite files directly when the stores are on PostgreSQL,
+/// rather than report an empty data dir.
+fn sqlite_only(config: &HostConfig, command: &str) -> Result<()> {
+    match config.storage().map_err(storage_unusable)? {
+        crate::config::Storage::Sqlite => Ok(()),
+        crate::config::Storage::Postgres(url) => Err(BadInput(format!(
+            "cairn {command} reads the SQLite files of a data dir; storage is PostgreSQL \
+             ({url}), which it cannot read yet"
+        ))
+        .into()),
+    }
+}
+
 fn load_config(cli: &Cli) -> Result<HostConfig> {
     HostConfig::load(cli.config.as_deref(), cli.data.as_deref())
         .map_err(|e| BadInput(e.to_string()).into())
@@ -152,6 +179,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Status { json } => {
             let config = load_config(&cli)?;
+            sqlite_only(&config, "status")?;
             show_status(&config.data_dir, *json)
         }
         Command::Send(args) => {
@@ -160,6 +188,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Journal { command } => {
             let config = load_config(&cli)?;
+            sqlite_only(&config, "journal")?;
             journal_command(&config.data_dir, command)
         }
         Command::Config { json } => {

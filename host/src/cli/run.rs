@@ -9,10 +9,10 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::{Notify, watch};
 
-use super::{BadInput, lock, plugins::manifest_errors};
+use super::{BadInput, lock, plugins::manifest_errors, storage_unusable};
 use crate::agent::Agent;
 use crate::buffer::Buffer;
-use crate::config::HostConfig;
+use crate::config::{HostConfig, Storage};
 use crate::journal::{Journal, dispatch};
 use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::llm;
@@ -26,9 +26,6 @@ use crate::plugin::supervisor::PluginHandle;
 use crate::plugin::write_gate::WriteGate;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
-use crate::store::cache::SqliteCache;
-use crate::store::host::SqliteHost;
-use crate::store::memory::SqliteMemory;
 use crate::webhook;
 
 /// The durable stores and long-lived services of one run.
@@ -107,29 +104,34 @@ fn open_stores(
     set: &resolve::PluginSet,
     plugins_dir: &Path,
 ) -> Result<Stores> {
-    let buffer = open_buffer(config, set)?;
-    let memory_db = Arc::new(SqliteMemory::open(&config.data_dir)?);
-    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
-    let kv = Arc::new(PluginKv::new(host_db.clone(), config.kv.clone()));
-    let status = Arc::new(StatusLog::new(host_db.clone()));
+    let storage = config.storage().map_err(storage_unusable)?;
+    let data_dir = &config.data_dir;
+    let buffer = open_buffer(config, &storage, set)?;
+    let memory_db = storage.memory(data_dir).map_err(storage_unusable)?;
+    let host_db = storage.host(data_dir).map_err(storage_unusable)?;
+    let kv = Arc::new(PluginKv::new(host_db.kv, config.kv.clone()));
+    let status = Arc::new(StatusLog::new(host_db.status.clone()));
     status.begin_run(plugins_dir)?;
-    let journal = Arc::new(Journal::open(&config.data_dir, config.journal.clone())?);
-    let cold = memory_db.is_new();
+    let journal_store = storage.journal(data_dir).map_err(storage_unusable)?;
+    let journal = Arc::new(Journal::over(journal_store, config.journal.clone()));
     let local_memory = LocalMemory::over(
-        &config.data_dir,
+        data_dir,
         config.memory.clone(),
-        memory_db.clone(),
-        cold,
+        memory_db.entries,
+        memory_db.cold,
     )?;
-    let memory = Arc::new(MemoryService::new(local_memory.clone(), memory_db.clone()));
+    let memory = Arc::new(MemoryService::new(
+        local_memory.clone(),
+        memory_db.sessions.clone(),
+    ));
     let lifecycle = Arc::new(Lifecycle::new(
         config.lifecycle.clone(),
-        memory_db,
-        host_db.clone(),
+        memory_db.sessions,
+        host_db.lifecycle,
         journal.clone(),
     ));
-    let llm = llm_provider(config)?;
-    let llm_gate = Arc::new(LlmGate::new(llm.clone(), host_db));
+    let llm = llm_provider(config, &storage)?;
+    let llm_gate = Arc::new(LlmGate::new(llm.clone(), host_db.status));
     Ok(Stores {
         buffer,
         journal,
@@ -143,23 +145,28 @@ fn open_stores(
     })
 }
 
-/// The configured LLM provider, behind the response cache (`<data>/cache.db`) when
-/// `agent.llm.cache.enabled`.
-fn llm_provider(config: &HostConfig) -> Result<Arc<dyn llm::LlmProvider>> {
+/// The configured LLM provider, behind the response cache (`<data>/cache.db`, or the
+/// shared database's) when `agent.llm.cache.enabled`.
+fn llm_provider(config: &HostConfig, storage: &Storage) -> Result<Arc<dyn llm::LlmProvider>> {
     let provider = llm::provider(&config.agent.llm);
     let cache = &config.agent.llm.cache;
     if !cache.enabled {
         return Ok(Arc::from(provider));
     }
-    let store = Arc::new(SqliteCache::open(&config.data_dir)?);
+    let store = storage.cache(&config.data_dir).map_err(storage_unusable)?;
     Ok(Arc::new(llm::cache::CachingProvider::new(
         provider, store, cache,
     )))
 }
 
 /// Open the buffer and adopt the channels' manifest priorities.
-fn open_buffer(config: &HostConfig, set: &resolve::PluginSet) -> Result<Arc<Buffer>> {
-    let buffer = Arc::new(Buffer::open(&config.data_dir, config.buffer.clone())?);
+fn open_buffer(
+    config: &HostConfig,
+    storage: &Storage,
+    set: &resolve::PluginSet,
+) -> Result<Arc<Buffer>> {
+    let store = storage.buffer(&config.data_dir).map_err(storage_unusable)?;
+    let buffer = Arc::new(Buffer::over(store, config.buffer.clone())?);
     let priorities = channels(set)
         .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
         .collect();

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use super::BadInput;
+use super::{BadInput, storage_unusable};
 use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS};
 use crate::config::HostConfig;
 
@@ -68,7 +68,9 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     };
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let buffer = Buffer::open(&config.data_dir, config.buffer.clone())?;
+    let storage = config.storage().map_err(storage_unusable)?;
+    let store = storage.buffer(&config.data_dir).map_err(storage_unusable)?;
+    let buffer = Buffer::over(store, config.buffer.clone())?;
     let message = NewMessage {
         channel: args.channel.clone(),
         sender: args.sender.clone(),

@@ -11,7 +11,8 @@
 //!   plugins read through `lifecycle.interrupted()`, and ends the sleep (`sleep.interrupted`).
 //! - **Scheduler**: manifest `schedule` entries (five-field cron, UTC) emit
 //!   `schedule.<plugin>.<name>`; a tick missed while the host was down fires once at start
-//!   unless `missed_schedules: skip`.
+//!   unless `missed_schedules: skip`. A tick is claimed in the store before it fires
+//!   ([`LifecycleStore::claim_fired`]), so hosts sharing a database fire each tick once.
 //!
 //! The lifecycle owns the session state machine — `active` → `ended` (idle) or `pending`
 //! (the user moved on) → `consolidated` — and gives the agent each turn's session
@@ -292,7 +293,9 @@ impl Lifecycle {
                         .ok()
                         .filter(|next| *next <= now);
                     if let Some(missed_at) = missed {
-                        if self.config.missed_schedules == MissedSchedules::FireOnce {
+                        if self.config.missed_schedules == MissedSchedules::FireOnce
+                            && self.claim(plugin, name, missed_at).await
+                        {
                             self.fire(plugin, name, expression, missed_at, true).await;
                         }
                         self.record_fired(plugin, name, now).await;
@@ -326,8 +329,9 @@ impl Lifecycle {
             let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {
-                    self.fire(plugin, name, expression, at, false).await;
-                    self.record_fired(plugin, name, at).await;
+                    if self.claim(plugin, name, at).await {
+                        self.fire(plugin, name, expression, at, false).await;
+                    }
                 }
                 _ = stop.changed() => {
                     if *stop.borrow() {
@@ -352,6 +356,22 @@ impl Lifecycle {
             "scheduled_for": at.timestamp_millis(), "missed": missed,
         });
         self.journal.emit(&topic, payload, None, None).await;
+    }
+
+    /// Claim tick `at` of schedule `name` of `plugin`; whether this host fires it. Claiming
+    /// before firing makes each tick fire at most once across hosts sharing a database (the
+    /// others find it claimed); a host killed between the claim and the journal append loses
+    /// that one tick. False when the claim failed too (logged): a tick is never fired
+    /// unclaimed.
+    async fn claim(&self, plugin: &str, name: &str, at: DateTime<Utc>) -> bool {
+        let result = self
+            .store
+            .claim_fired(plugin, name, at.timestamp_millis())
+            .await;
+        result.unwrap_or_else(|e| {
+            tracing::error!(plugin, schedule = name, "cannot claim a schedule tick: {e}");
+            false
+        })
     }
 
     fn last_fired(&self, plugin: &str, name: &str) -> Result<Option<DateTime<Utc>>, StorageError> {

@@ -14,6 +14,9 @@ const MAX_YIELD: Duration = Duration::from_millis(500);
 /// How often a yielding background embedder looks whether the turns are done.
 const YIELD_POLL: Duration = Duration::from_millis(2);
 
+/// Vectors read per round trip when the index catches up on other hosts' saves.
+const CATCH_UP_BATCH: usize = 2_000;
+
 /// A turn in flight ([`LocalMemory::turn_in_flight`]): until it is dropped the background
 /// embedder starts no new batch (for up to [`MAX_YIELD`] at a time), so on a small machine
 /// the turn's host work and its query's embedding do not share the cores with it.
@@ -103,7 +106,13 @@ impl LocalMemory {
         );
         let batch = self.config.embeddings.batch_size.clamp(1, 2048);
         let mut done = 0u64;
-        let mut after = self.embedded_through.load(Ordering::Acquire);
+        // Another host's entry may commit after this host embedded past its row number:
+        // on a shared store every pass looks from the start.
+        let mut after = if self.store.shared() {
+            0
+        } else {
+            self.embedded_through.load(Ordering::Acquire)
+        };
         loop {
             if self.signal.stopped() {
                 break;
@@ -182,10 +191,45 @@ impl LocalMemory {
         &self.index
     }
 
+    /// The vector index with the vectors other hosts saved since it last looked (a shared
+    /// store; on a store only this process writes, the index is already whole).
+    pub(super) fn current_index(&self) -> &VectorIndex {
+        let index = self.index();
+        if self.store.shared()
+            && let Err(e) = self.catch_up_index()
+        {
+            tracing::warn!("cannot read the vectors other hosts saved: {e}");
+        }
+        index
+    }
+
+    /// Add the vectors saved to a shared store since the index's mark.
+    fn catch_up_index(&self) -> Result<(), MemoryError> {
+        let Some((provider, model)) = self.model() else {
+            return Ok(());
+        };
+        loop {
+            let mark = self.index_mark.load(Ordering::Acquire);
+            let (saved, next) =
+                self.store
+                    .vectors_saved_after(&provider, &model, mark, CATCH_UP_BATCH)?;
+            for vector in &saved {
+                self.index.upsert(vector.seq, &vector.scope, &vector.vector);
+            }
+            self.index_mark.fetch_max(next, Ordering::AcqRel);
+            if saved.len() < CATCH_UP_BATCH {
+                return Ok(());
+            }
+        }
+    }
+
     fn load_index(&self) -> Result<(), MemoryError> {
         let Some((provider, model)) = self.model() else {
             return Ok(());
         };
+        // The mark before the visit: a save committing during it is read again later.
+        self.index_mark
+            .store(self.store.vector_mark()?, Ordering::Release);
         let index = &self.index;
         self.store
             .visit_vectors(&provider, &model, &mut |seq, scope, vector| {

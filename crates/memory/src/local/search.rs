@@ -232,7 +232,7 @@ impl LocalMemory {
             exclude_session: query.exclude_session.as_deref(),
         };
         let mut cosines: HashMap<i64, f64> = self
-            .index()
+            .current_index()
             .nearest(vector, &filter, candidates)
             .into_iter()
             .map(|(seq, similarity)| (seq, f64::from(similarity)))

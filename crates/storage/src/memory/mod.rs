@@ -12,7 +12,7 @@ mod entries;
 mod search;
 mod sessions;
 mod transfer;
-mod vectors;
+pub(crate) mod vectors;
 
 #[cfg(test)]
 mod tests;
@@ -86,6 +86,17 @@ pub struct Unembedded {
 /// One vector to keep: the entry's row number, its content hash (the cache key) and the
 /// vector.
 pub type VectorRow = (i64, String, Vec<f32>);
+
+/// A vector saved to the store, as a host catching up on other hosts' saves reads it.
+#[derive(Debug, Clone)]
+pub struct SavedVector {
+    /// The entry's row number.
+    pub seq: i64,
+    /// The entry's scope.
+    pub scope: Scope,
+    /// The vector.
+    pub vector: Vec<f32>,
+}
 
 /// A retention pass: forget entries of each category recorded before its retention.
 #[derive(Debug, Clone)]
@@ -175,6 +186,33 @@ pub trait MemoryStore: Send + Sync {
         model: &str,
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
     ) -> Result<(), StorageError>;
+    /// Whether other hosts write to this store too (a shared database): this host's
+    /// vector index must then catch up on their saves, and its embedder cannot assume it
+    /// saw every entry below the last one it embedded.
+    fn shared(&self) -> bool {
+        false
+    }
+    /// Where saves of vectors stand now: [`MemoryStore::vectors_saved_after`] this mark
+    /// returns every vector saved from now on. Read it before [`MemoryStore::visit_vectors`]
+    /// to load an index that can catch up. A store only this process writes to has no
+    /// marks (always 0).
+    fn vector_mark(&self) -> Result<i64, StorageError> {
+        Ok(0)
+    }
+    /// Up to `limit` live entries' vectors of `provider`/`model` saved after `mark` — by
+    /// this host or another sharing the database — in the order they committed, and the
+    /// mark to ask from next time. A store only this process writes to has nothing to
+    /// catch up on.
+    fn vectors_saved_after(
+        &self,
+        provider: &str,
+        model: &str,
+        mark: i64,
+        limit: usize,
+    ) -> Result<(Vec<SavedVector>, i64), StorageError> {
+        let _ = (provider, model, limit);
+        Ok((Vec::new(), mark))
+    }
     /// Live entries after row `after` without a vector of `provider`/`model`, in order.
     fn unembedded(
         &self,

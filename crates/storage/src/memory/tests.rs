@@ -1,23 +1,55 @@
-//! The session state machine's rows and the move of sessions out of an older host.db.
+//! The session state machine's rows, rescoring, full-text search's common words — each on
+//! SQLite and on PostgreSQL (see [`on_each_backend`]) — and the move of sessions out of an
+//! older host.db (SQLite only).
 
 use super::*;
 use cairn_vocab::memory::MemoryKind;
 use cairn_vocab::session::SessionState;
 use serde_json::json;
 
-fn open() -> (tempfile::TempDir, SqliteMemory) {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let memory = SqliteMemory::open(dir.path()).expect("open");
-    (dir, memory)
+/// Both of memory's interfaces, as one store implements them.
+trait Stores: MemoryStore + SessionStore {}
+
+impl<T: MemoryStore + SessionStore> Stores for T {}
+
+/// Each named test function (taking a store) once on a fresh SQLite data dir and once on
+/// a fresh PostgreSQL database (loudly skipped without a server), as `name::sqlite` and
+/// `name::postgres`.
+macro_rules! on_each_backend {
+    ($($test:ident),*) => {$(
+        mod $test {
+            #[test]
+            fn sqlite() {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let memory = super::SqliteMemory::open(dir.path()).expect("open");
+                super::$test(&memory)
+            }
+            #[test]
+            fn postgres() {
+                if let Some(cluster) = crate::pg::cluster::TestCluster::shared() {
+                    let url = cluster.fresh_database();
+                    let memory = crate::pg::memory::PgMemory::connect(&url).expect("connect");
+                    super::$test(&memory)
+                }
+            }
+        }
+    )*};
 }
 
-fn state(memory: &SqliteMemory, id: &str) -> SessionState {
+on_each_backend!(
+    a_conversation_resumed_after_idling_gets_a_numbered_session,
+    activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones,
+    rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone,
+    a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
+    a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
+    export_then_import_into_an_empty_store_keeps_every_record
+);
+
+fn state(memory: &dyn Stores, id: &str) -> SessionState {
     memory.session(id).expect("read").expect("known").state
 }
 
-#[test]
-fn a_conversation_resumed_after_idling_gets_a_numbered_session() {
-    let (_dir, memory) = open();
+fn a_conversation_resumed_after_idling_gets_a_numbered_session(memory: &dyn Stores) {
     let new = |now| {
         let choice = memory
             .session_for("cli:c1", Some("alice"), Some("main"), now, 1_000)
@@ -33,9 +65,7 @@ fn a_conversation_resumed_after_idling_gets_a_numbered_session() {
     assert_eq!(new(6_000), "cli:c1#3", "the current session ended");
 }
 
-#[test]
-fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones() {
-    let (_dir, memory) = open();
+fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones(memory: &dyn Stores) {
     let record = |session: &str, seq| {
         memory
             .record_activity(
@@ -59,14 +89,14 @@ fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones() 
         json!([{"seq": 2}, {"seq": 3}]),
         "the last two kept"
     );
-    assert_eq!(state(&memory, "a"), SessionState::Ended);
+    assert_eq!(state(memory, "a"), SessionState::Ended);
     assert_eq!(
         record("b", 4),
         Activity::Started {
             completed: vec!["a".to_string()]
         }
     );
-    assert_eq!(state(&memory, "a"), SessionState::Pending);
+    assert_eq!(state(memory, "a"), SessionState::Pending);
     let waiting = memory.awaiting_consolidation(10).expect("waiting");
     assert_eq!(waiting.len(), 1);
     assert_eq!(waiting[0].end_reason.as_deref(), Some("idle"));
@@ -86,7 +116,7 @@ fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones() 
     assert_eq!(memory.active_sessions().expect("count"), 1);
     assert_eq!(record("a", 5), Activity::Continued);
     assert_eq!(
-        state(&memory, "a"),
+        state(memory, "a"),
         SessionState::Consolidated,
         "late activity never reopens a consolidated session"
     );
@@ -129,9 +159,9 @@ fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
     SqliteMemory::open(dir.path()).expect("a second open has nothing to move");
 }
 
-#[test]
-fn rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone() {
-    let (_dir, memory) = open();
+fn rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone(
+    memory: &dyn Stores,
+) {
     let entry = MemoryEntry {
         scope: Scope::default(),
         ..episode("mem_a", "nobody", "the boat is blue")
@@ -203,7 +233,7 @@ fn episode(id: &str, user: &str, content: &str) -> MemoryEntry {
     }
 }
 
-fn words_matching(memory: &SqliteMemory, phrases: &[&str], user: &str) -> Vec<String> {
+fn words_matching(memory: &dyn Stores, phrases: &[&str], user: &str) -> Vec<String> {
     let fts = FullTextMatch {
         phrases: phrases.iter().map(|p| format!("\"{p}\"")).collect(),
         scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode(user)),
@@ -216,12 +246,12 @@ fn words_matching(memory: &SqliteMemory, phrases: &[&str], user: &str) -> Vec<St
         ..RecallQuery::default()
     };
     let seqs: Vec<i64> = memory
-        .lexical(&fts, &query, 1000)
+        .lexical_candidates(&fts, &query, 1000)
         .expect("search")
         .into_keys()
         .collect();
     let mut ids: Vec<String> = memory
-        .matching(&seqs, &query)
+        .entries_matching(&seqs, &query)
         .expect("entries")
         .into_iter()
         .map(|(_, e)| e.id)
@@ -230,9 +260,7 @@ fn words_matching(memory: &SqliteMemory, phrases: &[&str], user: &str) -> Vec<St
     ids
 }
 
-#[test]
-fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search() {
-    let (_dir, memory) = open();
+fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search(memory: &dyn Stores) {
     let many = SCORED_MATCHES + 40;
     for i in 0..many {
         let text = format!("octocat opened pull request {i} on the bench");
@@ -252,19 +280,133 @@ fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search() {
         .expect("stored");
     // "octocat" is in every one of the scope's matches: only the rarer words are searched.
     assert_eq!(
-        words_matching(&memory, &["octocat", "17"], "octocat"),
+        words_matching(memory, &["octocat", "17"], "octocat"),
         ["b0017"]
     );
     assert_eq!(
-        words_matching(&memory, &["octocat", "kayak"], "octocat"),
+        words_matching(memory, &["octocat", "kayak"], "octocat"),
         ["z"]
     );
     // When every word is common, the rarest is searched.
-    let bench = words_matching(&memory, &["octocat", "bench"], "octocat");
+    let bench = words_matching(memory, &["octocat", "bench"], "octocat");
     assert_eq!(bench.len(), many);
     // A scope with few matches is searched with every word.
     assert_eq!(
-        words_matching(&memory, &["octocat", "kayak"], "mona"),
+        words_matching(memory, &["octocat", "kayak"], "mona"),
         ["other"]
+    );
+}
+
+fn fact(id: &str, content: &str, predicate: &str, at: i64) -> MemoryEntry {
+    MemoryEntry {
+        kind: MemoryKind::Fact,
+        subject: Some("ann".into()),
+        predicate: Some(predicate.into()),
+        valid_from: at,
+        recorded_at: at,
+        scope: Scope {
+            agent_id: Some("main".into()),
+            user_id: Some("ann".into()),
+            session_id: None,
+        },
+        ..episode(id, "ann", content)
+    }
+}
+
+fn a_fact_supersedes_the_live_fact_with_its_subject_and_predicate(memory: &dyn Stores) {
+    let stored = |entry| memory.insert(entry, None, "test").wait().expect("insert");
+    let old = fact("f1", "Ann lives in Oslo", "lives_in", 10);
+    assert_eq!(
+        stored(old.clone()),
+        Insertion::Stored { superseded: vec![] }
+    );
+    assert_eq!(
+        stored(fact("f1b", "Ann lives in Oslo", "lives_in", 11)),
+        Insertion::Duplicate {
+            existing: "f1".into()
+        },
+        "the same live fact is stored once"
+    );
+    stored(fact("f2", "Ann likes tea", "likes", 12));
+    assert_eq!(
+        stored(fact("f3", "Ann lives in Bergen", "lives_in", 20)),
+        Insertion::Stored {
+            superseded: vec!["f1".into()]
+        }
+    );
+    let f1 = memory.get("f1").expect("read").expect("kept");
+    assert_eq!(
+        (f1.valid_to, f1.superseded_by.as_deref()),
+        (Some(20), Some("f3"))
+    );
+    let live: Vec<String> = memory
+        .list(&ListFilter {
+            scope: old.scope.clone(),
+            limit: 10,
+            ..ListFilter::default()
+        })
+        .expect("list")
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(live, ["f3", "f2"], "newest first, the superseded left out");
+    let trail = memory.audit_trail("f1").expect("audit");
+    assert_eq!(
+        (trail[0].action.as_str(), trail[0].detail.as_deref()),
+        ("supersede", Some("f3"))
+    );
+    assert!(matches!(
+        memory
+            .insert(
+                fact("f4", "Ann lives in Rome", "lives_in", 30),
+                Some("f1".into()),
+                "test"
+            )
+            .wait(),
+        Ok(Insertion::Refused(_))
+    ));
+    assert_eq!(memory.count(&old.scope).expect("count"), 2);
+}
+
+fn export_then_import_into_an_empty_store_keeps_every_record(memory: &dyn Stores) {
+    memory
+        .insert(
+            fact("f1", "Ann lives in Oslo", "lives_in", 10),
+            None,
+            "test",
+        )
+        .wait()
+        .expect("insert");
+    memory
+        .insert(
+            fact("f2", "Ann lives in Bergen", "lives_in", 20),
+            None,
+            "test",
+        )
+        .wait()
+        .expect("insert");
+    memory.forget("f2", "test").wait().expect("forget");
+    memory
+        .session_for("cli:c", Some("ann"), Some("main"), 5, 1_000)
+        .expect("session")
+        .recorded
+        .wait()
+        .expect("recorded");
+    let records = memory.export().expect("export");
+    assert_eq!(
+        records.len(),
+        1 + 2 + 2,
+        "a session, two entries, two audit rows"
+    );
+    let again = memory.import(records.clone()).wait().expect("import");
+    assert_eq!(again.skipped, 5, "everything is there already");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let fresh = SqliteMemory::open(dir.path()).expect("open");
+    let report = fresh.import(records.clone()).wait().expect("import");
+    assert_eq!((report.sessions, report.entries, report.audit), (1, 2, 2));
+    assert_eq!(
+        serde_json::to_value(fresh.export().expect("export")).expect("json"),
+        serde_json::to_value(records).expect("json"),
+        "the records read back as they were exported"
     );
 }

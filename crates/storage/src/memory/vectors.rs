@@ -153,7 +153,7 @@ impl SqliteMemory {
 
 /// A vector as int8: its scale (the largest magnitude / 127) as a little-endian f32, then
 /// one signed byte per component.
-fn encode_int8(vector: &[f32]) -> Vec<u8> {
+pub(crate) fn encode_int8(vector: &[f32]) -> Vec<u8> {
     let largest = vector.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
     let mut bytes = Vec::with_capacity(4 + vector.len());
@@ -168,7 +168,7 @@ fn encode_int8(vector: &[f32]) -> Vec<u8> {
 
 /// A stored vector back as f32s: `i8` as [`encode_int8`] wrote it, else little-endian f32s
 /// (rows written before int8 storage).
-fn decode(encoding: &str, bytes: &[u8]) -> Vec<f32> {
+pub(crate) fn decode(encoding: &str, bytes: &[u8]) -> Vec<f32> {
     if encoding == "i8" && bytes.len() >= 4 {
         let scale = f32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         return bytes[4..]

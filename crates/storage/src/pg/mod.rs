@@ -12,15 +12,22 @@
 //! - [`migrate`]: versioned schema per store, applied once under an advisory lock.
 //! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases).
 //! - [`cache`]: [`crate::cache::ResponseCacheStore`], one LLM response cache for all hosts.
+//! - [`host`]: [`crate::host::KvStore`], [`crate::host::StatusStore`] and
+//!   [`crate::host::LifecycleStore`] for several hosts (each reports its own run and
+//!   plugins; a schedule tick is claimed by one host).
 //! - [`journal`]: [`crate::journal::JournalStore`] for several hosts (events commit in
 //!   sequence order; one host delivers to each subscriber at a time).
+//! - [`memory`]: [`crate::memory::MemoryStore`] and [`crate::memory::SessionStore`] shared
+//!   by every host (full text on `tsvector`, vectors caught up across hosts).
 //! - [`cluster`]: a private PostgreSQL server for tests and benches.
 
 mod batch;
 pub mod buffer;
 pub mod cache;
 pub mod cluster;
+pub mod host;
 pub mod journal;
+pub mod memory;
 pub mod migrate;
 pub mod url;
 
@@ -130,9 +137,19 @@ impl PgPool {
         name: &str,
         migrations: &'static crate::Migrations,
     ) -> Result<Self, StorageError> {
+        Ok(Self::connect_migrating(url, workers, name, migrations)?.0)
+    }
+
+    /// [`PgPool::connect_migrated`], also telling whether the tables were just created.
+    pub fn connect_migrating(
+        url: &PgUrl,
+        workers: usize,
+        name: &str,
+        migrations: &'static crate::Migrations,
+    ) -> Result<(Self, bool), StorageError> {
         let pool = Self::connect(url, workers, name)?;
-        migrate::migrate(&pool, migrations)?;
-        Ok(pool)
+        let before = migrate::migrate(&pool, migrations)?;
+        Ok((pool, before == 0))
     }
 
     /// The URL the pool connects to.

@@ -8,9 +8,10 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
-use super::super::BadInput;
 use super::super::plugins::manifest_errors;
+use super::super::{BadInput, storage_unusable};
 use crate::config::HostConfig;
+use crate::config::Storage;
 use crate::memory::{LocalMemory, MemoryService};
 use crate::plugin::PluginHost;
 use crate::plugin::capabilities::HostServices;
@@ -18,7 +19,6 @@ use crate::plugin::kv::PluginKv;
 use crate::plugin::resolve;
 use crate::plugin::status::StatusLog;
 use crate::store::host::SqliteHost;
-use crate::store::memory::SqliteMemory;
 use cairn_vocab::plugin::PluginKind;
 
 /// Memory opened for one command.
@@ -36,23 +36,21 @@ impl CommandMemory {
     pub fn open(config: &HostConfig, plugins: Option<&Path>) -> Result<Self> {
         std::fs::create_dir_all(&config.data_dir)
             .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-        let memory_db = Arc::new(SqliteMemory::open(&config.data_dir).with_context(|| {
-            format!(
-                "cannot open {}",
-                config.data_dir.join("memory.db").display()
-            )
-        })?);
-        let cold = memory_db.is_new();
+        let storage = config.storage().map_err(storage_unusable)?;
+        let memory_db = storage
+            .memory(&config.data_dir)
+            .map_err(storage_unusable)
+            .with_context(|| format!("cannot open memory ({})", where_memory_is(config)))?;
         let local = LocalMemory::over(
             &config.data_dir,
             config.memory.clone(),
-            memory_db.clone(),
-            cold,
+            memory_db.entries,
+            memory_db.cold,
         )?;
         if let (_, Some(warning)) = local.embeddings_in_use() {
             eprintln!("warning: memory embeddings: {warning}");
         }
-        let service = Arc::new(MemoryService::new(local.clone(), memory_db));
+        let service = Arc::new(MemoryService::new(local.clone(), memory_db.sessions));
         let backend = match service.backend_plugin() {
             Some(id) => Some(start_backend(config, plugins, id, &service)?),
             None => None,
@@ -106,9 +104,10 @@ fn start_backend(
         })?;
     let alone = resolve::resolve(vec![manifest.clone()])
         .map_err(|errors| manifest_errors(&dir, &errors))?;
-    let host_db = Arc::new(SqliteHost::open(&config.data_dir)?);
+    let storage = config.storage().map_err(storage_unusable)?;
+    let host_db = storage.host(&config.data_dir).map_err(storage_unusable)?;
     let services = Arc::new(HostServices {
-        kv: Arc::new(PluginKv::new(host_db, config.kv.clone())),
+        kv: Arc::new(PluginKv::new(host_db.kv, config.kv.clone())),
         inbox: None,
         events: None,
         interrupt: None,
@@ -136,7 +135,11 @@ fn plugins_dir(config: &HostConfig, plugins: Option<&Path>, id: &str) -> Result<
     if let Some(dir) = plugins {
         return Ok(dir.to_path_buf());
     }
-    let last_run = SqliteHost::read_status(&config.data_dir)?.and_then(|report| report.host);
+    let last_run = match config.storage().map_err(storage_unusable)? {
+        Storage::Sqlite => SqliteHost::read_status(&config.data_dir)?,
+        storage => Some(storage.host(&config.data_dir)?.status.report()?),
+    }
+    .and_then(|report| report.host);
     match last_run {
         Some(run) => Ok(PathBuf::from(run.plugins_dir)),
         None => Err(BadInput(format!(
@@ -145,5 +148,13 @@ fn plugins_dir(config: &HostConfig, plugins: Option<&Path>, id: &str) -> Result<
             config.data_dir.display()
         ))
         .into()),
+    }
+}
+
+/// Where memory is kept, for messages: `<data>/memory.db` or the database's URL.
+fn where_memory_is(config: &HostConfig) -> String {
+    match config.storage() {
+        Ok(Storage::Postgres(url)) => url.redacted().to_string(),
+        _ => config.data_dir.join("memory.db").display().to_string(),
     }
 }

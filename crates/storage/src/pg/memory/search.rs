@@ -1,0 +1,182 @@
+//! Recall's reads on PostgreSQL: full-text candidates ranked on the `tsvector` column, and
+//! the candidates (from the text or a host's vector index) that pass a query's filters.
+
+use std::collections::HashMap;
+
+use cairn_vocab::memory::{MemoryEntry, RecallQuery};
+use postgres::Client;
+
+use super::PgMemory;
+use super::entries::{ENTRY_COLUMNS, Filters, row_to_entry};
+use crate::StorageError;
+use crate::memory::{FullTextMatch, SCORED_MATCHES};
+
+/// Matches counted per word at most when deciding which words are common.
+const COUNTED_MATCHES: usize = 2 * SCORED_MATCHES;
+
+/// Weights of the `tsvector`'s classes D, C, B (tags) and A (content), as SQLite's
+/// `bm25(entries_fts, 1.0, 0.5)` weighs them.
+const WEIGHTS: &str = "{0, 0, 0.5, 1}";
+
+impl PgMemory {
+    pub(super) fn lexical(
+        &self,
+        fts: &FullTextMatch,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<HashMap<i64, f64>, StorageError> {
+        let words = words(fts);
+        if words.is_empty() {
+            return Ok(HashMap::new());
+        }
+        // The rank is negated so that, like BM25, lower is better.
+        let mut filters = Filters::after(1);
+        recall_filters(&mut filters, query);
+        let sql = format!(
+            "SELECT e.seq, -ts_rank_cd('{WEIGHTS}', e.fts, q)::FLOAT8 AS rank
+             FROM memory_entries e, to_tsquery('english', $1) q
+             WHERE e.fts @@ q AND {} ORDER BY rank, e.seq DESC LIMIT {limit}",
+            filters.clause()
+        );
+        self.pool.read(move |client| {
+            let telling = telling_words(client, &words, &filters)?;
+            let expression = telling.join(" | ");
+            Ok(client
+                .query(&sql, &filters.params_after(&[&expression]))?
+                .iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect())
+        })
+    }
+
+    pub(super) fn matching(
+        &self,
+        seqs: &[i64],
+        query: &RecallQuery,
+    ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
+        let mut filters = Filters::after(1);
+        recall_filters(&mut filters, query);
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE e.seq = ANY($1) AND {}",
+            filters.clause()
+        );
+        let seqs = seqs.to_vec();
+        self.pool.read(move |client| {
+            client
+                .query(&sql, &filters.params_after(&[&seqs]))?
+                .iter()
+                .map(|row| Ok((row.try_get(0)?, row_to_entry(row)?)))
+                .collect()
+        })
+    }
+}
+
+/// The query's words, as `to_tsquery` operands: the match's phrases without their quotes,
+/// keeping letters and digits only, so nothing the user typed is read as query syntax.
+fn words(fts: &FullTextMatch) -> Vec<String> {
+    fts.phrases
+        .iter()
+        .map(|phrase| phrase.chars().filter(|c| c.is_alphanumeric()).collect())
+        .filter(|word: &String| !word.is_empty())
+        .collect()
+}
+
+/// The query's filters as SQL: scope, kinds, categories, session, valid time, liveness.
+fn recall_filters(sql: &mut Filters, query: &RecallQuery) {
+    sql.scope(&query.scope);
+    sql.kinds(&query.kinds);
+    if !query.categories.is_empty() {
+        sql.push("e.category = ANY($)", query.categories.clone());
+    }
+    if let Some(session) = &query.exclude_session {
+        sql.push(
+            "(e.session_id IS NULL OR e.session_id != $)",
+            session.clone(),
+        );
+    }
+    if let Some(since) = query.since {
+        sql.push("e.valid_from >= $", since);
+    }
+    if let Some(until) = query.until {
+        sql.push("e.valid_from < $", until);
+    }
+    sql.clauses.push("e.forgotten_at IS NULL".into());
+    match query.as_of {
+        None => sql.clauses.push("e.valid_to IS NULL".into()),
+        Some(as_of) => {
+            sql.push("e.valid_from <= $", as_of);
+            sql.push("(e.valid_to IS NULL OR e.valid_to > $)", as_of);
+        }
+    }
+}
+
+/// The words worth ranking by: all of them when the search matches at most
+/// [`SCORED_MATCHES`] rows in scope, else those in under half of its matches (at least the
+/// rarest) — a word nearly every entry has tells none of them apart, and ranking every
+/// match is the search's whole cost.
+fn telling_words(
+    client: &mut Client,
+    words: &[String],
+    filters: &Filters,
+) -> Result<Vec<String>, StorageError> {
+    if words.len() < 2 {
+        return Ok(words.to_vec());
+    }
+    let matches = count_matches(client, &words.join(" | "), filters, COUNTED_MATCHES)?;
+    if matches <= SCORED_MATCHES {
+        return Ok(words.to_vec());
+    }
+    let common = matches / 2 + 1;
+    let mut counted = Vec::with_capacity(words.len());
+    for word in words {
+        counted.push((
+            count_matches(client, word, filters, COUNTED_MATCHES / 2 + 1)?,
+            word,
+        ));
+    }
+    let telling: Vec<String> = counted
+        .iter()
+        .filter(|(count, _)| *count < common)
+        .map(|(_, word)| (*word).clone())
+        .collect();
+    if !telling.is_empty() {
+        return Ok(telling);
+    }
+    Ok(counted
+        .into_iter()
+        .min_by_key(|(count, _)| *count)
+        .map(|(_, word)| vec![word.clone()])
+        .unwrap_or_default())
+}
+
+/// How many entries in the filters' scope match `expression`, counting at most `cap`.
+fn count_matches(
+    client: &mut Client,
+    expression: &str,
+    filters: &Filters,
+    cap: usize,
+) -> Result<usize, StorageError> {
+    let sql = format!(
+        "SELECT count(*) FROM (SELECT 1 FROM memory_entries e
+           WHERE e.fts @@ to_tsquery('english', $1) AND {} LIMIT {cap}) AS found",
+        filters.clause()
+    );
+    let count: i64 = client
+        .query_one(&sql, &filters.params_after(&[&expression]))?
+        .get(0);
+    Ok(count as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn words_keep_letters_and_digits_only() {
+        let fts = FullTextMatch {
+            phrases: vec!["\"ann's\"".into(), "\"a|b\"".into(), "\"\"\"\"".into()],
+            scope: String::new(),
+        };
+        assert_eq!(words(&fts), ["anns", "ab"]);
+    }
+}

@@ -1,0 +1,114 @@
+//! Opening the host's stores on the configured storage (`storage:` in `cairn.yaml`): SQLite
+//! files in the data dir, or one PostgreSQL database several hosts share. Everything above
+//! this module sees only the store interfaces.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cairn_storage::StorageError;
+use cairn_storage::buffer::{BufferStore, SqliteBuffer};
+use cairn_storage::cache::{ResponseCacheStore, SqliteCache};
+use cairn_storage::host::{KvStore, LifecycleStore, SqliteHost, StatusStore};
+use cairn_storage::journal::{JournalStore, SqliteJournal};
+use cairn_storage::memory::{MemoryStore, SessionStore, SqliteMemory};
+use cairn_storage::pg::buffer::{DEFAULT_LEASE, PgBuffer};
+use cairn_storage::pg::cache::PgCache;
+use cairn_storage::pg::host::PgHost;
+use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
+use cairn_storage::pg::memory::PgMemory;
+
+use crate::config::Storage;
+
+/// Memory's two interfaces over one store.
+pub struct MemoryStores {
+    /// Entries, vectors, the audit trail.
+    pub entries: Arc<dyn MemoryStore>,
+    /// Conversation sessions.
+    pub sessions: Arc<dyn SessionStore>,
+    /// Whether the store was just created (a cold start: nothing was remembered).
+    pub cold: bool,
+}
+
+/// The host state's three interfaces over one store.
+pub struct HostStores {
+    /// Plugin key/value state.
+    pub kv: Arc<dyn KvStore>,
+    /// This host's run and its plugins' states.
+    pub status: Arc<dyn StatusStore>,
+    /// Sleep state and schedule ticks.
+    pub lifecycle: Arc<dyn LifecycleStore>,
+}
+
+impl Storage {
+    /// The message buffer's store.
+    pub fn buffer(&self, data_dir: &Path) -> Result<Box<dyn BufferStore>, StorageError> {
+        Ok(match self {
+            Storage::Sqlite => Box::new(SqliteBuffer::open(data_dir)?),
+            Storage::Postgres(url) => Box::new(PgBuffer::connect(url, DEFAULT_LEASE)?),
+        })
+    }
+
+    /// The event journal's store.
+    pub fn journal(&self, data_dir: &Path) -> Result<Box<dyn JournalStore>, StorageError> {
+        Ok(match self {
+            Storage::Sqlite => Box::new(SqliteJournal::open(data_dir)?),
+            Storage::Postgres(url) => {
+                Box::new(PgJournal::connect(url, DEFAULT_SUBSCRIPTION_LEASE)?)
+            }
+        })
+    }
+
+    /// Memory's store.
+    pub fn memory(&self, data_dir: &Path) -> Result<MemoryStores, StorageError> {
+        Ok(match self {
+            Storage::Sqlite => {
+                let store = Arc::new(SqliteMemory::open(data_dir)?);
+                let cold = store.is_new();
+                MemoryStores {
+                    entries: store.clone(),
+                    sessions: store,
+                    cold,
+                }
+            }
+            Storage::Postgres(url) => {
+                let store = Arc::new(PgMemory::connect(url)?);
+                let cold = store.is_new();
+                MemoryStores {
+                    entries: store.clone(),
+                    sessions: store,
+                    cold,
+                }
+            }
+        })
+    }
+
+    /// The host state's store.
+    pub fn host(&self, data_dir: &Path) -> Result<HostStores, StorageError> {
+        Ok(match self {
+            Storage::Sqlite => {
+                let store = Arc::new(SqliteHost::open(data_dir)?);
+                HostStores {
+                    kv: store.clone(),
+                    status: store.clone(),
+                    lifecycle: store,
+                }
+            }
+            Storage::Postgres(url) => {
+                let store = Arc::new(PgHost::connect(url)?);
+                HostStores {
+                    kv: store.clone(),
+                    status: store.clone(),
+                    lifecycle: store,
+                }
+            }
+        })
+    }
+
+    /// The LLM response cache's store.
+    pub fn cache(&self, data_dir: &Path) -> Result<Arc<dyn ResponseCacheStore>, StorageError> {
+        Ok(match self {
+            Storage::Sqlite => Arc::new(SqliteCache::open(data_dir)?),
+            Storage::Postgres(url) => Arc::new(PgCache::connect(url)?),
+        })
+    }
+}
