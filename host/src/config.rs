@@ -171,6 +171,11 @@ impl HostConfig {
         if let Err(e) = self.storage() {
             return problem(&e.to_string());
         }
+        if self.buffer.claim_lease_ms < 300 || self.journal.subscription_lease_ms < 300 {
+            return problem(
+                "buffer.claim_lease_ms / journal.subscription_lease_ms: expected at least 300 ms",
+            );
+        }
         if self.runtime.epoch_tick_ms == 0 {
             return problem("runtime.epoch_tick_ms: expected a positive number of milliseconds");
         }

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use cairn_storage::StorageError;
 use cairn_storage::buffer::{BufferStore, SqliteBuffer};
@@ -11,13 +12,15 @@ use cairn_storage::cache::{ResponseCacheStore, SqliteCache};
 use cairn_storage::host::{KvStore, LifecycleStore, SqliteHost, StatusStore};
 use cairn_storage::journal::{JournalStore, SqliteJournal};
 use cairn_storage::memory::{MemoryStore, SessionStore, SqliteMemory};
-use cairn_storage::pg::buffer::{DEFAULT_LEASE, PgBuffer};
+use cairn_storage::pg::buffer::PgBuffer;
 use cairn_storage::pg::cache::PgCache;
 use cairn_storage::pg::host::PgHost;
-use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
+use cairn_storage::pg::journal::PgJournal;
 use cairn_storage::pg::memory::PgMemory;
 
+use crate::buffer::BufferConfig;
 use crate::config::Storage;
+use crate::journal::JournalConfig;
 
 /// Memory's two interfaces over one store.
 pub struct MemoryStores {
@@ -40,21 +43,34 @@ pub struct HostStores {
 }
 
 impl Storage {
-    /// The message buffer's store.
-    pub fn buffer(&self, data_dir: &Path) -> Result<Box<dyn BufferStore>, StorageError> {
+    /// The message buffer's store; on shared storage a claim holds `claim_lease_ms`.
+    pub fn buffer(
+        &self,
+        data_dir: &Path,
+        config: &BufferConfig,
+    ) -> Result<Box<dyn BufferStore>, StorageError> {
         Ok(match self {
             Storage::Sqlite => Box::new(SqliteBuffer::open(data_dir)?),
-            Storage::Postgres(url) => Box::new(PgBuffer::connect(url, DEFAULT_LEASE)?),
+            Storage::Postgres(url) => Box::new(PgBuffer::connect(
+                url,
+                Duration::from_millis(config.claim_lease_ms),
+            )?),
         })
     }
 
-    /// The event journal's store.
-    pub fn journal(&self, data_dir: &Path) -> Result<Box<dyn JournalStore>, StorageError> {
+    /// The event journal's store; on shared storage a subscription's hold lasts
+    /// `subscription_lease_ms`.
+    pub fn journal(
+        &self,
+        data_dir: &Path,
+        config: &JournalConfig,
+    ) -> Result<Box<dyn JournalStore>, StorageError> {
         Ok(match self {
             Storage::Sqlite => Box::new(SqliteJournal::open(data_dir)?),
-            Storage::Postgres(url) => {
-                Box::new(PgJournal::connect(url, DEFAULT_SUBSCRIPTION_LEASE)?)
-            }
+            Storage::Postgres(url) => Box::new(PgJournal::connect(
+                url,
+                Duration::from_millis(config.subscription_lease_ms),
+            )?),
         })
     }
 

@@ -34,6 +34,10 @@ pub struct BufferConfig {
     /// Per-channel priority overrides; they win over the channel's manifest and over a
     /// priority the channel passes with a message.
     pub channel_priority: BTreeMap<String, u32>,
+    /// On shared (PostgreSQL) storage: how long a host's claim on a batch or task holds
+    /// without being renewed, in ms, before another host may take it over — how soon the
+    /// work of a host that died is picked up (default 30000).
+    pub claim_lease_ms: u64,
 }
 
 impl Default for BufferConfig {
@@ -44,6 +48,8 @@ impl Default for BufferConfig {
             warn_depth: 10_000,
             default_priority: 100,
             channel_priority: BTreeMap::new(),
+            claim_lease_ms: cairn_storage::pg::millis(cairn_storage::pg::buffer::DEFAULT_LEASE)
+                as u64,
         }
     }
 }

@@ -112,7 +112,9 @@ fn open_stores(
     let kv = Arc::new(PluginKv::new(host_db.kv, config.kv.clone()));
     let status = Arc::new(StatusLog::new(host_db.status.clone()));
     status.begin_run(plugins_dir)?;
-    let journal_store = storage.journal(data_dir).map_err(storage_unusable)?;
+    let journal_store = storage
+        .journal(data_dir, &config.journal)
+        .map_err(storage_unusable)?;
     let journal = Arc::new(Journal::over(journal_store, config.journal.clone()));
     let local_memory = LocalMemory::over(
         data_dir,
@@ -165,7 +167,9 @@ fn open_buffer(
     storage: &Storage,
     set: &resolve::PluginSet,
 ) -> Result<Arc<Buffer>> {
-    let store = storage.buffer(&config.data_dir).map_err(storage_unusable)?;
+    let store = storage
+        .buffer(&config.data_dir, &config.buffer)
+        .map_err(storage_unusable)?;
     let buffer = Arc::new(Buffer::over(store, config.buffer.clone())?);
     let priorities = channels(set)
         .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))

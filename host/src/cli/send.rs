@@ -69,7 +69,9 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let storage = config.storage().map_err(storage_unusable)?;
-    let store = storage.buffer(&config.data_dir).map_err(storage_unusable)?;
+    let store = storage
+        .buffer(&config.data_dir, &config.buffer)
+        .map_err(storage_unusable)?;
     let buffer = Buffer::over(store, config.buffer.clone())?;
     let message = NewMessage {
         channel: args.channel.clone(),

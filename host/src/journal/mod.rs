@@ -36,6 +36,10 @@ pub struct JournalConfig {
     pub backoff_max_ms: u64,
     /// Events older than this that every subscriber has consumed are pruned (default 30).
     pub retention_days: u32,
+    /// On shared (PostgreSQL) storage: how long a host's hold on a subscriber's deliveries
+    /// lasts without its heartbeat, in ms, before another host delivers instead
+    /// (default 15000).
+    pub subscription_lease_ms: u64,
 }
 
 impl Default for JournalConfig {
@@ -46,6 +50,9 @@ impl Default for JournalConfig {
             backoff_initial_ms: 100,
             backoff_max_ms: 10_000,
             retention_days: 30,
+            subscription_lease_ms: cairn_storage::pg::millis(
+                cairn_storage::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
+            ) as u64,
         }
     }
 }

@@ -10,6 +10,7 @@ mod llm;
 mod memory;
 mod plugin_dev;
 mod plugin_host;
+mod postgres;
 mod recall_quality;
 mod supervisor_api;
 mod time;

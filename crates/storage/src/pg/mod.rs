@@ -384,7 +384,7 @@ pub(crate) fn holder_id() -> String {
 }
 
 /// `duration` in whole milliseconds, as the tables keep times.
-pub(crate) fn millis(duration: Duration) -> i64 {
+pub fn millis(duration: Duration) -> i64 {
     i64::try_from(duration.as_millis()).unwrap_or(i64::MAX)
 }
 

@@ -1,0 +1,375 @@
+//! Several hosts on one PostgreSQL database, through the real binary: `storage:` selects
+//! the shared stores for `cairn run`, `cairn send` and `cairn memory`; a bad or unreachable
+//! URL is refused at start (exit 2, password redacted); and three hosts killed with -9 at
+//! random lose no acknowledged message, answer no batch twice and skip no event. Each test
+//! gets a fresh database on the test server; without PostgreSQL they say so and pass.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
+use std::time::Duration;
+
+use cairn::store::pg::cluster::TestCluster;
+use cairn_tests::{
+    Host, PluginDir, cairn_bin, github_signature, http_client, kill_pause, post_webhook, test_env,
+};
+
+const LONG: Duration = Duration::from_secs(90);
+const SECRET: &str = "pg-crash-secret";
+
+/// A fresh database's connection string (it has no password); None without a server.
+fn database() -> Option<String> {
+    let cluster = TestCluster::shared()?;
+    Some(cluster.fresh_database().redacted().to_string())
+}
+
+/// Run `cairn ARGS` on `storage` with the test environment.
+fn cairn_on(storage: &str, data: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = Command::new(cairn_bin());
+    command
+        .args(args)
+        .arg("--data")
+        .arg(data)
+        .stdin(Stdio::null());
+    for (key, value) in test_env() {
+        command.env(key, value);
+    }
+    command.env("CAIRN_STORAGE", storage);
+    command.output().expect("run cairn")
+}
+
+/// A client of the test database, for the test's own checks.
+fn client(storage: &str) -> postgres::Client {
+    postgres::Client::connect(storage, postgres::NoTls).expect("connect to the test database")
+}
+
+#[test]
+fn hosts_on_one_database_share_conversations_and_memory() {
+    let Some(storage) = database() else { return };
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let (first_data, second_data) = (
+        tempfile::tempdir().expect("data"),
+        tempfile::tempdir().expect("data"),
+    );
+    let env = [
+        ("CAIRN_STORAGE", storage.as_str()),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+    ];
+    let mut first = Host::start(dir.path(), first_data.path(), &env);
+    first.wait_for("cairn is running", LONG);
+    first.type_line("my boat is moored at pier seven");
+    first.wait_for("cairn> [offline] I received: user: my boat is moored", LONG);
+    let (exit, _) = first.stop();
+    assert!(exit.success());
+
+    // Another host, another data dir, the same database: memory is there.
+    let listed = cairn_on(&storage, second_data.path(), &["memory", "list", "--json"]);
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let entries: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).expect("json");
+    assert!(
+        entries.iter().any(|e| e["content"]
+            .as_str()
+            .is_some_and(|c| c.contains("pier seven"))),
+        "the first host's episode is in shared memory: {entries:?}"
+    );
+    let found = cairn_on(
+        &storage,
+        second_data.path(),
+        &["memory", "search", "pier", "--json"],
+    );
+    assert!(
+        found.status.success(),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    assert!(String::from_utf8_lossy(&found.stdout).contains("pier seven"));
+
+    // A message sent while no host runs waits in the shared buffer for any host.
+    let sent = cairn_on(
+        &storage,
+        second_data.path(),
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--sender",
+            "ada",
+            "--conversation",
+            "c9",
+            "hello from send",
+        ],
+    );
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let mut second = Host::start(dir.path(), second_data.path(), &env);
+    second.wait_until(LONG, "the sent message answered", |_| {
+        let row = client(&storage)
+            .query_one(
+                "SELECT count(*) FROM journal_events WHERE topic = 'agent.response'
+                   AND payload::jsonb ->> 'conversation' = 'c9'",
+                &[],
+            )
+            .expect("query");
+        row.get::<_, i64>(0) == 1
+    });
+    let (exit, _) = second.stop();
+    assert!(exit.success());
+
+    // Commands that read SQLite files say so instead of showing an empty data dir.
+    let status = cairn_on(&storage, second_data.path(), &["status"]);
+    assert_eq!(status.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&status.stderr).contains("storage is PostgreSQL"));
+}
+
+#[test]
+fn a_bad_or_unreachable_storage_url_is_refused_at_start_with_the_password_hidden() {
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let run = |storage: &str| {
+        let mut command = Command::new(cairn_bin());
+        command
+            .args(["run", "--plugins"])
+            .arg(dir.path())
+            .arg("--data")
+            .arg(data.path())
+            .env("CAIRN_STORAGE", storage)
+            .stdin(Stdio::null());
+        command.output().expect("run cairn")
+    };
+    let bad = run("mysql://root@db/cairn");
+    assert_eq!(bad.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        message.contains("storage: `mysql://root@db/cairn` is not a PostgreSQL URL"),
+        "{message}"
+    );
+
+    let away = run("postgres://cairn:hunter2@127.0.0.1:1/cairn");
+    assert_eq!(away.status.code(), Some(2));
+    let message = String::from_utf8_lossy(&away.stderr);
+    assert!(
+        message.contains("cannot reach PostgreSQL at postgres://cairn:***@127.0.0.1:1/cairn"),
+        "{message}"
+    );
+    assert!(
+        !message.contains("hunter2"),
+        "the password leaked: {message}"
+    );
+}
+
+/// Send signed webhook deliveries round-robin to the hosts whose port is set (0: down)
+/// until `finished`; the numbers of the deliveries a host acknowledged.
+fn spread_sender(
+    ports: Arc<Vec<AtomicU16>>,
+    finished: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<Vec<usize>> {
+    std::thread::spawn(move || {
+        let client = http_client();
+        let mut acknowledged = Vec::new();
+        for i in 0.. {
+            if finished.load(Ordering::SeqCst) {
+                break;
+            }
+            let body = serde_json::to_vec(&serde_json::json!({
+                "action": "opened",
+                "repository": {"full_name": "octo/cluster"},
+                "pull_request": {"number": i % 5, "title": format!("change {i}")},
+                "sender": {"login": "octocat"},
+                "seq": i,
+            }))
+            .expect("serialise");
+            let signature = github_signature(SECRET.as_bytes(), &body);
+            let port = ports[i % ports.len()].load(Ordering::SeqCst);
+            let delivered = port != 0
+                && matches!(
+                    post_webhook(
+                        &client,
+                        port,
+                        "pull_request",
+                        &format!("d-{i}"),
+                        &body,
+                        Some(&signature)
+                    ),
+                    Ok((202, _))
+                );
+            if delivered {
+                acknowledged.push(i);
+            } else {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::thread::sleep(Duration::from_millis(4));
+        }
+        acknowledged
+    })
+}
+
+/// Sequence numbers a subscriber logged (`counter: event #N seq=S`), in log order.
+fn delivered(log: &str) -> Vec<i64> {
+    log.lines()
+        .filter(|l| l.contains("counter: event #") && l.contains("plugin=\"counter\""))
+        .filter_map(|l| {
+            l.split("seq=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// Whether every message is routed, every main batch finished and the subscriber has
+/// caught up with the last `message.received`.
+fn settled(db: &mut postgres::Client) -> bool {
+    let count = |db: &mut postgres::Client, sql: &str| -> i64 {
+        db.query_one(sql, &[]).expect("query").get(0)
+    };
+    count(db, "SELECT count(*) FROM buffer_messages WHERE batch_id IS NULL") == 0
+        && count(db, "SELECT count(*) FROM buffer_batches WHERE status IN ('queued', 'running')") == 0
+        && count(
+            db,
+            "SELECT count(*) FROM journal_events e WHERE e.topic = 'message.received'
+               AND e.seq > coalesce((SELECT cursor FROM journal_subscribers WHERE id = 'counter'), 0)",
+        ) == 0
+}
+
+#[test]
+fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
+    let Some(storage) = database() else { return };
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    dir.plugin(
+        "counter",
+        "handler",
+        "counter",
+        "events: {subscribes: ['message.received']}\ncapabilities: {kv: true}\n",
+    );
+    let env = [
+        ("CAIRN_STORAGE", storage.as_str()),
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_WEBHOOK_SECRET", SECRET),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
+        ("CAIRN_JOURNAL_SUBSCRIPTION_LEASE_MS", "1500"),
+    ];
+    let data: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("data")).collect();
+    let mut hosts: Vec<Option<Host>> = data
+        .iter()
+        .map(|d| Some(Host::start(dir.path(), d.path(), &env)))
+        .collect();
+    let ports: Arc<Vec<AtomicU16>> = Arc::new(
+        hosts
+            .iter_mut()
+            .map(|h| AtomicU16::new(h.as_mut().expect("host").webhook_port()))
+            .collect(),
+    );
+    let finished = Arc::new(AtomicBool::new(false));
+    let sender = spread_sender(ports.clone(), finished.clone());
+    let mut logs = Vec::new();
+    let (rounds, mut seed) = (20, 0x0c1a_57e5_u64);
+    for _ in 0..rounds {
+        std::thread::sleep(kill_pause(&mut seed) * 3);
+        let victim = (seed >> 40) as usize % hosts.len();
+        ports[victim].store(0, Ordering::SeqCst);
+        logs.push(hosts[victim].take().expect("host").kill9());
+        let mut host = Host::start(dir.path(), data[victim].path(), &env);
+        ports[victim].store(host.webhook_port(), Ordering::SeqCst);
+        hosts[victim] = Some(host);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    finished.store(true, Ordering::SeqCst);
+    let acknowledged = sender.join().expect("sender");
+    let db = std::sync::Mutex::new(client(&storage));
+    let waiter = hosts[0].as_mut().expect("host");
+    waiter.wait_until(
+        LONG,
+        "every message answered and every event delivered",
+        |_| settled(&mut db.lock().expect("client")),
+    );
+    let mut db = db.into_inner().expect("client");
+    for host in hosts.into_iter().flatten() {
+        let (exit, log) = host.stop();
+        assert!(exit.success(), "{log}");
+        logs.push(log);
+    }
+
+    let mut stored: BTreeMap<i64, usize> = BTreeMap::new();
+    for row in db
+        .query(
+            "SELECT (payload::jsonb #>> '{body,seq}')::BIGINT FROM buffer_messages",
+            &[],
+        )
+        .expect("messages")
+    {
+        *stored.entry(row.get(0)).or_default() += 1;
+    }
+    let lost: Vec<&usize> = acknowledged
+        .iter()
+        .filter(|i| !stored.contains_key(&(**i as i64)))
+        .collect();
+    let doubled_messages = stored.values().filter(|n| **n > 1).count();
+    let doubled_replies: i64 = db
+        .query_one(
+            "SELECT count(*) FROM (SELECT payload::jsonb ->> 'batch_id' FROM journal_events
+               WHERE topic = 'agent.response' GROUP BY 1 HAVING count(*) > 1) AS twice",
+            &[],
+        )
+        .expect("replies")
+        .get(0);
+    let unanswered: i64 = db
+        .query_one(
+            "SELECT count(*) FROM buffer_batches b WHERE b.route = 'main' AND NOT EXISTS
+               (SELECT 1 FROM journal_events e WHERE e.topic = 'agent.response'
+                  AND (e.payload::jsonb ->> 'batch_id')::BIGINT = b.id)",
+            &[],
+        )
+        .expect("unanswered")
+        .get(0);
+    let expected: BTreeSet<i64> = db
+        .query(
+            "SELECT seq FROM journal_events WHERE topic = 'message.received'",
+            &[],
+        )
+        .expect("events")
+        .iter()
+        .map(|row| row.get(0))
+        .collect();
+    let mut seen = BTreeSet::new();
+    let mut deliveries = 0;
+    for log in &logs {
+        let seqs = delivered(log);
+        deliveries += seqs.len();
+        seen.extend(seqs);
+    }
+    let skipped: Vec<&i64> = expected.iter().filter(|s| !seen.contains(s)).collect();
+    println!(
+        "cluster crash test: 3 hosts, {rounds} kill -9, {} acknowledged, {} stored, lost {}, \
+         doubled messages {doubled_messages}, doubled replies {doubled_replies}, unanswered \
+         batches {unanswered}, {} events, {deliveries} deliveries, skipped {}",
+        acknowledged.len(),
+        stored.len(),
+        lost.len(),
+        expected.len(),
+        skipped.len()
+    );
+    assert!(acknowledged.len() > 100, "the load should be substantial");
+    assert!(lost.is_empty(), "acknowledged but lost: {lost:?}");
+    assert_eq!(doubled_messages, 0, "a delivery stored twice");
+    assert_eq!(doubled_replies, 0, "a batch answered twice");
+    assert_eq!(unanswered, 0, "a batch never answered");
+    assert!(
+        skipped.is_empty(),
+        "events the subscriber never got: {skipped:?}"
+    );
+}
