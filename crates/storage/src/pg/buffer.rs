@@ -179,6 +179,11 @@ impl BufferStore for PgBuffer {
         default_priority: u32,
     ) -> Receipt<usize> {
         self.pool.submit(move |tx| {
+            // Hosts starting together replace the table one after the other.
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('buffer_channel_priorities', 7))",
+                &[],
+            )?;
             tx.execute("DELETE FROM buffer_channel_priorities", &[])?;
             for (channel, priority) in &priorities {
                 tx.execute(

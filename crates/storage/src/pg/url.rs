@@ -6,6 +6,9 @@ use std::str::FromStr;
 
 use crate::StorageError;
 
+/// Session options every connection sets: only warnings and errors come back as notices.
+const QUIET: &str = "-c client_min_messages=warning";
+
 /// A parsed PostgreSQL connection string and its redacted form.
 #[derive(Clone)]
 pub struct PgUrl {
@@ -44,7 +47,7 @@ impl FromStr for PgUrl {
 
     fn from_str(text: &str) -> Result<Self, StorageError> {
         let redacted = redact(text);
-        let config = text
+        let mut config = text
             .parse::<postgres::Config>()
             .map_err(|e| StorageError::BadUrl {
                 url: redacted.clone(),
@@ -56,6 +59,13 @@ impl FromStr for PgUrl {
                 message: "expected a database name (postgres://host/DATABASE)".into(),
             });
         }
+        // The server's notices ("relation … already exists, skipping") are not worth a
+        // line in the host's log each.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {QUIET}"),
+            None => QUIET.to_string(),
+        };
+        config.options(&options);
         Ok(Self { config, redacted })
     }
 }
