@@ -22,6 +22,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../migrations/buffer/0001_init.sql"),
         include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
         include_str!("../../../migrations/buffer/0003_said_at.sql"),
+        include_str!("../../../migrations/buffer/0004_batch_attempts.sql"),
     ],
 };
 
@@ -234,16 +235,19 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
 /// A batch with its messages, in id order.
 fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
     let head = conn
-        .prepare_cached("SELECT channel, conversation, priority FROM batches WHERE id = ?1")?
+        .prepare_cached(
+            "SELECT channel, conversation, priority, attempts FROM batches WHERE id = ?1",
+        )?
         .query_row(params![id], |row| {
             Ok((
                 row.get::<_, String>(0)?,
                 row.get::<_, String>(1)?,
                 row.get::<_, u32>(2)?,
+                row.get::<_, u32>(3)?,
             ))
         })
         .optional()?;
-    let Some((channel, conversation, priority)) = head else {
+    let Some((channel, conversation, priority, attempt)) = head else {
         return Ok(None);
     };
     let messages = conn
@@ -257,6 +261,7 @@ fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
         channel,
         conversation,
         priority,
+        attempt,
         messages,
     }))
 }
@@ -422,7 +427,8 @@ fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
         .optional()?;
     if let Some(id) = id {
         conn.prepare_cached(
-            "UPDATE batches SET status = 'running', started_at = ?2 WHERE id = ?1",
+            "UPDATE batches SET status = 'running', started_at = ?2, attempts = attempts + 1
+             WHERE id = ?1",
         )?
         .execute(params![id, now_ms()])?;
     }

@@ -61,6 +61,17 @@ pub trait JournalStore: Send + Sync {
         patterns: &[String],
         limit: usize,
     ) -> Result<Pending, StorageError>;
+    /// The first event of `topic` recorded at or after `since_ms` whose payload's
+    /// top-level `field` is the integer `value` — how a host that takes over a batch an
+    /// earlier attempt may have answered finds that answer. It scans the topic's events
+    /// since `since_ms`: for rare lookups, not the turn's path.
+    fn find_event(
+        &self,
+        topic: &str,
+        since_ms: i64,
+        field: &str,
+        value: i64,
+    ) -> Result<Option<Event>, StorageError>;
     /// Move a subscriber's cursor past `seq` (never backwards).
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
     /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
@@ -146,6 +157,24 @@ impl JournalStore for SqliteJournal {
             conn.prepare_cached("SELECT cursor FROM subscribers WHERE id = ?1")?
                 .query_row(params![subscriber], |r| r.get(0))
                 .optional()
+        })
+    }
+
+    fn find_event(
+        &self,
+        topic: &str,
+        since_ms: i64,
+        field: &str,
+        value: i64,
+    ) -> Result<Option<Event>, StorageError> {
+        let path = format!("$.\"{}\"", field.replace('"', ""));
+        self.db.read(|conn| {
+            conn.prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE topic = ?1 AND created_at >= ?2
+                   AND json_extract(payload, ?3) = ?4 ORDER BY seq LIMIT 1"
+            ))?
+            .query_row(params![topic, since_ms, path, value], read_event)
+            .optional()
         })
     }
 

@@ -184,6 +184,9 @@ pub struct Batch {
     pub conversation: String,
     /// Priority of the batch.
     pub priority: u32,
+    /// How many times a host started this batch (1 the first time, 0 before any): more
+    /// means an earlier attempt was cut short and may have answered it already.
+    pub attempt: u32,
     /// The messages.
     pub messages: Vec<BufferedMessage>,
 }

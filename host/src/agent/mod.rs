@@ -213,6 +213,9 @@ impl Agent {
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
     pub async fn main_turn(&self, batch: Batch) {
+        if self.finish_if_answered(&batch).await {
+            return;
+        }
         let started = std::time::Instant::now();
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
@@ -258,6 +261,46 @@ impl Agent {
             timings,
         };
         self.record(turn, &context.memories, outcome).await;
+    }
+
+    /// Finish a batch an earlier attempt already answered — its host died or stopped after
+    /// journaling `agent.response` and before finishing the batch — with that reply, rather
+    /// than answer it a second time; whether it did. Only a retried batch is looked up.
+    async fn finish_if_answered(&self, batch: &Batch) -> bool {
+        let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
+            return false;
+        };
+        let since = batch
+            .messages
+            .iter()
+            .map(|m| m.received_at)
+            .min()
+            .unwrap_or(0);
+        let earlier = match journal.find_event("agent.response", since, "batch_id", batch.id) {
+            Ok(Some(event)) => event,
+            Ok(None) => return false,
+            Err(e) => {
+                tracing::warn!(batch = batch.id, "cannot look for an earlier reply: {e}");
+                return false;
+            }
+        };
+        let reply = serde_json::from_str::<serde_json::Value>(&earlier.payload)
+            .ok()
+            .and_then(|payload| payload.get("reply").map(ToString::to_string));
+        tracing::info!(
+            batch = batch.id,
+            attempt = batch.attempt,
+            seq = earlier.seq,
+            "an earlier attempt answered this batch; finishing it with that reply"
+        );
+        if let Err(e) = self
+            .buffer
+            .finish_batch(batch.id, BatchStatus::Done, reply, None)
+            .await
+        {
+            tracing::error!(batch = batch.id, "cannot record the earlier reply: {e}");
+        }
+        true
     }
 
     /// Journal `message.received` for each message of a batch and, at the same time (the

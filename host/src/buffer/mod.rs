@@ -574,6 +574,7 @@ mod tests {
             .expect("claim")
             .expect("one");
         assert_eq!(first.id, ids[1], "priority 10 before 50, FIFO within 10");
+        assert_eq!(first.attempt, 1);
         assert_eq!(buffer.requeue_interrupted().await.expect("requeue"), (1, 0));
         let again = buffer
             .claim_main_batch()
@@ -581,6 +582,10 @@ mod tests {
             .expect("claim")
             .expect("one");
         assert_eq!(again.id, ids[1]);
+        assert_eq!(
+            again.attempt, 2,
+            "the second start says an attempt came before"
+        );
     }
 
     async fn pruning_keeps_unrouted_messages_and_unfinished_batches(place: Place) {

@@ -224,6 +224,18 @@ impl Journal {
         Ok(self.store.cursor(subscriber)?)
     }
 
+    /// The first event of `topic` since `since_ms` whose payload's `field` is `value` (a
+    /// scan of that topic: for rare lookups, see [`JournalStore::find_event`]).
+    pub fn find_event(
+        &self,
+        topic: &str,
+        since_ms: i64,
+        field: &str,
+        value: i64,
+    ) -> Result<Option<Event>, JournalError> {
+        Ok(self.store.find_event(topic, since_ms, field, value)?)
+    }
+
     /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
     pub fn retries(&self, subscriber: &str) -> Result<Vec<Event>, JournalError> {
         Ok(self.store.retries(subscriber)?)

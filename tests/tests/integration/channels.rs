@@ -462,13 +462,33 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
             |r| r.get(0),
         )
         .expect("unfinished");
+    let mut replies: BTreeMap<i64, usize> = BTreeMap::new();
+    for event in cairn_tests::journal_events(data.path()) {
+        let payload: serde_json::Value =
+            serde_json::from_str(event["payload"].as_str().unwrap_or("{}")).expect("payload");
+        if event["topic"] == "agent.response"
+            && let Some(batch) = payload["batch_id"].as_i64()
+        {
+            *replies.entry(batch).or_default() += 1;
+        }
+    }
+    let answered_twice: Vec<&i64> = replies
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(batch, _)| batch)
+        .collect();
     println!(
-        "restart test: {attempts} deliveries attempted, {} acknowledged, {} stored, {kills} kill -9, lost {}, doubled {}, unrouted {}",
+        "restart test: {attempts} deliveries attempted, {} acknowledged, {} stored, {kills} kill -9, lost {}, doubled {}, unrouted {}, answered twice {}",
         acknowledged.len(),
         rows.len(),
         lost.len(),
         doubled.len(),
-        unrouted.len()
+        unrouted.len(),
+        answered_twice.len()
+    );
+    assert!(
+        answered_twice.is_empty(),
+        "batches answered again after a restart: {answered_twice:?}"
     );
     assert!(
         acknowledged.len() > attempts / 2,

@@ -31,9 +31,10 @@ use crate::{Migrations, StorageError, now_ms};
 /// Migrations of the buffer's tables on PostgreSQL.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "buffer",
-    scripts: &[include_str!(
-        "../../../../migrations/postgres/buffer/0001_init.sql"
-    )],
+    scripts: &[
+        include_str!("../../../../migrations/postgres/buffer/0001_init.sql"),
+        include_str!("../../../../migrations/postgres/buffer/0002_batch_attempts.sql"),
+    ],
 };
 
 /// How long a claim holds without renewal by default: a dead host's turn is taken over by
@@ -488,7 +489,8 @@ fn claim_main(
     Ok(tx
         .query_opt(
             "UPDATE buffer_batches
-                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3
+                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
+                    attempts = attempts + 1
               WHERE id = (
                 SELECT b.id FROM buffer_batches b
                  WHERE b.route = 'main'
@@ -536,7 +538,7 @@ fn prune(tx: &mut Transaction<'_>, before_ms: i64) -> Result<(usize, usize), Sto
 /// A batch with its messages, in id order.
 fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>, StorageError> {
     let Some(head) = client.query_opt(
-        "SELECT channel, conversation, priority FROM buffer_batches WHERE id = $1",
+        "SELECT channel, conversation, priority, attempts FROM buffer_batches WHERE id = $1",
         &[&id],
     )?
     else {
@@ -557,6 +559,7 @@ fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>,
         channel: head.get(0),
         conversation: head.get(1),
         priority: to_u32(head.get(2)),
+        attempt: u32::try_from(head.get::<_, i32>(3)).unwrap_or(0),
         messages,
     }))
 }

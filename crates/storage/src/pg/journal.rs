@@ -105,6 +105,29 @@ impl JournalStore for PgJournal {
         })
     }
 
+    fn find_event(
+        &self,
+        topic: &str,
+        since_ms: i64,
+        field: &str,
+        value: i64,
+    ) -> Result<Option<Event>, StorageError> {
+        let (topic, field, value) = (topic.to_string(), field.to_string(), value.to_string());
+        self.pool.read(move |client| {
+            Ok(client
+                .query_opt(
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM journal_events
+                          WHERE topic = $1 AND created_at >= $2
+                            AND payload::jsonb ->> $3 = $4
+                          ORDER BY seq LIMIT 1"
+                    ),
+                    &[&topic, &since_ms, &field, &value],
+                )?
+                .map(|row| read_event(&row)))
+        })
+    }
+
     fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError> {
         let subscriber = subscriber.to_string();
         self.pool.read(move |client| {
