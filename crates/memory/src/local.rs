@@ -122,8 +122,9 @@ impl LocalMemory {
         self.embedder.is_some()
     }
 
-    /// The provider and model of the configured embeddings, when they are on.
-    fn model(&self) -> Option<(String, String)> {
+    /// The provider and model of the configured embeddings (as stored vectors are keyed),
+    /// when they are on.
+    pub fn model(&self) -> Option<(String, String)> {
         self.embedder
             .as_ref()
             .map(|e| (e.provider().to_string(), e.model().to_string()))

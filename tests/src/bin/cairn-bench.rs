@@ -10,6 +10,8 @@
 mod cognition;
 #[path = "bench/languages.rs"]
 mod languages;
+#[path = "bench/postgres.rs"]
+mod on_postgres;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -105,7 +107,7 @@ fn main() -> Result<()> {
     );
 
     // `cargo xtask bench SECTION` runs one section: plugins, buffer, route, e2e, journal,
-    // cognition, memory.
+    // hosts, cognition, memory.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -127,6 +129,10 @@ fn main() -> Result<()> {
     if wanted("journal") {
         eprintln!("bench: journal");
         journal_rows(&mut rows, scratch.path(), &rust_component)?;
+    }
+    if wanted("hosts") {
+        eprintln!("bench: hosts");
+        on_postgres::hosts_rows(&mut rows, scratch.path())?;
     }
     if wanted("cognition") {
         eprintln!("bench: cognition");
@@ -347,6 +353,66 @@ fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
         }
         tx.commit()?;
     }
+    let (rate, batches) = route_all(buffer)?;
+    rows.push(Row {
+        name: "batch and route (20k messages, 500 conversations)".into(),
+        value: rate,
+        unit: "msg/s",
+        note: format!(
+            "{batches} batches, {:.0} batches/s",
+            batches as f64 * rate / total as f64
+        ),
+    });
+    if let Some(cluster) = cairn::store::pg::cluster::TestCluster::shared() {
+        let store = cairn::store::pg::buffer::PgBuffer::connect(
+            &cluster.fresh_database(),
+            cairn::store::pg::buffer::DEFAULT_LEASE,
+        )?;
+        let buffer = Arc::new(Buffer::over(Box::new(store), BufferConfig::default())?);
+        fill_for_routing(&buffer, total)?;
+        let (on_postgres, batches) = route_all(buffer)?;
+        rows.push(Row {
+            name: "batch and route on PostgreSQL (20k messages, 500 conversations)".into(),
+            value: on_postgres,
+            unit: "msg/s",
+            note: format!(
+                "{batches} batches; ratio to SQLite in this run {:.2}",
+                on_postgres / rate
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Store `total` messages in 500 conversations, 64 at a time.
+fn fill_for_routing(buffer: &Arc<Buffer>, total: usize) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        let mut pushes = tokio::task::JoinSet::new();
+        for i in 0..total {
+            let buffer = buffer.clone();
+            let mut message = bench_message(0, i);
+            message.conversation = format!("c{}", i % 500);
+            pushes.spawn(async move { buffer.push_async(message).await });
+            if pushes.len() >= 64
+                && let Some(done) = pushes.join_next().await
+            {
+                done??;
+            }
+        }
+        while let Some(done) = pushes.join_next().await {
+            done??;
+        }
+        anyhow::Ok(())
+    })
+}
+
+/// Route everything `buffer` holds with the default rules, as fast as the router goes:
+/// messages per second and batches made.
+fn route_all(buffer: Arc<Buffer>) -> Result<(f64, usize)> {
+    let total = buffer.stats()?.depth as f64;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -369,16 +435,28 @@ fn route_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     })?;
     let elapsed = started.elapsed().as_secs_f64();
     anyhow::ensure!(buffer.stats()?.depth == 0, "everything routed");
-    rows.push(Row {
-        name: "batch and route (20k messages, 500 conversations)".into(),
-        value: total as f64 / elapsed,
-        unit: "msg/s",
-        note: format!(
-            "{batches} batches, {:.0} batches/s",
-            batches as f64 / elapsed
-        ),
-    });
-    Ok(())
+    Ok((total / elapsed, batches))
+}
+
+/// Entries at which recall is measured on PostgreSQL too.
+const POSTGRES_RECALL_SIZE: usize = 100_000;
+
+/// Each query's recall time on `memory` (ms, sorted), after one warm-up.
+fn recall_times(
+    memory: &cairn::memory::LocalMemory,
+    queries: &[cairn::memory::RecallQuery],
+) -> Result<Vec<f64>> {
+    if let Some(first) = queries.first() {
+        memory.recall(first)?;
+    }
+    let mut samples = Vec::new();
+    for query in queries {
+        let started = Instant::now();
+        black_box(memory.recall(query)?);
+        samples.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    samples.sort_by(|a, b| a.total_cmp(b));
+    Ok(samples)
 }
 
 /// The background embedder's rate on distinct texts (no cache hit): episode-length texts
@@ -722,10 +800,17 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
         }
 
         for subscribers in [1usize, 10] {
+            let sqlite = |name: &str| -> Result<Arc<Journal>> {
+                let dir = scratch.join(format!("dispatch-{subscribers}-{name}"));
+                std::fs::create_dir_all(&dir)?;
+                Ok(Arc::new(Journal::open(&dir, JournalConfig::default())?))
+            };
             eprintln!("bench: journal dispatch, {subscribers} native");
-            let native = dispatch_rate(scratch, component, subscribers, true).await?;
+            let native =
+                dispatch_rate(scratch, component, subscribers, true, sqlite("native")?).await?;
             eprintln!("bench: journal dispatch, {subscribers} wasm");
-            let wasm = dispatch_rate(scratch, component, subscribers, false).await?;
+            let wasm =
+                dispatch_rate(scratch, component, subscribers, false, sqlite("wasm")?).await?;
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s)"),
                 value: wasm,
@@ -735,6 +820,22 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                     wasm / native
                 ),
             });
+            if let Some(cluster) = postgres {
+                let store = cairn::store::pg::journal::PgJournal::connect(
+                    &cluster.fresh_database(),
+                    cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
+                )?;
+                let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+                eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
+                let on_postgres =
+                    dispatch_rate(scratch, component, subscribers, false, journal).await?;
+                rows.push(Row {
+                    name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
+                    value: on_postgres,
+                    unit: "ev/s",
+                    note: format!("ratio to SQLite in this run {:.2}", on_postgres / wasm),
+                });
+            }
         }
         eprintln!("bench: journal emit latency");
         let latencies = emit_latency(scratch, component).await?;
@@ -805,10 +906,10 @@ async fn dispatch_rate(
     component: &Path,
     subscribers: usize,
     native: bool,
+    journal: Arc<Journal>,
 ) -> Result<f64> {
-    let dir = scratch.join(format!("dispatch-{subscribers}-{native}"));
+    let dir = scratch.join(format!("dispatch-{subscribers}-{native}-plugins"));
     std::fs::create_dir_all(&dir)?;
-    let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
     let events = 2_000usize;
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let patterns = vec!["bench.*".to_string()];
@@ -960,7 +1061,15 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
     std::fs::create_dir_all(&dir)?;
     let mut config = MemoryConfig::default();
     config.embeddings.batch_size = 1024;
-    let memory = LocalMemory::open(&dir, config)?;
+    // Every text's vector stays cached, for the PostgreSQL rows to reuse.
+    config.embeddings.cache_entries = config
+        .embeddings
+        .cache_entries
+        .max(2 * POSTGRES_RECALL_SIZE);
+    let sqlite = Arc::new(cairn::store::memory::SqliteMemory::open(&dir)?);
+    let memory = LocalMemory::over(&dir, config.clone(), sqlite.clone(), true)?;
+    let postgres = cairn::store::pg::cluster::TestCluster::shared();
+    let mut chunks = Vec::new();
     let now = cairn::store::now_ms();
     // About 52 memories per generated user (episodes, replies, facts).
     let dataset = memory_dataset::generate(largest / 50 + 1, 99, now);
@@ -994,6 +1103,9 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
                 "the dataset ran out at {loaded} memories"
             );
             memory.import(&chunk)?;
+            if size <= POSTGRES_RECALL_SIZE {
+                chunks.push(chunk);
+            }
         }
         let load_s = started.elapsed().as_secs_f64();
         let started = Instant::now();
@@ -1006,6 +1118,16 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
             .filter(|q| users.contains(&q.user) && !q.paraphrase)
             .take(if size >= 1_000_000 { 100 } else { 200 })
             .collect();
+        let on_postgres = match postgres {
+            Some(cluster) if size == POSTGRES_RECALL_SIZE => Some(on_postgres::memory_on_postgres(
+                cluster,
+                &scratch.join("memory-pg"),
+                config.clone(),
+                sqlite.as_ref(),
+                &chunks,
+            )?),
+            _ => None,
+        };
         for (label, lexical) in [("BM25 only", true), ("hybrid", false)] {
             let query = |q: &memory_dataset::Question| RecallQuery {
                 text: q.text.clone(),
@@ -1018,14 +1140,24 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
                 lexical_only: lexical,
                 ..RecallQuery::default()
             };
-            memory.recall(&query(questions[0]))?;
-            let mut samples = Vec::new();
-            for q in &questions {
-                let started = Instant::now();
-                black_box(memory.recall(&query(q))?);
-                samples.push(started.elapsed().as_secs_f64() * 1e3);
+            let queries: Vec<RecallQuery> = questions.iter().map(|q| query(q)).collect();
+            let samples = recall_times(&memory, &queries)?;
+            if let Some(on_postgres) = &on_postgres {
+                let shared = recall_times(on_postgres, &queries)?;
+                rows.push(Row {
+                    name: format!(
+                        "recall top-5 at {}k entries on PostgreSQL, {label}",
+                        size / 1000
+                    ),
+                    value: percentile(&shared, 0.5),
+                    unit: "ms",
+                    note: format!(
+                        "p50; p99 {:.1} ms; the same entries, vectors and questions; p50 ratio to SQLite in this run {:.2}",
+                        percentile(&shared, 0.99),
+                        percentile(&shared, 0.5) / percentile(&samples, 0.5)
+                    ),
+                });
             }
-            samples.sort_by(|a, b| a.total_cmp(b));
             rows.push(Row {
                 name: format!("recall top-5 at {}k entries, {label}", size / 1000),
                 value: percentile(&samples, 0.5),
