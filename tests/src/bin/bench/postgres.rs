@@ -82,7 +82,7 @@ fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> 
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
         ("CAIRN_WEBHOOK_SECRET", secret),
         ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
-        ("CAIRN_LOG", "warn,cairn::webhook=info"),
+        ("CAIRN_LOG", "warn,cairn::cli::run=info"),
     ];
     let dirs: Vec<tempfile::TempDir> = (0..hosts)
         .map(|_| tempfile::tempdir_in(scratch))
