@@ -549,11 +549,11 @@ pub fn buffer_db(data: &Path) -> rusqlite::Connection {
 }
 
 /// A thread that posts signed `pull_request` deliveries (payload `seq` = 0, 1, 2, ...) to
-/// the webhook channel on `port` until `finished` turns true. Deliveries that fail (the host
-/// is down) are not retried. The thread returns how many it tried and which were
-/// acknowledged with 202.
+/// the webhook channel of the hosts listening on `ports`, in turn (a port of 0: that host
+/// is down), until `finished` turns true. Deliveries that fail (the host is down) are not
+/// retried. The thread returns how many it tried and which were acknowledged with 202.
 pub fn spawn_webhook_sender(
-    port: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    ports: std::sync::Arc<Vec<std::sync::atomic::AtomicU16>>,
     finished: std::sync::Arc<std::sync::atomic::AtomicBool>,
     secret: &'static str,
     pause: Duration,
@@ -577,23 +577,46 @@ pub fn spawn_webhook_sender(
             .expect("serialise");
             let signature = github_signature(secret.as_bytes(), &body);
             attempts += 1;
-            let port = port.load(Ordering::SeqCst);
-            match post_webhook(
-                &client,
-                port,
-                "pull_request",
-                &format!("d-{i}"),
-                &body,
-                Some(&signature),
-            ) {
-                Ok((202, _)) => acknowledged.push(i),
+            let port = ports[i % ports.len()].load(Ordering::SeqCst);
+            let delivered = port != 0
+                && matches!(
+                    post_webhook(
+                        &client,
+                        port,
+                        "pull_request",
+                        &format!("d-{i}"),
+                        &body,
+                        Some(&signature)
+                    ),
+                    Ok((202, _))
+                );
+            if delivered {
+                acknowledged.push(i);
+            } else {
                 // The host is down: not acknowledged, so the producer may not count on it.
-                _ => std::thread::sleep(Duration::from_millis(20)),
+                std::thread::sleep(Duration::from_millis(20));
             }
             std::thread::sleep(pause);
         }
         (attempts, acknowledged)
     })
+}
+
+/// Sequence numbers the `counter` handler plugin `plugin` logged (`counter: event #N
+/// seq=S`), in log order.
+pub fn delivered_seqs(log: &str, plugin: &str) -> Vec<i64> {
+    let tag = format!("plugin=\"{plugin}\"");
+    log.lines()
+        .filter(|l| l.contains("counter: event #") && l.contains(&tag))
+        .filter_map(|l| {
+            l.split("seq=")
+                .nth(1)?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// A pseudo-random pause of 150 to 550 ms from a linear congruential sequence, so kill

@@ -394,7 +394,7 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
     let kills = 6usize;
 
     let mut host = Host::start(dir.path(), data.path(), &env);
-    let port = Arc::new(AtomicU16::new(host.webhook_port()));
+    let port = Arc::new(vec![AtomicU16::new(host.webhook_port())]);
     let finished = Arc::new(AtomicBool::new(false));
     let sender = spawn_webhook_sender(port.clone(), finished.clone(), SECRET, Duration::ZERO);
     let mut seed: u64 = 0x5eed_cafe;
@@ -402,7 +402,7 @@ fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
         std::thread::sleep(kill_pause(&mut seed));
         host.kill9();
         host = Host::start(dir.path(), data.path(), &env);
-        port.store(host.webhook_port(), Ordering::SeqCst);
+        port[0].store(host.webhook_port(), Ordering::SeqCst);
     }
     // A last stretch of traffic to the final host, then stop the sender.
     std::thread::sleep(Duration::from_millis(300));

@@ -337,22 +337,6 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
     );
 }
 
-/// Sequence numbers a subscriber logged (`counter: event #N seq=S`), in log order.
-fn delivered(log: &str, plugin: &str) -> Vec<i64> {
-    let tag = format!("plugin=\"{plugin}\"");
-    log.lines()
-        .filter(|l| l.contains("counter: event #") && l.contains(&tag))
-        .filter_map(|l| {
-            l.split("seq=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
 #[test]
 fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     use std::sync::Arc;
@@ -387,7 +371,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     let kills = 5;
     let mut logs = Vec::new();
     let mut host = Host::start(dir.path(), data.path(), &env);
-    let port = Arc::new(AtomicU16::new(host.webhook_port()));
+    let port = Arc::new(vec![AtomicU16::new(host.webhook_port())]);
     let finished = Arc::new(AtomicBool::new(false));
     let sender = cairn_tests::spawn_webhook_sender(
         port.clone(),
@@ -400,7 +384,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
         std::thread::sleep(cairn_tests::kill_pause(&mut seed));
         logs.push(host.kill9());
         host = Host::start(dir.path(), data.path(), &env);
-        port.store(host.webhook_port(), Ordering::SeqCst);
+        port[0].store(host.webhook_port(), Ordering::SeqCst);
     }
     std::thread::sleep(Duration::from_millis(300));
     finished.store(true, Ordering::SeqCst);
@@ -441,7 +425,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
         let mut seen = std::collections::BTreeSet::new();
         let mut deliveries = 0;
         for (run, log) in logs.iter().enumerate() {
-            let seqs = delivered(log, id);
+            let seqs = cairn_tests::delivered_seqs(log, id);
             assert!(
                 seqs.windows(2).all(|w| w[0] < w[1]),
                 "{id}: out of order in run {run}: {seqs:?}"

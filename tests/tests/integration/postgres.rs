@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
 use std::time::Duration;
 
 use cairn::store::pg::cluster::TestCluster;
-use cairn_tests::{
-    Host, PluginDir, cairn_bin, github_signature, http_client, kill_pause, post_webhook, test_env,
-};
+use cairn_tests::{Host, PluginDir, cairn_bin, kill_pause, spawn_webhook_sender, test_env};
 
 const LONG: Duration = Duration::from_secs(90);
 const SECRET: &str = "pg-crash-secret";
@@ -168,67 +166,6 @@ fn a_bad_or_unreachable_storage_url_is_refused_at_start_with_the_password_hidden
     );
 }
 
-/// Send signed webhook deliveries round-robin to the hosts whose port is set (0: down)
-/// until `finished`; the numbers of the deliveries a host acknowledged.
-fn spread_sender(
-    ports: Arc<Vec<AtomicU16>>,
-    finished: Arc<AtomicBool>,
-) -> std::thread::JoinHandle<Vec<usize>> {
-    std::thread::spawn(move || {
-        let client = http_client();
-        let mut acknowledged = Vec::new();
-        for i in 0.. {
-            if finished.load(Ordering::SeqCst) {
-                break;
-            }
-            let body = serde_json::to_vec(&serde_json::json!({
-                "action": "opened",
-                "repository": {"full_name": "octo/cluster"},
-                "pull_request": {"number": i % 5, "title": format!("change {i}")},
-                "sender": {"login": "octocat"},
-                "seq": i,
-            }))
-            .expect("serialise");
-            let signature = github_signature(SECRET.as_bytes(), &body);
-            let port = ports[i % ports.len()].load(Ordering::SeqCst);
-            let delivered = port != 0
-                && matches!(
-                    post_webhook(
-                        &client,
-                        port,
-                        "pull_request",
-                        &format!("d-{i}"),
-                        &body,
-                        Some(&signature)
-                    ),
-                    Ok((202, _))
-                );
-            if delivered {
-                acknowledged.push(i);
-            } else {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            std::thread::sleep(Duration::from_millis(4));
-        }
-        acknowledged
-    })
-}
-
-/// Sequence numbers a subscriber logged (`counter: event #N seq=S`), in log order.
-fn delivered(log: &str) -> Vec<i64> {
-    log.lines()
-        .filter(|l| l.contains("counter: event #") && l.contains("plugin=\"counter\""))
-        .filter_map(|l| {
-            l.split("seq=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect()
-}
-
 /// Whether every message is routed, every main batch finished and the subscriber has
 /// caught up with the last `message.received`.
 fn settled(db: &mut postgres::Client) -> bool {
@@ -275,7 +212,12 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
             .collect(),
     );
     let finished = Arc::new(AtomicBool::new(false));
-    let sender = spread_sender(ports.clone(), finished.clone());
+    let sender = spawn_webhook_sender(
+        ports.clone(),
+        finished.clone(),
+        SECRET,
+        Duration::from_millis(4),
+    );
     let mut logs = Vec::new();
     let (rounds, mut seed) = (20, 0x0c1a_57e5_u64);
     for _ in 0..rounds {
@@ -289,7 +231,7 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
     }
     std::thread::sleep(Duration::from_millis(300));
     finished.store(true, Ordering::SeqCst);
-    let acknowledged = sender.join().expect("sender");
+    let (_, acknowledged) = sender.join().expect("sender");
     let db = std::sync::Mutex::new(client(&storage));
     let waiter = hosts[0].as_mut().expect("host");
     waiter.wait_until(
@@ -348,7 +290,7 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
     let mut seen = BTreeSet::new();
     let mut deliveries = 0;
     for log in &logs {
-        let seqs = delivered(log);
+        let seqs = cairn_tests::delivered_seqs(log, "counter");
         deliveries += seqs.len();
         seen.extend(seqs);
     }
