@@ -10,12 +10,13 @@ use cairn_storage::StorageError;
 use cairn_storage::buffer::{BufferStore, SqliteBuffer};
 use cairn_storage::cache::{ResponseCacheStore, SqliteCache};
 use cairn_storage::host::{KvStore, LifecycleStore, SqliteHost, StatusStore};
-use cairn_storage::journal::{JournalStore, SqliteJournal};
+use cairn_storage::journal::{JournalAdmin, JournalOperator, JournalStore, SqliteJournal};
 use cairn_storage::memory::{MemoryStore, SessionStore, SqliteMemory};
 use cairn_storage::pg::buffer::PgBuffer;
 use cairn_storage::pg::cache::PgCache;
 use cairn_storage::pg::host::PgHost;
 use cairn_storage::pg::journal::PgJournal;
+use cairn_storage::pg::journal_admin::PgJournalAdmin;
 use cairn_storage::pg::memory::PgMemory;
 
 use crate::buffer::BufferConfig;
@@ -72,6 +73,30 @@ impl Storage {
                 Duration::from_millis(config.subscription_lease_ms),
             )?),
         })
+    }
+
+    /// The journal as an operator sees it (`cairn journal`, `cairn status`): a data dir's
+    /// `journal.db` (read-only unless `writable`; None when there is none yet) or the
+    /// shared database's.
+    pub fn journal_operator_for(
+        &self,
+        data_dir: &Path,
+        writable: bool,
+    ) -> Result<Option<Box<dyn JournalOperator>>, StorageError> {
+        Ok(match self {
+            Storage::Sqlite if writable => Some(Box::new(JournalAdmin::open(data_dir)?)),
+            Storage::Sqlite => JournalAdmin::open_read_only(data_dir)?
+                .map(|admin| Box::new(admin) as Box<dyn JournalOperator>),
+            Storage::Postgres(url) => Some(Box::new(PgJournalAdmin::connect(url)?)),
+        })
+    }
+
+    /// [`Storage::journal_operator_for`], read-only.
+    pub fn journal_operator(
+        &self,
+        data_dir: &Path,
+    ) -> Result<Option<Box<dyn JournalOperator>>, StorageError> {
+        self.journal_operator_for(data_dir, false)
     }
 
     /// Memory's store.

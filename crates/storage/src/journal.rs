@@ -276,6 +276,39 @@ impl JournalStore for SqliteJournal {
 
 /// An operator's view of a journal, with or without a running host: reading events, lag
 /// and dead letters, and the repairs (replay, retry, discard) a running host picks up.
+/// [`JournalAdmin`] serves a data dir's `journal.db`; the PostgreSQL one a shared database.
+pub trait JournalOperator {
+    /// Per-subscriber cursor, lag and dead letters.
+    fn subscriber_lags(&self) -> Result<Vec<SubscriberLag>, StorageError>;
+    /// Dead letters, newest first.
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, StorageError>;
+    /// The newest `limit` events matching `patterns`, oldest first.
+    fn recent(&self, patterns: &[String], limit: usize) -> Result<Vec<Event>, StorageError>;
+    /// Events after `after` matching `patterns`, oldest first.
+    fn events_after(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Vec<Event>, StorageError>;
+    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
+    /// whether the subscriber exists.
+    fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError>;
+    /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
+    fn retry_dead_letters(
+        &self,
+        subscriber: Option<&str>,
+        id: Option<i64>,
+    ) -> Result<usize, StorageError>;
+    /// Delete dead letters (a subscriber's, or one by id); how many.
+    fn discard_dead_letters(
+        &self,
+        subscriber: Option<&str>,
+        id: Option<i64>,
+    ) -> Result<usize, StorageError>;
+}
+
+/// The operator's view of a data dir's `journal.db`.
 pub struct JournalAdmin {
     conn: Connection,
 }
@@ -292,9 +325,10 @@ impl JournalAdmin {
     pub fn open_read_only(data_dir: &Path) -> Result<Option<Self>, StorageError> {
         Ok(crate::open_read_only(&data_dir.join("journal.db"))?.map(|conn| Self { conn }))
     }
+}
 
-    /// Per-subscriber cursor, lag and dead letters.
-    pub fn subscriber_lags(&self) -> rusqlite::Result<Vec<SubscriberLag>> {
+impl JournalOperator for JournalAdmin {
+    fn subscriber_lags(&self) -> Result<Vec<SubscriberLag>, StorageError> {
         let conn = &self.conn;
         let mut statement = conn.prepare_cached(
             "SELECT s.id, s.patterns, s.cursor, (SELECT count(*) FROM dead_letters d WHERE d.subscriber = s.id)
@@ -322,8 +356,7 @@ impl JournalAdmin {
             .collect()
     }
 
-    /// Dead letters, newest first.
-    pub fn dead_letters(&self, limit: usize) -> rusqlite::Result<Vec<DeadLetter>> {
+    fn dead_letters(&self, limit: usize) -> Result<Vec<DeadLetter>, StorageError> {
         let conn = &self.conn;
         let mut statement = conn.prepare_cached(
             "SELECT id, subscriber, seq, topic, error, attempts, status, created_at FROM dead_letters ORDER BY id DESC LIMIT ?1",
@@ -341,11 +374,11 @@ impl JournalAdmin {
                     created_at: r.get(7)?,
                 })
             })?
-            .collect()
+            .collect::<rusqlite::Result<_>>()
+            .map_err(StorageError::from)
     }
 
-    /// The newest `limit` events matching `patterns`, oldest first.
-    pub fn recent(&self, patterns: &[String], limit: usize) -> rusqlite::Result<Vec<Event>> {
+    fn recent(&self, patterns: &[String], limit: usize) -> Result<Vec<Event>, StorageError> {
         let conn = &self.conn;
         let (filter, mut values) = event_filter(patterns, 0);
         values.push(Value::Integer(limit as i64));
@@ -359,19 +392,16 @@ impl JournalAdmin {
         Ok(rows)
     }
 
-    /// Events after `after` matching `patterns`, oldest first.
-    pub fn events_after(
+    fn events_after(
         &self,
         after: i64,
         patterns: &[String],
         limit: usize,
-    ) -> rusqlite::Result<Vec<Event>> {
-        events_after(&self.conn, after, patterns, limit)
+    ) -> Result<Vec<Event>, StorageError> {
+        Ok(events_after(&self.conn, after, patterns, limit)?)
     }
 
-    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
-    /// whether the subscriber exists.
-    pub fn replay_from(&self, subscriber: &str, from_seq: i64) -> rusqlite::Result<bool> {
+    fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError> {
         let conn = &self.conn;
         let changed = conn
             .prepare_cached("UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1")?
@@ -379,28 +409,27 @@ impl JournalAdmin {
         Ok(changed == 1)
     }
 
-    /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
-    pub fn retry_dead_letters(
+    fn retry_dead_letters(
         &self,
         subscriber: Option<&str>,
         id: Option<i64>,
-    ) -> rusqlite::Result<usize> {
+    ) -> Result<usize, StorageError> {
         let conn = &self.conn;
         conn.prepare_cached(
             "UPDATE dead_letters SET status = 'retry'
              WHERE status = 'dead' AND (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)",
         )?
         .execute(params![subscriber, id])
+        .map_err(StorageError::from)
     }
 
-    /// Delete dead letters (a subscriber's, or one by id); how many.
-    pub fn discard_dead_letters(
+    fn discard_dead_letters(
         &self,
         subscriber: Option<&str>,
         id: Option<i64>,
-    ) -> rusqlite::Result<usize> {
+    ) -> Result<usize, StorageError> {
         let conn = &self.conn;
-        conn.prepare_cached("DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)")?.execute(params![subscriber, id])
+        conn.prepare_cached("DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)")?.execute(params![subscriber, id]).map_err(StorageError::from)
     }
 }
 

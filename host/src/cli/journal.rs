@@ -7,8 +7,11 @@ use anyhow::Result;
 use clap::Subcommand;
 
 use super::BadInput;
-use crate::journal::{self, JournalAdmin};
+use super::storage_unusable;
+use crate::config::{HostConfig, Storage};
+use crate::journal;
 use crate::plugin::manifest::is_valid_topic_pattern;
+use crate::store::journal::JournalOperator;
 
 #[derive(Subcommand, Debug)]
 pub enum JournalCommand {
@@ -79,30 +82,64 @@ fn print_event(event: &journal::Event, json_output: bool) -> Result<()> {
     Ok(())
 }
 
-/// Run a `cairn journal` command on the data dir's journal.db.
-pub fn journal_command(data_dir: &Path, command: &JournalCommand) -> Result<ExitCode> {
+/// Where `cairn journal` reads and repairs: the configured storage, and the data dir whose
+/// `journal.db` it names when that storage is SQLite.
+struct Journals<'a> {
+    storage: Storage,
+    data_dir: &'a Path,
+}
+
+impl Journals<'_> {
+    /// The journal to read; None while a data dir has none yet.
+    fn read(&self) -> Result<Option<Box<dyn JournalOperator>>> {
+        self.storage
+            .journal_operator(self.data_dir)
+            .map_err(storage_unusable)
+    }
+
+    /// The journal to repair (created if needed).
+    fn write(&self) -> Result<Box<dyn JournalOperator>> {
+        self.storage
+            .journal_operator_for(self.data_dir, true)
+            .map_err(storage_unusable)?
+            .ok_or_else(|| anyhow::anyhow!("no journal in {}", self.data_dir.display()))
+    }
+}
+
+/// Run a `cairn journal` command on the configured storage's journal.
+pub fn journal_command(config: &HostConfig, command: &JournalCommand) -> Result<ExitCode> {
+    let journals = Journals {
+        storage: config.storage().map_err(storage_unusable)?,
+        data_dir: &config.data_dir,
+    };
     match command {
         JournalCommand::Tail {
             topic,
             limit,
             follow,
             json,
-        } => tail(data_dir, topic, *limit, *follow, *json),
-        JournalCommand::Replay { subscriber, from } => replay(data_dir, subscriber, *from),
+        } => tail(&journals, topic, *limit, *follow, *json),
+        JournalCommand::Replay { subscriber, from } => replay(&journals, subscriber, *from),
         JournalCommand::DeadLetters {
             action: action @ (DeadLetterAction::Retry | DeadLetterAction::Discard),
             subscriber,
             id,
             ..
-        } => settle_dead_letters(data_dir, *action, subscriber.as_deref(), *id),
+        } => settle_dead_letters(&journals, *action, subscriber.as_deref(), *id),
         JournalCommand::DeadLetters { limit, json, .. } => {
-            list_dead_letters(data_dir, *limit, *json)
+            list_dead_letters(&journals, *limit, *json)
         }
     }
 }
 
 /// Print the newest events matching `topic`, then keep following when asked.
-fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) -> Result<ExitCode> {
+fn tail(
+    journals: &Journals,
+    topic: &str,
+    limit: usize,
+    follow: bool,
+    json: bool,
+) -> Result<ExitCode> {
     if !is_valid_topic_pattern(topic) {
         return Err(BadInput(format!(
             "--topic: `{topic}` is not a topic pattern (exact, `prefix.*` or `*`)"
@@ -110,7 +147,7 @@ fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) ->
         .into());
     }
     let patterns = vec![topic.to_string()];
-    let mut admin = JournalAdmin::open_read_only(data_dir)?;
+    let mut admin = journals.read()?;
     let mut last = 0;
     if let Some(admin) = &admin {
         for event in admin.recent(&patterns, limit)? {
@@ -125,7 +162,7 @@ fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) ->
     loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         if admin.is_none() {
-            admin = JournalAdmin::open_read_only(data_dir)?;
+            admin = journals.read()?;
         }
         if let Some(admin) = &admin {
             for event in admin.events_after(last, &patterns, 1000)? {
@@ -137,11 +174,11 @@ fn tail(data_dir: &Path, topic: &str, limit: usize, follow: bool, json: bool) ->
 }
 
 /// Deliver a subscriber's events again from `from`.
-fn replay(data_dir: &Path, subscriber: &str, from: i64) -> Result<ExitCode> {
+fn replay(journals: &Journals, subscriber: &str, from: i64) -> Result<ExitCode> {
     if from < 1 {
         return Err(BadInput("--from: expected a sequence number of 1 or more".into()).into());
     }
-    if !JournalAdmin::open(data_dir)?.replay_from(subscriber, from)? {
+    if !journals.write()?.replay_from(subscriber, from)? {
         return Err(BadInput(format!(
             "--subscriber: no subscriber `{subscriber}` in this journal"
         ))
@@ -153,7 +190,7 @@ fn replay(data_dir: &Path, subscriber: &str, from: i64) -> Result<ExitCode> {
 
 /// Retry or discard the dead letters named by subscriber and/or id.
 fn settle_dead_letters(
-    data_dir: &Path,
+    journals: &Journals,
     action: DeadLetterAction,
     subscriber: Option<&str>,
     id: Option<i64>,
@@ -161,7 +198,7 @@ fn settle_dead_letters(
     if subscriber.is_none() && id.is_none() {
         return Err(BadInput("name the dead letters: --subscriber ID and/or --id N".into()).into());
     }
-    let admin = JournalAdmin::open(data_dir)?;
+    let admin = journals.write()?;
     let (changed, done) = match action {
         DeadLetterAction::Retry => (
             admin.retry_dead_letters(subscriber, id)?,
@@ -174,8 +211,8 @@ fn settle_dead_letters(
 }
 
 /// Print the newest dead letters.
-fn list_dead_letters(data_dir: &Path, limit: usize, json: bool) -> Result<ExitCode> {
-    let letters = match JournalAdmin::open_read_only(data_dir)? {
+fn list_dead_letters(journals: &Journals, limit: usize, json: bool) -> Result<ExitCode> {
+    let letters = match journals.read()? {
         Some(admin) => admin.dead_letters(limit)?,
         None => Vec::new(),
     };

@@ -128,19 +128,6 @@ pub(crate) fn storage_unusable(error: StorageError) -> anyhow::Error {
     }
 }
 
-/// Refuse a command that reads SQLite files directly when the stores are on PostgreSQL,
-/// rather than report an empty data dir.
-fn sqlite_only(config: &HostConfig, command: &str) -> Result<()> {
-    match config.storage().map_err(storage_unusable)? {
-        crate::config::Storage::Sqlite => Ok(()),
-        crate::config::Storage::Postgres(url) => Err(BadInput(format!(
-            "cairn {command} reads the SQLite files of a data dir; storage is PostgreSQL \
-             ({url}), which it cannot read yet"
-        ))
-        .into()),
-    }
-}
-
 fn load_config(cli: &Cli) -> Result<HostConfig> {
     HostConfig::load(cli.config.as_deref(), cli.data.as_deref())
         .map_err(|e| BadInput(e.to_string()).into())
@@ -179,8 +166,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Status { json } => {
             let config = load_config(&cli)?;
-            sqlite_only(&config, "status")?;
-            show_status(&config.data_dir, *json)
+            show_status(&config, *json)
         }
         Command::Send(args) => {
             let config = load_config(&cli)?;
@@ -188,8 +174,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Journal { command } => {
             let config = load_config(&cli)?;
-            sqlite_only(&config, "journal")?;
-            journal_command(&config.data_dir, command)
+            journal_command(&config, command)
         }
         Command::Config { json } => {
             let config = load_config(&cli)?;

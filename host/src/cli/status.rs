@@ -7,11 +7,13 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde_json::json;
 
-use super::lock;
+use super::{lock, storage_unusable};
 use crate::buffer;
+use crate::config::{HostConfig, Storage};
 use crate::journal::{JournalAdmin, SubscriberLag};
 use crate::plugin::status;
-use crate::store::cache::SqliteCache;
+use crate::store::cache::{CacheStats, SqliteCache};
+use crate::store::journal::JournalOperator;
 
 fn age(since_ms: i64) -> String {
     let seconds = (crate::store::now_ms() - since_ms).max(0) / 1000;
@@ -23,9 +25,17 @@ fn age(since_ms: i64) -> String {
     }
 }
 
-/// `cairn status`: print the data dir's host, plugins, buffer and subscribers.
-pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
-    let buffer_stats = buffer::read_stats(data_dir)?;
+/// What `cairn status` shows, read from the data dir's files or the shared database.
+struct Seen {
+    buffer: Option<crate::buffer::BufferStats>,
+    subscribers: Vec<SubscriberLag>,
+    report: status::StatusReport,
+    running: bool,
+    llm_cache: Option<CacheStats>,
+}
+
+/// Read a data dir's SQLite files, whether or not a host has them open.
+fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
     let subscribers = match JournalAdmin::open_read_only(data_dir)? {
         Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),
@@ -35,11 +45,60 @@ pub fn show_status(data_dir: &Path, json_output: bool) -> Result<ExitCode> {
         plugins: Vec::new(),
         llm_usage: Vec::new(),
     });
-    let run = report.host.clone();
     let running =
-        run.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
+        report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
+    Ok(Seen {
+        buffer: buffer::read_stats(data_dir)?,
+        subscribers,
+        report,
+        running,
+        llm_cache: SqliteCache::read_stats(data_dir)?,
+    })
+}
+
+/// Read a shared database. The host shown is the latest started of those sharing it; a run
+/// without a clean stop counts as running (a database cannot tell a host that died).
+fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
+    let opened = |e| storage_unusable(e);
+    let report = storage.host(data_dir).map_err(opened)?.status.report()?;
+    let running = report.host.as_ref().is_some_and(|r| r.stopped_at.is_none());
+    let buffer_config = crate::buffer::BufferConfig::default();
+    let subscribers = match storage.journal_operator(data_dir).map_err(opened)? {
+        Some(operator) => operator.subscriber_lags()?,
+        None => Vec::new(),
+    };
+    Ok(Seen {
+        buffer: Some(
+            storage
+                .buffer(data_dir, &buffer_config)
+                .map_err(opened)?
+                .stats()?,
+        ),
+        subscribers,
+        report,
+        running,
+        llm_cache: Some(storage.cache(data_dir).map_err(opened)?.stats()?),
+    })
+}
+
+/// `cairn status`: print the host, plugins, buffer and subscribers of the configured
+/// storage (a data dir's files, or the database several hosts share).
+pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
+    let data_dir = config.data_dir.as_path();
+    let storage = config.storage().map_err(storage_unusable)?;
+    let seen = match storage {
+        Storage::Sqlite => seen_in_data_dir(data_dir)?,
+        _ => seen_in_database(&storage, data_dir)?,
+    };
+    let Seen {
+        buffer: buffer_stats,
+        subscribers,
+        report,
+        running,
+        llm_cache,
+    } = seen;
+    let run = report.host.clone();
     let plugins = status::as_seen_now(report, running);
-    let llm_cache = SqliteCache::read_stats(data_dir)?;
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,

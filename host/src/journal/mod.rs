@@ -12,7 +12,7 @@ pub mod dispatch;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-pub use cairn_storage::journal::{JournalAdmin, MIGRATIONS, Pending};
+pub use cairn_storage::journal::{JournalAdmin, JournalOperator, MIGRATIONS, Pending};
 use cairn_storage::journal::{JournalStore, SqliteJournal};
 use cairn_storage::{ErrorKind, StorageError, now_ms};
 use serde::{Deserialize, Serialize};

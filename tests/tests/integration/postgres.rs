@@ -123,10 +123,41 @@ fn hosts_on_one_database_share_conversations_and_memory() {
     let (exit, _) = second.stop();
     assert!(exit.success());
 
-    // Commands that read SQLite files say so instead of showing an empty data dir.
-    let status = cairn_on(&storage, second_data.path(), &["status"]);
-    assert_eq!(status.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&status.stderr).contains("storage is PostgreSQL"));
+    // `cairn status` and `cairn journal` read the database, from any data dir.
+    let elsewhere = tempfile::tempdir().expect("data");
+    let status = cairn_on(&storage, elsewhere.path(), &["status", "--json"]);
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).expect("json");
+    assert_eq!(status["host"]["running"], false, "{status}");
+    assert_eq!(status["buffer"]["depth"], 0, "{status}");
+    assert_eq!(status["buffer"]["batches"]["main/done"], 2, "{status}");
+    assert!(
+        status["plugins"]
+            .as_array()
+            .is_some_and(|p| p.iter().any(|p| p["id"] == "cli")),
+        "{status}"
+    );
+    let tail = cairn_on(
+        &storage,
+        elsewhere.path(),
+        &["journal", "tail", "--topic", "agent.*", "--json"],
+    );
+    assert!(
+        tail.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tail.stderr)
+    );
+    let replies: Vec<serde_json::Value> = String::from_utf8_lossy(&tail.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    assert_eq!(replies.len(), 2, "both hosts' replies: {replies:?}");
+    let letters = cairn_on(&storage, elsewhere.path(), &["journal", "dead-letters"]);
+    assert!(String::from_utf8_lossy(&letters.stdout).contains("no dead letters"));
 }
 
 #[test]

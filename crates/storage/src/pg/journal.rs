@@ -13,9 +13,9 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use super::{Param, params};
 use cairn_vocab::event::{Event, NewEvent};
 use postgres::fallible_iterator::FallibleIterator;
-use postgres::types::ToSql;
 use postgres::{Client, GenericClient, Row};
 
 use super::batch::Batcher;
@@ -371,10 +371,12 @@ fn to_i32(value: u32) -> i32 {
     i32::try_from(value).unwrap_or(i32::MAX)
 }
 
-const EVENT_COLUMNS: &str =
+/// The columns [`read_event`] reads.
+pub(super) const EVENT_COLUMNS: &str =
     "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
 
-fn read_event(row: &Row) -> Event {
+/// An event as read with [`EVENT_COLUMNS`].
+pub(super) fn read_event(row: &Row) -> Event {
     Event {
         seq: row.get(0),
         topic: row.get(1),
@@ -396,41 +398,46 @@ fn events_between(
     patterns: &[String],
     limit: usize,
 ) -> Result<Vec<Event>, StorageError> {
-    let mut values: Vec<Box<dyn ToSql + Sync>> = vec![Box::new(after), Box::new(through)];
-    let topics = if patterns.iter().any(|p| p == "*") {
-        "TRUE".to_string()
-    } else if patterns.is_empty() {
-        "FALSE".to_string()
-    } else {
-        let clauses: Vec<String> = patterns
-            .iter()
-            .map(|pattern| match pattern.strip_suffix('*') {
-                Some(prefix) => {
-                    values.push(Box::new(prefix.to_string()));
-                    format!(
-                        "left(topic, {}) = ${}",
-                        prefix.chars().count(),
-                        values.len()
-                    )
-                }
-                None => {
-                    values.push(Box::new(pattern.clone()));
-                    format!("topic = ${}", values.len())
-                }
-            })
-            .collect();
-        clauses.join(" OR ")
-    };
+    let mut values: Vec<Param> = vec![Box::new(after), Box::new(through)];
+    let topics = topic_filter(patterns, &mut values);
     values.push(Box::new(i64::try_from(limit).unwrap_or(i64::MAX)));
     let sql = format!(
         "SELECT {EVENT_COLUMNS} FROM journal_events
           WHERE seq > $1 AND seq <= $2 AND ({topics}) ORDER BY seq LIMIT ${}",
         values.len()
     );
-    let params: Vec<&(dyn ToSql + Sync)> = values.iter().map(|v| v.as_ref()).collect();
     Ok(client
-        .query(&sql, &params)?
+        .query(&sql, &params(&values))?
         .iter()
         .map(read_event)
         .collect())
+}
+
+/// The SQL condition on `topic` that `patterns` (exact topics, `prefix.*`, or `*`) make,
+/// its parameters pushed onto `values` (and numbered after those already there).
+pub(super) fn topic_filter(patterns: &[String], values: &mut Vec<Param>) -> String {
+    if patterns.iter().any(|p| p == "*") {
+        return "TRUE".to_string();
+    }
+    if patterns.is_empty() {
+        return "FALSE".to_string();
+    }
+    let clauses: Vec<String> = patterns
+        .iter()
+        .map(|pattern| match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                values.push(Box::new(prefix.to_string()));
+                format!(
+                    "left(topic, {}) = ${}",
+                    prefix.chars().count(),
+                    values.len()
+                )
+            }
+            None => {
+                values.push(Box::new(pattern.clone()));
+                format!("topic = ${}", values.len())
+            }
+        })
+        .collect();
+    clauses.join(" OR ")
 }

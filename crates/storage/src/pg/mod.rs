@@ -17,6 +17,8 @@
 //!   plugins; a schedule tick is claimed by one host).
 //! - [`journal`]: [`crate::journal::JournalStore`] for several hosts (events commit in
 //!   sequence order; one host delivers to each subscriber at a time).
+//! - [`journal_admin`]: [`crate::journal::JournalOperator`], what `cairn journal` and
+//!   `cairn status` read and repair.
 //! - [`memory`]: [`crate::memory::MemoryStore`] and [`crate::memory::SessionStore`] shared
 //!   by every host (full text on `tsvector`, vectors caught up across hosts).
 //! - [`cluster`]: a private PostgreSQL server for tests and benches.
@@ -27,6 +29,7 @@ pub mod cache;
 pub mod cluster;
 pub mod host;
 pub mod journal;
+pub mod journal_admin;
 pub mod memory;
 pub mod migrate;
 pub mod url;
@@ -46,6 +49,18 @@ use tokio::sync::oneshot;
 use crate::StorageError;
 use crate::writer::Receipt;
 pub use url::PgUrl;
+
+/// A parameter of a statement built at run time: owned, so the statement can be handed to
+/// a pool worker.
+pub(crate) type Param = Box<dyn postgres::types::ToSql + Sync + Send>;
+
+/// The parameters of a built statement, as the client takes them.
+pub(crate) fn params(values: &[Param]) -> Vec<&(dyn postgres::types::ToSql + Sync)> {
+    values
+        .iter()
+        .map(|value| value.as_ref() as &(dyn postgres::types::ToSql + Sync))
+        .collect()
+}
 
 /// Work a pool worker runs with its connection.
 enum Job {

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::PgMemory;
 use crate::memory::{Insertion, content_hash};
+use crate::pg::Param;
 use crate::writer::Receipt;
 use crate::{StorageError, now_ms};
 
@@ -530,9 +531,6 @@ pub(super) fn row_to_entry(row: &Row) -> Result<MemoryEntry, StorageError> {
         forgotten_at: row.try_get(19)?,
     })
 }
-
-/// A parameter of a built statement: owned, so the statement can run on a pool worker.
-pub(super) type Param = Box<dyn ToSql + Sync + Send>;
 
 /// SQL `WHERE` clauses with their parameters, built from a query's filters. A clause's `$`
 /// is numbered as it is pushed, after the statement's own leading parameters.
