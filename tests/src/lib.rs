@@ -3,6 +3,7 @@
 
 pub mod memory_dataset;
 pub mod recall_eval;
+pub mod storage;
 pub mod stub_http;
 
 use std::io::{BufRead, BufReader};
@@ -220,6 +221,7 @@ impl Host {
         for (key, value) in test_env() {
             command.env(key, value);
         }
+        command.envs(storage::env_for(data));
         for (key, value) in env {
             command.env(key, value);
         }
@@ -399,6 +401,13 @@ pub fn cairn(args: &[&str]) -> std::process::Output {
     command.args(args).stdin(Stdio::null());
     for (key, value) in test_env() {
         command.env(key, value);
+    }
+    let data = args
+        .windows(2)
+        .find(|pair| pair[0] == "--data")
+        .map(|pair| Path::new(pair[1]));
+    if let Some(data) = data {
+        command.envs(storage::env_for(data));
     }
     command.output().expect("run cairn")
 }

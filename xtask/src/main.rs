@@ -279,6 +279,19 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
             .args(extra)
             .current_dir(root),
     )?;
+    // The end-to-end tests once more with every host's stores on PostgreSQL (a database per
+    // data dir on the tests' private server; skipped with a banner without PostgreSQL).
+    // Left out: the PostgreSQL module (it ran above), and the recall-quality, plugin-build
+    // and examples tests, which exercise no storage.
+    status(
+        cargo()
+            .args(["test", "-p", "cairn-tests", "--test", "integration"])
+            .args(extra)
+            .args(["--", "--skip", "postgres::", "--skip", "recall_quality::"])
+            .args(["--skip", "plugin_dev::", "--skip", "examples::"])
+            .env("CAIRN_TEST_STORAGE", "postgres")
+            .current_dir(root),
+    )?;
     // The bundled plugins' shared logic (prompts, parsing, fact selection) runs natively.
     status(
         cargo()

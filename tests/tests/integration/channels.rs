@@ -38,6 +38,11 @@ fn wait_until_settled(host: &mut Host, data: &Path) {
 
 #[test]
 fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_typed_line_gets_a_reply_and_a_burst_is_one_batch",
+    ) {
+        return;
+    }
     let dir = PluginDir::new();
     dir.bundled("cli");
     let data = tempfile::tempdir().expect("data");
@@ -75,6 +80,11 @@ fn a_typed_line_gets_a_reply_and_a_burst_is_one_batch() {
 
 #[test]
 fn github_deliveries_are_verified_and_each_becomes_one_message() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "github_deliveries_are_verified_and_each_becomes_one_message",
+    ) {
+        return;
+    }
     let dir = PluginDir::new();
     dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
@@ -387,6 +397,11 @@ fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
 
 #[test]
 fn acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "acknowledged_webhook_messages_survive_kill_9_and_are_routed_exactly_once",
+    ) {
+        return;
+    }
     let dir = PluginDir::new();
     dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
@@ -554,6 +569,11 @@ fn batches(data: &Path) -> Vec<(String, Option<String>, Vec<i64>)> {
 
 #[test]
 fn a_bot_sharing_a_batch_with_a_person_is_dropped_alone() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_bot_sharing_a_batch_with_a_person_is_dropped_alone",
+    ) {
+        return;
+    }
     let data = tempfile::tempdir().expect("data");
     let message = |sender: &str, text: &str| {
         send(
@@ -608,6 +628,11 @@ fn a_bot_sharing_a_batch_with_a_person_is_dropped_alone() {
 
 #[test]
 fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message",
+    ) {
+        return;
+    }
     let dir = PluginDir::new();
     dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
@@ -672,6 +697,11 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
 
 #[test]
 fn the_channel_priority_holds_whether_or_not_a_host_runs() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "the_channel_priority_holds_whether_or_not_a_host_runs",
+    ) {
+        return;
+    }
     let data = tempfile::tempdir().expect("data");
     let priority = |id: i64| -> i64 {
         buffer_db(data.path())
@@ -742,6 +772,11 @@ fn a_message_cairn_send_stores_beside_a_running_host_is_answered() {
 
 #[test]
 fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "payloads_that_are_not_json_objects_are_refused_at_the_edge",
+    ) {
+        return;
+    }
     let data = tempfile::tempdir().expect("data");
     for (payload, kind) in [
         ("\"just a string\"", "a string"),

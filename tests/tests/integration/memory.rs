@@ -150,7 +150,7 @@ fn score_recall(
 #[test]
 fn recall_quality_on_generated_conversations() {
     let data = tempfile::tempdir().expect("data dir");
-    let memory = LocalMemory::open(data.path(), MemoryConfig::default()).expect("open memory");
+    let memory = cairn_tests::storage::open_memory(data.path(), MemoryConfig::default());
     let dataset = memory_dataset::generate(120, 7, cairn::store::now_ms());
     assert!(
         dataset.sessions >= 100 * 3,
@@ -201,7 +201,7 @@ fn recall_quality_on_generated_conversations() {
 #[test]
 fn scopes_isolate_users_even_against_crafted_query_syntax() {
     let data = tempfile::tempdir().expect("data dir");
-    let memory = LocalMemory::open(data.path(), MemoryConfig::default()).expect("open memory");
+    let memory = cairn_tests::storage::open_memory(data.path(), MemoryConfig::default());
     let mut secret = NewMemory::new(
         MemoryKind::Fact,
         "Alice keeps the vault code 4417 under the green tea tin",
@@ -265,7 +265,7 @@ fn scopes_isolate_users_even_against_crafted_query_syntax() {
 #[test]
 fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
     let dir = tempfile::tempdir().expect("data dir");
-    let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
+    let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
     let day = 86_400_000;
     let t0 = cairn::store::now_ms() - 10 * day;
     let paris = stored_id(
@@ -449,6 +449,9 @@ fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
 
 #[test]
 fn export_and_import_round_trip_losslessly() {
+    if cairn_tests::storage::reads_sqlite_files("export_and_import_round_trip_losslessly") {
+        return;
+    }
     let source = tempfile::tempdir().expect("source");
     let memory_db = Arc::new(SqliteMemory::open(source.path()).expect("memory.db"));
     let memory = LocalMemory::over(
@@ -589,11 +592,15 @@ fn export_and_import_round_trip_losslessly() {
 
 #[test]
 fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
+    if cairn_tests::storage::reads_sqlite_files("a_missing_memory_db_is_hydrated_from_the_snapshot")
+    {
+        return;
+    }
     let dir = tempfile::tempdir().expect("data dir");
     let data = data_arg(dir.path());
     let mut ids = Vec::new();
     {
-        let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
+        let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
         for (user, text) in [
             ("alice", "Alice prefers short answers -- no emoji"),
             ("bob", "Bob is the on-call engineer\nfor the payments team"),
@@ -631,10 +638,15 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
 
 #[test]
 fn a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits",
+    ) {
+        return;
+    }
     let dir = tempfile::tempdir().expect("data dir");
     let data = data_arg(dir.path());
     let (alice, bob) = {
-        let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
+        let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
         let core = |user: &str, text: &str| {
             let mut core = NewMemory::new(MemoryKind::Core, text);
             core.scope = user_scope(user);
@@ -814,7 +826,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
     let config =
         cairn::config::HostConfig::load(Some(&config_a), Some(dir.path())).expect("config");
     {
-        let memory = LocalMemory::open(dir.path(), config.memory.clone()).expect("open memory");
+        let memory = cairn_tests::storage::open_memory(dir.path(), config.memory.clone());
         for text in ["zebra zoo", "apple banana", "apple banana", "quartz jazz"] {
             let mut episode = NewMemory::new(MemoryKind::Episode, text);
             episode.scope = user_scope("alice");
@@ -862,6 +874,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
                 "--config", &config_b, "memory", "stats", "--json", "--data", &data,
             ])
             .env("CAIRN_MEMORY_EMBEDDINGS_PROVIDER", "openai")
+            .envs(cairn_tests::storage::env_for(dir.path()))
             .output()
             .expect("stats");
         serde_json::from_slice::<serde_json::Value>(&output.stdout).expect("json")
@@ -873,6 +886,7 @@ fn openai_compatible_embeddings_from_a_local_server_and_reindex_on_model_change(
             "--config", &config_b, "memory", "reindex", "--json", "--data", &data,
         ])
         .env("CAIRN_TEST_EMBED_KEY", "sk-local-test")
+        .envs(cairn_tests::storage::env_for(dir.path()))
         .output()
         .expect("reindex");
     assert!(
@@ -1100,18 +1114,15 @@ fn turns_save_episodes_that_a_consolidator_turns_into_facts_and_scopes_bind_plug
         stats["sessions"]["consolidated"].as_u64().is_some(),
         "{stats}"
     );
-    let turns = std::process::Command::new(cairn_tests::cairn_bin())
-        .args([
-            "journal",
-            "tail",
-            "--topic",
-            "turn.completed",
-            "--json",
-            "--data",
-            &data,
-        ])
-        .output()
-        .expect("journal tail");
+    let turns = cairn(&[
+        "journal",
+        "tail",
+        "--topic",
+        "turn.completed",
+        "--json",
+        "--data",
+        &data,
+    ]);
     let last_turn: serde_json::Value = String::from_utf8_lossy(&turns.stdout)
         .lines()
         .last()
@@ -1276,7 +1287,7 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
 #[test]
 fn hygiene_forgets_by_retention_at_most_every_interval_and_never_facts() {
     let dir = tempfile::tempdir().expect("data dir");
-    let memory = LocalMemory::open(dir.path(), MemoryConfig::default()).expect("open memory");
+    let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
     let day = 86_400_000;
     let old = cairn::store::now_ms() - 200 * day;
     let record = |id: &str, kind: &str, category: &str, session: Option<&str>| {

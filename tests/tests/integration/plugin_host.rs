@@ -623,6 +623,11 @@ fn check_prints_the_start_order_and_grants() {
 
 #[test]
 fn after_an_unclean_stop_status_says_the_host_is_down_and_what_it_last_saw() {
+    // A shared database cannot tell a host that died from one that runs (see the README).
+    if cairn_tests::storage::on_postgres() {
+        eprintln!("skipped on PostgreSQL: status cannot see that a host died");
+        return;
+    }
     let dir = PluginDir::new();
     dir.bundled("counter");
     steady(&dir);

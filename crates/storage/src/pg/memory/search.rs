@@ -14,6 +14,11 @@ use crate::memory::{FullTextMatch, SCORED_MATCHES};
 /// Matches counted per word at most when deciding which words are common.
 const COUNTED_MATCHES: usize = 2 * SCORED_MATCHES;
 
+/// `ts_rank_cd`'s normalisation: the rank divided by the document's length in words, so a
+/// long entry that repeats a word does not outrank a short one about it (BM25 normalises
+/// by length as well).
+const NORMALIZATION: i32 = 2;
+
 /// Weights of the `tsvector`'s classes D, C, B (tags) and A (content), as SQLite's
 /// `bm25(entries_fts, 1.0, 0.5)` weighs them.
 const WEIGHTS: &str = "{0, 0, 0.5, 1}";
@@ -33,7 +38,7 @@ impl PgMemory {
         let mut filters = Filters::after(1);
         recall_filters(&mut filters, query);
         let sql = format!(
-            "SELECT e.seq, -ts_rank_cd('{WEIGHTS}', e.fts, q)::FLOAT8 AS rank
+            "SELECT e.seq, -ts_rank_cd('{WEIGHTS}', e.fts, q, {NORMALIZATION})::FLOAT8 AS rank
              FROM memory_entries e, to_tsquery('english', $1) q
              WHERE e.fts @@ q AND {} ORDER BY rank, e.seq DESC LIMIT {limit}",
             filters.clause()
