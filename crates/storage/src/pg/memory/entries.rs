@@ -30,24 +30,24 @@ impl PgMemory {
         actor: &str,
     ) -> Receipt<Insertion> {
         let actor = actor.to_string();
-        self.pool
+        self.writes
             .submit(move |tx| insert(tx, &entry, supersedes.as_deref(), &actor))
     }
 
     pub(super) fn forget_entry(&self, id: &str, actor: &str) -> Receipt<bool> {
         let (id, actor) = (id.to_string(), actor.to_string());
-        self.pool.submit(move |tx| forget(tx, &id, &actor))
+        self.writes.submit(move |tx| forget(tx, &id, &actor))
     }
 
     pub(super) fn rescore_entry(&self, id: &str, importance: u8, actor: &str) -> Receipt<bool> {
         let (id, actor) = (id.to_string(), actor.to_string());
-        self.pool
+        self.writes
             .submit(move |tx| rescore(tx, &id, importance, &actor))
     }
 
     pub(super) fn purge_entries(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>> {
         let actor = actor.to_string();
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             let rows = if ids.is_empty() {
                 tx.query(
                     "DELETE FROM memory_entries WHERE forgotten_at IS NOT NULL RETURNING seq, id",
@@ -73,7 +73,7 @@ impl PgMemory {
 
     pub(super) fn get_entry(&self, id: &str) -> Result<Option<MemoryEntry>, StorageError> {
         let id = id.to_string();
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             client
                 .query_opt(
                     &format!("SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE e.id = $1"),
@@ -105,7 +105,7 @@ impl PgMemory {
             sql.clause(),
             filter.limit.max(1)
         );
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             client
                 .query(&query, &sql.params())?
                 .iter()
@@ -123,7 +123,7 @@ impl PgMemory {
             "SELECT count(*) FROM memory_entries e WHERE {}",
             sql.clause()
         );
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             let count: i64 = client.query_one(&query, &sql.params())?.get(0);
             Ok(count as u64)
         })
@@ -131,7 +131,7 @@ impl PgMemory {
 
     pub(super) fn entry_audit_trail(&self, id: &str) -> Result<Vec<AuditRow>, StorageError> {
         let id = id.to_string();
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             Ok(client
                 .query(
                     &format!(
@@ -150,7 +150,7 @@ impl PgMemory {
         entry: &MemoryEntry,
     ) -> Result<Vec<(i64, String, String)>, StorageError> {
         let entry = entry.clone();
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             Ok(client
                 .query(
                     "SELECT seq, id, content FROM memory_entries
@@ -177,7 +177,7 @@ impl PgMemory {
         model: Option<(&str, &str)>,
     ) -> Result<MemoryStats, StorageError> {
         let model = model.map(|(p, m)| (p.to_string(), m.to_string()));
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             let mut stats = read_stats(client)?;
             if let Some((provider, model)) = &model {
                 let embedded: i64 = client

@@ -35,21 +35,29 @@ pub const MIGRATIONS: Migrations = Migrations {
     ],
 };
 
-/// Connections memory keeps: recall reads beside the writes of turns and the embedder.
-const CONNECTIONS: usize = 4;
+/// Connections for writes (group-committed) and, apart, for reads, so a turn's reads never
+/// queue behind another's commit.
+const WRITE_CONNECTIONS: usize = 2;
+const READ_CONNECTIONS: usize = 3;
 
 /// Memory's tables on a PostgreSQL database.
 pub struct PgMemory {
-    pool: PgPool,
+    writes: PgPool,
+    reads: PgPool,
     created: bool,
 }
 
 impl PgMemory {
     /// Connect to `url` and migrate memory's tables.
     pub fn connect(url: &PgUrl) -> Result<Self, StorageError> {
-        let (pool, created) =
-            PgPool::connect_migrating(url, CONNECTIONS, "memory-pg", &MIGRATIONS)?;
-        Ok(Self { pool, created })
+        let (writes, created) =
+            PgPool::connect_migrating(url, WRITE_CONNECTIONS, "memory-pg", &MIGRATIONS)?;
+        let reads = PgPool::connect(url, READ_CONNECTIONS, "memory-pg-read")?;
+        Ok(Self {
+            writes,
+            reads,
+            created,
+        })
     }
 
     /// Whether this connect created memory's tables (a cold start: nothing was remembered).
@@ -138,7 +146,7 @@ impl MemoryStore for PgMemory {
     }
 
     fn vector_mark(&self) -> Result<i64, StorageError> {
-        self.pool.read(|client| {
+        self.reads.read(|client| {
             Ok(client
                 .query_one("SELECT last FROM memory_vector_head WHERE id = 1", &[])?
                 .get(0))

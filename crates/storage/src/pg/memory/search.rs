@@ -43,7 +43,7 @@ impl PgMemory {
              WHERE e.fts @@ q AND {} ORDER BY rank, e.seq DESC LIMIT {limit}",
             filters.clause()
         );
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             let telling = telling_words(client, &words, &filters)?;
             let expression = telling.join(" | ");
             Ok(client
@@ -66,7 +66,7 @@ impl PgMemory {
             filters.clause()
         );
         let seqs = seqs.to_vec();
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             client
                 .query(&sql, &filters.params_after(&[&seqs]))?
                 .iter()

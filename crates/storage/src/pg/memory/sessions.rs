@@ -36,16 +36,16 @@ impl SessionStore for PgMemory {
         // turn's `message.received` moves its `last_activity` on (`record_activity`). Only a
         // new session counts the conversation's earlier ones for its id.
         let asked = conversation.to_string();
-        let (id, fresh) = self
-            .pool
-            .read(move |client| match current_session(client, &asked)? {
-                Some((id, state, last))
-                    if state == SessionState::Active.as_str() && now - last < idle_ms =>
-                {
-                    Ok((id, true))
-                }
-                _ => Ok((next_session_id(client, &asked)?, false)),
-            })?;
+        let (id, fresh) =
+            self.reads
+                .read(move |client| match current_session(client, &asked)? {
+                    Some((id, state, last))
+                        if state == SessionState::Active.as_str() && now - last < idle_ms =>
+                    {
+                        Ok((id, true))
+                    }
+                    _ => Ok((next_session_id(client, &asked)?, false)),
+                })?;
         if fresh {
             return Ok(SessionChoice {
                 id,
@@ -58,7 +58,7 @@ impl SessionStore for PgMemory {
             user.map(str::to_string),
             agent.map(str::to_string),
         );
-        let recorded = self.pool.submit(move |tx| {
+        let recorded = self.writes.submit(move |tx| {
             // Another host that chose the same new session at once inserted it already.
             tx.execute(
                 "INSERT INTO memory_sessions (id, conversation, user_id, agent_id, started_at,
@@ -87,7 +87,7 @@ impl SessionStore for PgMemory {
             entry.to_string(),
         );
         let keep = i64::try_from(keep.max(1)).unwrap_or(i64::MAX);
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             // The session's row stays locked until the commit: a host recording an event of
             // the same session at once waits here, then sees this one's `last_seq`.
             let mut known = locked_last_seq(tx, &session)?;
@@ -137,7 +137,7 @@ impl SessionStore for PgMemory {
     }
 
     fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>> {
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             // One statement finds and ends them: a host ending idle sessions at the same time
             // waits for this one's rows, finds them no longer active and skips them.
             let rows = tx.query(
@@ -167,7 +167,7 @@ impl SessionStore for PgMemory {
     }
 
     fn active_sessions(&self) -> Result<u64, StorageError> {
-        self.pool.read(|client| {
+        self.reads.read(|client| {
             let count: i64 = client
                 .query_one(
                     "SELECT count(*) FROM memory_sessions WHERE state = 'active'",
@@ -180,7 +180,7 @@ impl SessionStore for PgMemory {
 
     fn awaiting_consolidation(&self, limit: usize) -> Result<Vec<Session>, StorageError> {
         let limit = i64::try_from(limit.max(1)).unwrap_or(i64::MAX);
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             // NULLs first and byte order, as SQLite sorts.
             client
                 .query(
@@ -199,7 +199,7 @@ impl SessionStore for PgMemory {
 
     fn session(&self, id: &str) -> Result<Option<Session>, StorageError> {
         let id = id.to_string();
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             client
                 .query_opt(
                     &format!("SELECT {SESSION_COLUMNS} FROM memory_sessions WHERE id = $1"),
@@ -213,7 +213,7 @@ impl SessionStore for PgMemory {
 
     fn mark_consolidated(&self, id: &str, at: i64) -> Receipt<bool> {
         let id = id.to_string();
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             let changed = tx.execute(
                 "UPDATE memory_sessions SET state = 'consolidated', consolidated_at = $2,
                         ended_at = coalesce(ended_at, $2)

@@ -22,7 +22,7 @@ impl PgMemory {
         &self,
         run: RetentionRun,
     ) -> Receipt<Option<BTreeMap<String, u64>>> {
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             // Hosts sharing the database take turns: one pass per interval, not one each.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('memory_retention', 7))",
@@ -65,7 +65,7 @@ impl PgMemory {
     }
 
     pub(super) fn export_all(&self) -> Result<Vec<ExportRecord>, StorageError> {
-        self.pool.read(|client| {
+        self.reads.read(|client| {
             // One snapshot for the three reads, so the records agree with each other.
             let mut tx = client
                 .build_transaction()
@@ -113,7 +113,7 @@ impl PgMemory {
     }
 
     pub(super) fn import_records(&self, records: Vec<ExportRecord>) -> Receipt<ImportReport> {
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             let mut report = ImportReport::default();
             for record in &records {
                 let added = match record {
@@ -145,7 +145,7 @@ impl PgMemory {
         &self,
         records: Vec<(MemoryEntry, bool)>,
     ) -> Receipt<(u64, Vec<MemoryEntry>)> {
-        self.pool
+        self.writes
             .submit(move |tx| restore_snapshot_records(tx, &records))
     }
 }

@@ -44,7 +44,7 @@ impl PgMemory {
         limit: i64,
     ) -> Result<(Vec<SavedVector>, i64), StorageError> {
         let (provider, model) = (provider.to_string(), model.to_string());
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             let rows = client.query(
                 "SELECT m.saved, e.seq, e.agent_id, e.user_id, e.session_id, m.vector
                  FROM memory_embeddings m JOIN memory_entries e ON e.seq = m.entry_seq
@@ -67,7 +67,7 @@ impl PgMemory {
     ) -> Result<Vec<Unembedded>, StorageError> {
         let (provider, model) = (provider.to_string(), model.to_string());
         let limit = limit as i64;
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             Ok(client
                 .query(
                     "SELECT e.seq, e.content, e.content_hash, e.agent_id, e.user_id, e.session_id
@@ -94,7 +94,7 @@ impl PgMemory {
 
     pub(super) fn pending_count(&self, provider: &str, model: &str) -> Result<u64, StorageError> {
         let (provider, model) = (provider.to_string(), model.to_string());
-        self.pool
+        self.reads
             .read(move |client| backlog(client, &provider, &model))
     }
 
@@ -105,7 +105,7 @@ impl PgMemory {
         hashes: &[String],
     ) -> Result<HashMap<String, Vec<f32>>, StorageError> {
         let (provider, model, hashes) = (provider.to_string(), model.to_string(), hashes.to_vec());
-        self.pool.read(move |client| {
+        self.reads.read(move |client| {
             Ok(client
                 .query(
                     "SELECT content_hash, vector FROM memory_embedding_cache
@@ -131,7 +131,7 @@ impl PgMemory {
             .map(|(seq, hash, vector)| (seq, hash, vector.len() as i32, encode_int8(&vector)))
             .collect();
         let capacity = i64::try_from(cache_capacity).unwrap_or(i64::MAX);
-        self.pool.submit(move |tx| {
+        self.writes.submit(move |tx| {
             if rows.is_empty() {
                 return Ok(());
             }
@@ -174,7 +174,7 @@ impl PgMemory {
     }
 
     pub(super) fn clear(&self) -> Receipt<()> {
-        self.pool.submit(|tx| {
+        self.writes.submit(|tx| {
             tx.execute("DELETE FROM memory_embeddings", &[])?;
             tx.execute("DELETE FROM memory_embedding_cache", &[])?;
             Ok(())
