@@ -52,18 +52,7 @@ fn turn_events_reach_subscribers_and_a_failing_one_is_dead_lettered_alone() {
     let (exit, log) = host.stop();
     assert!(exit.success());
     // The counter got every event in journal order, whatever the trapper did.
-    let seqs: Vec<u64> = log
-        .lines()
-        .filter(|l| l.contains("counter: event #"))
-        .filter_map(|l| {
-            l.split("seq=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .collect();
+    let seqs = cairn_tests::delivered_seqs(&log, "counter");
     assert_eq!(
         seqs.len(),
         4,

@@ -9,7 +9,7 @@
 //! else — validation, ids, near-duplicates, ranking, embedding — is the memory crate's.
 
 mod entries;
-mod search;
+pub(crate) mod search;
 mod sessions;
 mod transfer;
 pub(crate) mod vectors;

@@ -133,29 +133,42 @@ fn recall_filters(query: &RecallQuery) -> Filters {
     sql
 }
 
-/// The phrases of `fts` worth scoring: all of them when the search matches at most
-/// [`SCORED_MATCHES`] rows, else those in under half of its matches (at least the rarest).
+/// The phrases of `fts` worth scoring (see [`telling_words`]).
 fn telling_phrases(conn: &Connection, fts: &FullTextMatch) -> rusqlite::Result<Vec<String>> {
-    let all = &fts.phrases;
-    if all.len() < 2 {
-        return Ok(all.clone());
+    telling_words(&fts.phrases, |some, cap| {
+        count_matches(conn, &fts.expression(some), cap)
+    })
+}
+
+/// The words of a search worth ranking by, given `count(words, cap)`: how many entries in
+/// scope match any of `words`, counting at most `cap`. All of them when the search matches
+/// at most [`SCORED_MATCHES`] entries, else those in under half of its matches (at least
+/// the rarest): a word nearly every entry has tells none of them apart, and ranking every
+/// match is the search's whole cost. Both engines' full-text searches choose this way.
+pub(crate) fn telling_words<E>(
+    words: &[String],
+    mut count: impl FnMut(&[String], usize) -> Result<usize, E>,
+) -> Result<Vec<String>, E> {
+    if words.len() < 2 {
+        return Ok(words.to_vec());
     }
-    let matches = count_matches(conn, &fts.expression(all), COUNTED_MATCHES)?;
+    let matches = count(words, COUNTED_MATCHES)?;
     if matches <= SCORED_MATCHES {
-        return Ok(all.clone());
+        return Ok(words.to_vec());
     }
     // A word is common once it is in over half of the matches: counting further is waste.
     let common = matches / 2 + 1;
-    let mut counted = Vec::with_capacity(all.len());
-    for phrase in all {
-        let alone = std::slice::from_ref(phrase);
-        let count = count_matches(conn, &fts.expression(alone), COUNTED_MATCHES / 2 + 1)?;
-        counted.push((count, phrase));
+    let mut counted = Vec::with_capacity(words.len());
+    for word in words {
+        counted.push((
+            count(std::slice::from_ref(word), COUNTED_MATCHES / 2 + 1)?,
+            word,
+        ));
     }
     let telling: Vec<String> = counted
         .iter()
         .filter(|(count, _)| *count < common)
-        .map(|(_, phrase)| (*phrase).clone())
+        .map(|(_, word)| (*word).clone())
         .collect();
     if !telling.is_empty() {
         return Ok(telling);
@@ -163,7 +176,7 @@ fn telling_phrases(conn: &Connection, fts: &FullTextMatch) -> rusqlite::Result<V
     Ok(counted
         .into_iter()
         .min_by_key(|(count, _)| *count)
-        .map(|(_, phrase)| vec![phrase.clone()])
+        .map(|(_, word)| vec![word.clone()])
         .unwrap_or_default())
 }
 

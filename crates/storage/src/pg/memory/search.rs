@@ -9,10 +9,8 @@ use postgres::Client;
 use super::PgMemory;
 use super::entries::{ENTRY_COLUMNS, Filters, row_to_entry};
 use crate::StorageError;
-use crate::memory::{FullTextMatch, SCORED_MATCHES};
-
-/// Matches counted per word at most when deciding which words are common.
-const COUNTED_MATCHES: usize = 2 * SCORED_MATCHES;
+use crate::memory::FullTextMatch;
+use crate::memory::search::telling_words;
 
 /// `ts_rank_cd`'s normalisation: the rank divided by the document's length in words, so a
 /// long entry that repeats a word does not outrank a short one about it (BM25 normalises
@@ -44,7 +42,9 @@ impl PgMemory {
             filters.clause()
         );
         self.reads.read(move |client| {
-            let telling = telling_words(client, &words, &filters)?;
+            let telling = telling_words(&words, |some, cap| {
+                count_matches(client, &some.join(" | "), &filters, cap)
+            })?;
             let expression = telling.join(" | ");
             Ok(client
                 .query(&sql, &filters.params_after(&[&expression]))?
@@ -113,45 +113,6 @@ fn recall_filters(sql: &mut Filters, query: &RecallQuery) {
             sql.push("(e.valid_to IS NULL OR e.valid_to > $)", as_of);
         }
     }
-}
-
-/// The words worth ranking by: all of them when the search matches at most
-/// [`SCORED_MATCHES`] rows in scope, else those in under half of its matches (at least the
-/// rarest) — a word nearly every entry has tells none of them apart, and ranking every
-/// match is the search's whole cost.
-fn telling_words(
-    client: &mut Client,
-    words: &[String],
-    filters: &Filters,
-) -> Result<Vec<String>, StorageError> {
-    if words.len() < 2 {
-        return Ok(words.to_vec());
-    }
-    let matches = count_matches(client, &words.join(" | "), filters, COUNTED_MATCHES)?;
-    if matches <= SCORED_MATCHES {
-        return Ok(words.to_vec());
-    }
-    let common = matches / 2 + 1;
-    let mut counted = Vec::with_capacity(words.len());
-    for word in words {
-        counted.push((
-            count_matches(client, word, filters, COUNTED_MATCHES / 2 + 1)?,
-            word,
-        ));
-    }
-    let telling: Vec<String> = counted
-        .iter()
-        .filter(|(count, _)| *count < common)
-        .map(|(_, word)| (*word).clone())
-        .collect();
-    if !telling.is_empty() {
-        return Ok(telling);
-    }
-    Ok(counted
-        .into_iter()
-        .min_by_key(|(count, _)| *count)
-        .map(|(_, word)| vec![word.clone()])
-        .unwrap_or_default())
 }
 
 /// How many entries in the filters' scope match `expression`, counting at most `cap`.
