@@ -218,6 +218,7 @@ fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
                 plugins_dir: row.get(1)?,
                 started_at: row.get(2)?,
                 stopped_at: row.get(3)?,
+                last_seen: None,
             })
         })
         .optional()?;

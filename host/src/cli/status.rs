@@ -56,12 +56,17 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
     })
 }
 
-/// Read a shared database. The host shown is the latest started of those sharing it; a run
-/// without a clean stop counts as running (a database cannot tell a host that died).
+/// Read a shared database. The host shown is the latest started of those sharing it; it
+/// runs while it has no clean stop and said it was alive in the last few seconds.
 fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
     let opened = |e| storage_unusable(e);
     let report = storage.host(data_dir).map_err(opened)?.status.report()?;
-    let running = report.host.as_ref().is_some_and(|r| r.stopped_at.is_none());
+    let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
+    let running = report.host.as_ref().is_some_and(|r| {
+        r.stopped_at.is_none()
+            && r.last_seen
+                .is_some_and(|seen| crate::store::now_ms() - seen <= stale_after)
+    });
     let buffer_config = crate::buffer::BufferConfig::default();
     let subscribers = match storage.journal_operator(data_dir).map_err(opened)? {
         Some(operator) => operator.subscriber_lags()?,

@@ -6,6 +6,10 @@
 
 use cairn_vocab::plugin::{HostRun, LlmUsage, PluginKind, PluginState, PluginStatus, StatusReport};
 use cairn_vocab::session::SleepState;
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
 use postgres::{IsolationLevel, Row, Transaction};
 
 use super::{PgPool, PgUrl};
@@ -16,10 +20,18 @@ use crate::{Migrations, StorageError, now_ms};
 /// Migrations of the host's tables on PostgreSQL.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "host",
-    scripts: &[include_str!(
-        "../../../../migrations/postgres/host/0001_init.sql"
-    )],
+    scripts: &[
+        include_str!("../../../../migrations/postgres/host/0001_init.sql"),
+        include_str!("../../../../migrations/postgres/host/0002_seen_at.sql"),
+    ],
 };
+
+/// How often a running host says it is alive. A run not seen for [`STALE_AFTER`] has
+/// ended without a clean stop.
+pub const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// How long a host may go unseen before its run counts as ended: three missed heartbeats.
+pub const STALE_AFTER: Duration = Duration::from_secs(6);
 
 /// Connections the host state keeps.
 const CONNECTIONS: usize = 2;
@@ -29,16 +41,46 @@ pub struct PgHost {
     pool: PgPool,
     /// This host's id on the database (see [`super::holder_id`]).
     host: String,
+    /// Dropped with the store, which stops the thread saying this host is alive.
+    _heartbeat: mpsc::Sender<()>,
 }
 
 impl PgHost {
     /// Connect to `url` and migrate the host's tables; this host records its run under a
-    /// new id of its own.
+    /// new id of its own, and says it is alive every [`HEARTBEAT`] while the store lives.
     pub fn connect(url: &PgUrl) -> Result<Self, StorageError> {
+        let pool = PgPool::connect_migrated(url, CONNECTIONS, "host-pg", &MIGRATIONS)?;
+        let host = super::holder_id();
+        let (stop, stopped) = mpsc::channel();
+        let beating = (pool.clone(), host.clone());
+        thread::Builder::new()
+            .name("host-pg-heartbeat".into())
+            .spawn(move || beat_until_dropped(&beating.0, &beating.1, &stopped))
+            .map_err(|e| url.unreachable(&format!("cannot start the heartbeat thread: {e}")))?;
         Ok(Self {
-            pool: PgPool::connect_migrated(url, CONNECTIONS, "host-pg", &MIGRATIONS)?,
-            host: super::holder_id(),
+            pool,
+            host,
+            _heartbeat: stop,
         })
+    }
+}
+
+/// Note that `host` is alive every [`HEARTBEAT`] until `stopped` says stop.
+fn beat_until_dropped(pool: &PgPool, host: &str, stopped: &mpsc::Receiver<()>) {
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(HEARTBEAT) {
+        let host = host.to_string();
+        let beat = pool
+            .submit(move |tx| {
+                tx.execute(
+                    "UPDATE host_runs SET seen_at = $2 WHERE host_id = $1 AND stopped_at IS NULL",
+                    &[&host, &now_ms()],
+                )?;
+                Ok(())
+            })
+            .wait();
+        if let Err(e) = beat {
+            tracing::warn!("cannot note that this host is alive: {e}");
+        }
     }
 }
 
@@ -104,11 +146,11 @@ impl StatusStore for PgHost {
             )?;
             tx.execute("DELETE FROM host_llm_usage WHERE host_id = $1", &[&host])?;
             tx.execute(
-                "INSERT INTO host_runs (host_id, pid, plugins_dir, started_at, stopped_at)
-                 VALUES ($1, $2, $3, $4, NULL)
+                "INSERT INTO host_runs (host_id, pid, plugins_dir, started_at, stopped_at, seen_at)
+                 VALUES ($1, $2, $3, $4, NULL, $4)
                  ON CONFLICT (host_id) DO UPDATE SET pid = excluded.pid,
                      plugins_dir = excluded.plugins_dir, started_at = excluded.started_at,
-                     stopped_at = NULL",
+                     stopped_at = NULL, seen_at = excluded.seen_at",
                 &[&host, &pid, &plugins_dir, &now_ms()],
             )?;
             Ok(())
@@ -195,7 +237,7 @@ impl StatusStore for PgHost {
 /// with that host's plugins and their LLM use.
 fn read_report(tx: &mut Transaction<'_>, own: &str) -> Result<StatusReport, StorageError> {
     let run = tx.query_opt(
-        "SELECT host_id, pid, plugins_dir, started_at, stopped_at FROM host_runs
+        "SELECT host_id, pid, plugins_dir, started_at, stopped_at, seen_at FROM host_runs
          ORDER BY (host_id = $1) DESC, started_at DESC, host_id LIMIT 1",
         &[&own],
     )?;
@@ -227,13 +269,14 @@ fn read_report(tx: &mut Transaction<'_>, own: &str) -> Result<StatusReport, Stor
     })
 }
 
-/// A `host_runs` row (host_id, pid, plugins_dir, started_at, stopped_at).
+/// A `host_runs` row (host_id, pid, plugins_dir, started_at, stopped_at, seen_at).
 fn run_from(row: &Row) -> Result<HostRun, StorageError> {
     Ok(HostRun {
         pid: count_from_sql(row.get(1), "pid")?,
         plugins_dir: row.get(2),
         started_at: row.get(3),
         stopped_at: row.get(4),
+        last_seen: row.get(5),
     })
 }
 
