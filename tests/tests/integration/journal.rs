@@ -361,6 +361,11 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
         ("CAIRN_WEBHOOK_SECRET", SECRET),
         ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+        // Deliveries are counted from the subscribers' log lines: none may be dropped by
+        // the log rate limit when a backlog is delivered at once.
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
+        // On a shared database a killed host's subscriptions wait for their lease.
+        ("CAIRN_JOURNAL_SUBSCRIPTION_LEASE_MS", "1500"),
     ];
     let kills = 5;
     let mut logs = Vec::new();

@@ -230,6 +230,9 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
         ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
         ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
         ("CAIRN_JOURNAL_SUBSCRIPTION_LEASE_MS", "1500"),
+        // Deliveries are counted from the subscriber's log lines: none may be dropped by
+        // the log rate limit when a backlog is delivered after a hand-over.
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
     ];
     let data: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().expect("data")).collect();
     let mut hosts: Vec<Option<Host>> = data
