@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use postgres::{IsolationLevel, Row, Transaction};
 
-use super::{PgPool, PgUrl};
+use super::{PgPool, PgUrl, millis};
 use crate::host::{KvStore, LifecycleStore, StatusStore};
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms};
@@ -63,6 +63,28 @@ impl PgHost {
             _heartbeat: stop,
         })
     }
+}
+
+/// How long the run of a host that ended (cleanly or not) stays on record: each start of
+/// a host is a new run, so without this the table would keep every restart.
+const KEEP_ENDED_RUNS: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Forget the runs — with their plugins' states and LLM use — last seen before `before`
+/// (ms), whether they stopped cleanly or not.
+fn forget_runs_before(tx: &mut Transaction<'_>, before: i64) -> Result<(), StorageError> {
+    let ended = "SELECT host_id FROM host_runs
+                  WHERE coalesce(stopped_at, seen_at, started_at) < $1";
+    for table in ["host_plugin_status", "host_llm_usage"] {
+        tx.execute(
+            &format!("DELETE FROM {table} WHERE host_id IN ({ended})"),
+            &[&before],
+        )?;
+    }
+    tx.execute(
+        "DELETE FROM host_runs WHERE coalesce(stopped_at, seen_at, started_at) < $1",
+        &[&before],
+    )?;
+    Ok(())
 }
 
 /// Note that `host` is alive every [`HEARTBEAT`] until `stopped` says stop.
@@ -140,6 +162,7 @@ impl StatusStore for PgHost {
         let (host, plugins_dir) = (self.host.clone(), plugins_dir.to_string());
         let pid = i64::from(pid);
         self.pool.submit(move |tx| {
+            forget_runs_before(tx, now_ms() - millis(KEEP_ENDED_RUNS))?;
             tx.execute(
                 "DELETE FROM host_plugin_status WHERE host_id = $1",
                 &[&host],
@@ -471,6 +494,51 @@ mod tests {
             host.list_keys("a", "").expect("list"),
             ["100%", "1000", "A", "aXb", "a_b"]
         );
+    }
+
+    #[test]
+    fn runs_that_ended_a_week_ago_are_forgotten_at_a_start() {
+        let Some(url) = database() else { return };
+        let old = PgHost::connect(&url).expect("old host");
+        old.begin_run(1, "/old").wait().expect("begin");
+        old.record(&status("p", PluginState::Running))
+            .wait()
+            .expect("record");
+        let host = old.host.clone();
+        // The old host dies (its heartbeat stops with it) ...
+        drop(old);
+        std::thread::sleep(Duration::from_millis(100));
+        let new = PgHost::connect(&url).expect("new host");
+        // ... eight days ago.
+        let eight_days_ago = now_ms() - 8 * 24 * 3600 * 1000;
+        new.pool
+            .submit(move |tx| {
+                tx.execute(
+                    "UPDATE host_runs SET started_at = $2, seen_at = $2 WHERE host_id = $1",
+                    &[&host, &eight_days_ago],
+                )?;
+                Ok(())
+            })
+            .wait()
+            .expect("age the run");
+
+        new.begin_run(2, "/new").wait().expect("begin");
+        let counts = new
+            .pool
+            .read(|client| {
+                let count =
+                    |client: &mut postgres::Client, table: &str| -> Result<i64, StorageError> {
+                        Ok(client
+                            .query_one(&format!("SELECT count(*) FROM {table}"), &[])?
+                            .get(0))
+                    };
+                Ok((
+                    count(client, "host_runs")?,
+                    count(client, "host_plugin_status")?,
+                ))
+            })
+            .expect("count");
+        assert_eq!(counts, (1, 0), "only the new run is left");
     }
 
     #[test]
