@@ -43,6 +43,28 @@ pub struct HostStores {
     pub lifecycle: Arc<dyn LifecycleStore>,
 }
 
+impl MemoryStores {
+    /// Both of memory's interfaces over `store`.
+    fn over<S: MemoryStore + SessionStore + 'static>(store: Arc<S>, cold: bool) -> Self {
+        Self {
+            entries: store.clone(),
+            sessions: store,
+            cold,
+        }
+    }
+}
+
+impl HostStores {
+    /// The host state's three interfaces over `store`.
+    fn over<S: KvStore + StatusStore + LifecycleStore + 'static>(store: Arc<S>) -> Self {
+        Self {
+            kv: store.clone(),
+            status: store.clone(),
+            lifecycle: store,
+        }
+    }
+}
+
 impl Storage {
     /// The message buffer's store; on shared storage a claim holds `claim_lease_ms`.
     pub fn buffer(
@@ -105,20 +127,12 @@ impl Storage {
             Storage::Sqlite => {
                 let store = Arc::new(SqliteMemory::open(data_dir)?);
                 let cold = store.is_new();
-                MemoryStores {
-                    entries: store.clone(),
-                    sessions: store,
-                    cold,
-                }
+                MemoryStores::over(store, cold)
             }
             Storage::Postgres(url) => {
                 let store = Arc::new(PgMemory::connect(url)?);
                 let cold = store.is_new();
-                MemoryStores {
-                    entries: store.clone(),
-                    sessions: store,
-                    cold,
-                }
+                MemoryStores::over(store, cold)
             }
         })
     }
@@ -126,22 +140,8 @@ impl Storage {
     /// The host state's store.
     pub fn host(&self, data_dir: &Path) -> Result<HostStores, StorageError> {
         Ok(match self {
-            Storage::Sqlite => {
-                let store = Arc::new(SqliteHost::open(data_dir)?);
-                HostStores {
-                    kv: store.clone(),
-                    status: store.clone(),
-                    lifecycle: store,
-                }
-            }
-            Storage::Postgres(url) => {
-                let store = Arc::new(PgHost::connect(url)?);
-                HostStores {
-                    kv: store.clone(),
-                    status: store.clone(),
-                    lifecycle: store,
-                }
-            }
+            Storage::Sqlite => HostStores::over(Arc::new(SqliteHost::open(data_dir)?)),
+            Storage::Postgres(url) => HostStores::over(Arc::new(PgHost::connect(url)?)),
         })
     }
 

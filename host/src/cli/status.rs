@@ -59,8 +59,11 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
 /// Read a shared database. The host shown is the latest started of those sharing it; it
 /// runs while it has no clean stop and said it was alive in the last few seconds.
 fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
-    let opened = |e| storage_unusable(e);
-    let report = storage.host(data_dir).map_err(opened)?.status.report()?;
+    let report = storage
+        .host(data_dir)
+        .map_err(storage_unusable)?
+        .status
+        .report()?;
     let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
     let running = report.host.as_ref().is_some_and(|r| {
         r.stopped_at.is_none()
@@ -68,7 +71,10 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
                 .is_some_and(|seen| crate::store::now_ms() - seen <= stale_after)
     });
     let buffer_config = crate::buffer::BufferConfig::default();
-    let subscribers = match storage.journal_operator(data_dir).map_err(opened)? {
+    let subscribers = match storage
+        .journal_operator(data_dir)
+        .map_err(storage_unusable)?
+    {
         Some(operator) => operator.subscriber_lags()?,
         None => Vec::new(),
     };
@@ -76,13 +82,13 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
         buffer: Some(
             storage
                 .buffer(data_dir, &buffer_config)
-                .map_err(opened)?
+                .map_err(storage_unusable)?
                 .stats()?,
         ),
         subscribers,
         report,
         running,
-        llm_cache: Some(storage.cache(data_dir).map_err(opened)?.stats()?),
+        llm_cache: Some(storage.cache(data_dir).map_err(storage_unusable)?.stats()?),
     })
 }
 

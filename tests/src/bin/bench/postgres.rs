@@ -113,7 +113,8 @@ fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> 
         anyhow::ensure!(status == 202, "delivery refused: {status} {answer}");
     }
     let deadline = Instant::now() + Duration::from_secs(300);
-    while answered(storage, dirs[0].path())? < DELIVERIES {
+    let mut answered = answered_counter(storage, dirs[0].path())?;
+    while answered()? < DELIVERIES {
         anyhow::ensure!(Instant::now() < deadline, "not all answered in 300 s");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -124,26 +125,32 @@ fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> 
     Ok(rate)
 }
 
-/// Messages in finished main batches.
-fn answered(storage: &str, data: &Path) -> Result<usize> {
+/// Messages in finished main batches, counted on one connection opened once (`sqlite`: the
+/// data dir's `buffer.db`).
+fn answered_counter(storage: &str, data: &Path) -> Result<Box<dyn FnMut() -> Result<usize>>> {
     if storage == "sqlite" {
         let db = cairn_tests::buffer_db(data);
-        let done: i64 = db.query_row(
-            "SELECT coalesce(sum(message_count), 0) FROM batches WHERE status IN ('done', 'failed')",
-            [],
-            |r| r.get(0),
-        )?;
-        return Ok(done as usize);
+        return Ok(Box::new(move || {
+            let done: i64 = db.query_row(
+                "SELECT coalesce(sum(message_count), 0) FROM batches
+                  WHERE status IN ('done', 'failed')",
+                [],
+                |r| r.get(0),
+            )?;
+            Ok(done as usize)
+        }));
     }
     let mut client = postgres::Client::connect(storage, postgres::NoTls)?;
-    let done: i64 = client
-        .query_one(
-            "SELECT coalesce(sum(message_count), 0)::BIGINT FROM buffer_batches
-              WHERE status IN ('done', 'failed')",
-            &[],
-        )?
-        .get(0);
-    Ok(done as usize)
+    Ok(Box::new(move || {
+        let done: i64 = client
+            .query_one(
+                "SELECT coalesce(sum(message_count), 0)::BIGINT FROM buffer_batches
+                  WHERE status IN ('done', 'failed')",
+                &[],
+            )?
+            .get(0);
+        Ok(done as usize)
+    }))
 }
 
 /// Turns per second with one host on SQLite, then 1, 2 and 3 hosts on one PostgreSQL
