@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::agent::AgentConfig;
 use crate::buffer::BufferConfig;
+use crate::console::ConsoleConfig;
 use crate::journal::JournalConfig;
 use crate::lifecycle::LifecycleConfig;
 use crate::memory::MemoryConfig;
@@ -77,6 +78,8 @@ pub struct HostConfig {
     pub router: RouterConfig,
     /// The webhook HTTP server.
     pub http: HttpConfig,
+    /// The status console (off unless `console.listen` or `cairn run --console` is set).
+    pub console: ConsoleConfig,
     /// The agent and its LLM provider.
     pub agent: AgentConfig,
     /// The event journal and its delivery.
@@ -110,6 +113,7 @@ impl Default for HostConfig {
             buffer: BufferConfig::default(),
             router: RouterConfig::default(),
             http: HttpConfig::default(),
+            console: ConsoleConfig::default(),
             agent: AgentConfig::default(),
             journal: JournalConfig::default(),
             lifecycle: LifecycleConfig::default(),
@@ -201,6 +205,9 @@ impl HostConfig {
         if let Err(e) = crate::router::validate_rules(&self.router.rules) {
             return problem(&e.to_string());
         }
+        if let Err(e) = self.console.validate() {
+            return problem(&e.to_string());
+        }
         if let Err(message) = self.memory.validate() {
             return problem(&message);
         }
@@ -244,6 +251,9 @@ impl HostConfig {
         for (_, path, value) in &mut out {
             if path == "storage" {
                 *value = cairn_storage::pg::url::redact(value);
+            }
+            if path == "console.token" && value != "null" {
+                *value = "***".to_string();
             }
         }
         out

@@ -12,6 +12,7 @@ mod backends;
 pub mod buffer;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod journal;
 pub mod lifecycle;
 pub mod periodic;

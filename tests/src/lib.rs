@@ -300,7 +300,16 @@ impl Host {
 
     /// The webhook server's port, from the host's log (waits for the line).
     pub fn webhook_port(&mut self) -> u16 {
-        let marker = "webhook server listening on http://127.0.0.1:";
+        self.port_after("webhook server listening on http://127.0.0.1:")
+    }
+
+    /// The status console's port, from the host's log (waits for the line).
+    pub fn console_port(&mut self) -> u16 {
+        self.port_after("status console on http://127.0.0.1:")
+    }
+
+    /// The port number the log prints right after `marker` (waits for the line).
+    fn port_after(&mut self, marker: &str) -> u16 {
         self.wait_for(marker, Duration::from_secs(60));
         let log = self.log();
         let start = log.find(marker).expect("marker") + marker.len();

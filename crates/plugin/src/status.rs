@@ -41,6 +41,11 @@ impl StatusLog {
         self.store.end_run().wait()
     }
 
+    /// The recorded run and plugin states, as `cairn status` and the console show them.
+    pub fn report(&self) -> Result<StatusReport, StorageError> {
+        self.store.report()
+    }
+
     /// Write one plugin's status. Failures are logged, never fatal: status is advisory.
     pub fn record(&self, status: &PluginStatus) {
         if let Err(e) = self.store.record(status).wait() {

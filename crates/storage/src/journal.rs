@@ -277,7 +277,7 @@ impl JournalStore for SqliteJournal {
 /// An operator's view of a journal, with or without a running host: reading events, lag
 /// and dead letters, and the repairs (replay, retry, discard) a running host picks up.
 /// [`JournalAdmin`] serves a data dir's `journal.db`; the PostgreSQL one a shared database.
-pub trait JournalOperator {
+pub trait JournalOperator: Send {
     /// Per-subscriber cursor, lag and dead letters.
     fn subscriber_lags(&self) -> Result<Vec<SubscriberLag>, StorageError>;
     /// Dead letters, newest first.

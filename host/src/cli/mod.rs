@@ -46,6 +46,10 @@ enum Command {
         /// Directory of plugin manifests (*.yaml) and their components.
         #[arg(long, value_name = "DIR")]
         plugins: PathBuf,
+        /// Serve the status console and `/metrics` on this address, e.g. 127.0.0.1:8790
+        /// (overrides `console.listen`; an address beyond loopback needs `console.token`).
+        #[arg(long, value_name = "ADDR")]
+        console: Option<std::net::SocketAddr>,
     },
     /// Inspect a plugin directory without running it; write and build plugin projects.
     #[command(visible_alias = "plugin")]
@@ -135,8 +139,15 @@ fn load_config(cli: &Cli) -> Result<HostConfig> {
 
 fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
-        Command::Run { plugins } => {
-            let config = load_config(&cli)?;
+        Command::Run { plugins, console } => {
+            let mut config = load_config(&cli)?;
+            if let Some(address) = console {
+                config.console.listen = Some(*address);
+                config
+                    .console
+                    .validate()
+                    .map_err(|e| BadInput(format!("--console: {e}")))?;
+            }
             init_tracing(&config.log);
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -13,6 +13,7 @@ use super::{BadInput, lock, plugins::manifest_errors, storage_unusable};
 use crate::agent::Agent;
 use crate::buffer::Buffer;
 use crate::config::{HostConfig, Storage};
+use crate::console;
 use crate::journal::{Journal, dispatch};
 use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::llm;
@@ -58,6 +59,10 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     } else {
         None
     };
+    let console = match config.console.listen {
+        Some(address) => Some(console::bind(address).await?),
+        None => None,
+    };
     let stores = open_stores(&config, &set, plugins_dir)?;
     let stop_request = Arc::new(StopRequest::default());
     let host = start_plugins(&config, &set, &stores, stop_request.clone()).await?;
@@ -68,7 +73,11 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         tracing::info!("webhook server listening on http://{address}/channels/<id>");
         let http = config.http.clone();
         let handles = channel_handles(&host, &set, true);
+        let stopping = stopping.clone();
         workers.spawn(async move { webhook::serve(listener, &http, handles, stopping).await });
+    }
+    if let Some(listener) = console {
+        serve_console(&config, &stores, listener, &mut workers, &stopping)?;
     }
     tracing::info!(
         data_dir = %config.data_dir.display(),
@@ -83,6 +92,42 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
+    Ok(())
+}
+
+/// Sample the stores for the status console and serve it on `listener` until `stopping`.
+fn serve_console(
+    config: &HostConfig,
+    stores: &Stores,
+    listener: tokio::net::TcpListener,
+    workers: &mut tokio::task::JoinSet<()>,
+    stopping: &watch::Receiver<bool>,
+) -> Result<()> {
+    let storage = config.storage().map_err(storage_unusable)?;
+    let sources = console::Sources {
+        buffer: stores.buffer.clone(),
+        journal: storage
+            .journal_operator(&config.data_dir)
+            .map_err(storage_unusable)?,
+        status: stores.status.clone(),
+        memory: stores.local_memory.clone(),
+        data_dir: config.data_dir.clone(),
+        storage: match storage {
+            Storage::Sqlite => "sqlite",
+            Storage::Postgres(_) => "postgres",
+        },
+    };
+    let sampler = console::Sampler::new(sources, config.console.history);
+    let (latest, snapshots) = watch::channel(Arc::new(console::Snapshot::default()));
+    let address = listener.local_addr()?;
+    tracing::info!("status console on http://{address}/ (metrics at /metrics)");
+    workers.spawn(sampler.run(config.console.sample_period(), latest, stopping.clone()));
+    workers.spawn(console::serve(
+        listener,
+        config.console.token.clone(),
+        snapshots,
+        stopping.clone(),
+    ));
     Ok(())
 }
 

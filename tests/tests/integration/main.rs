@@ -4,6 +4,7 @@
 
 mod channels;
 mod cognition;
+mod console;
 mod examples;
 mod journal;
 mod llm;
