@@ -66,6 +66,15 @@ impl HostStores {
 }
 
 impl Storage {
+    /// Refuse damaged database files before any store opens for writing (SQLite: each of
+    /// the data dir's files that exists; PostgreSQL: nothing to check here).
+    pub fn verify(&self, data_dir: &Path) -> Result<(), StorageError> {
+        match self {
+            Storage::Sqlite => cairn_storage::verify_data_dir(data_dir),
+            Storage::Postgres(_) => Ok(()),
+        }
+    }
+
     /// The message buffer's store; on shared storage a claim holds `claim_lease_ms`.
     pub fn buffer(
         &self,

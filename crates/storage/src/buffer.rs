@@ -15,6 +15,9 @@ use crate::database::Database;
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms, open_read_only};
 
+/// The store's file in a data dir.
+pub const FILE: &str = "buffer.db";
+
 /// Migrations of `buffer.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "buffer",
@@ -108,7 +111,7 @@ impl SqliteBuffer {
     /// Open (creating and migrating) `<data>/buffer.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            db: Database::open(&data_dir.join("buffer.db"), &MIGRATIONS, "buffer-writer")?,
+            db: Database::open(&data_dir.join(FILE), &MIGRATIONS, "buffer-writer")?,
         })
     }
 }
@@ -207,7 +210,7 @@ impl BufferStore for SqliteBuffer {
 
 /// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
 pub fn read_stats(data_dir: &Path) -> Result<Option<BufferStats>, StorageError> {
-    let path = data_dir.join("buffer.db");
+    let path = data_dir.join(FILE);
     let Some(conn) = open_read_only(&path)? else {
         return Ok(None);
     };

@@ -10,6 +10,9 @@ use crate::database::Database;
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError};
 
+/// The store's file in a data dir.
+pub const FILE: &str = "cache.db";
+
 /// Migrations of `cache.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "cache",
@@ -49,14 +52,14 @@ impl SqliteCache {
     /// Open (creating and migrating) `<data>/cache.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            db: Database::open(&data_dir.join("cache.db"), &MIGRATIONS, "cache-writer")?,
+            db: Database::open(&data_dir.join(FILE), &MIGRATIONS, "cache-writer")?,
         })
     }
 
     /// The stats of `<data>/cache.db` without opening it for writing; `None` when there is
     /// no cache.
     pub fn read_stats(data_dir: &Path) -> Result<Option<CacheStats>, StorageError> {
-        let path = data_dir.join("cache.db");
+        let path = data_dir.join(FILE);
         let Some(conn) = crate::open_read_only(&path)? else {
             return Ok(None);
         };

@@ -14,6 +14,9 @@ use crate::database::Database;
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms};
 
+/// The store's file in a data dir.
+pub const FILE: &str = "host.db";
+
 /// Migrations of `host.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "host",
@@ -78,14 +81,14 @@ impl SqliteHost {
     /// Open (creating and migrating) `<data>/host.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            db: Database::open(&data_dir.join("host.db"), &MIGRATIONS, "host-writer")?,
+            db: Database::open(&data_dir.join(FILE), &MIGRATIONS, "host-writer")?,
         })
     }
 
     /// Read the status of the host that last ran on `data_dir` without opening it for
     /// writing (a host may be running); `None` when no host has run there.
     pub fn read_status(data_dir: &Path) -> Result<Option<StatusReport>, StorageError> {
-        let path = data_dir.join("host.db");
+        let path = data_dir.join(FILE);
         let Some(conn) = crate::open_read_only(&path)? else {
             return Ok(None);
         };

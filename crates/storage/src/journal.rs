@@ -13,6 +13,9 @@ use crate::database::Database;
 use crate::writer::Receipt;
 use crate::{Migrations, StorageError, now_ms, open};
 
+/// The store's file in a data dir.
+pub const FILE: &str = "journal.db";
+
 /// Migrations of `journal.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "journal",
@@ -112,7 +115,7 @@ impl SqliteJournal {
     /// Open (creating and migrating) `<data>/journal.db` and start its writer thread.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            db: Database::open(&data_dir.join("journal.db"), &MIGRATIONS, "journal-writer")?,
+            db: Database::open(&data_dir.join(FILE), &MIGRATIONS, "journal-writer")?,
         })
     }
 }
@@ -317,13 +320,13 @@ impl JournalAdmin {
     /// Open a data dir's journal for an operator's change (creating it if needed).
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         Ok(Self {
-            conn: open(&data_dir.join("journal.db"), &MIGRATIONS)?,
+            conn: open(&data_dir.join(FILE), &MIGRATIONS)?,
         })
     }
 
     /// Open a data dir's journal read-only; `None` when there is none yet.
     pub fn open_read_only(data_dir: &Path) -> Result<Option<Self>, StorageError> {
-        Ok(crate::open_read_only(&data_dir.join("journal.db"))?.map(|conn| Self { conn }))
+        Ok(crate::open_read_only(&data_dir.join(FILE))?.map(|conn| Self { conn }))
     }
 }
 

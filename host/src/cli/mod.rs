@@ -120,14 +120,15 @@ pub fn main() -> ExitCode {
 }
 
 /// A store that cannot be opened for a reason the user must fix — a bad or unreachable
-/// `storage:` URL, a schema newer than this build — is bad input (exit 2); anything else
+/// `storage:` URL, a schema newer than this build, a damaged database file — is bad input (exit 2); anything else
 /// is an internal failure.
 pub(crate) fn storage_unusable(error: StorageError) -> anyhow::Error {
     match error {
         StorageError::BadUrl { .. }
         | StorageError::Unreachable { .. }
         | StorageError::SchemaTooNew { .. }
-        | StorageError::TooNew { .. } => BadInput(error.to_string()).into(),
+        | StorageError::TooNew { .. }
+        | StorageError::Damaged { .. } => BadInput(error.to_string()).into(),
         other => other.into(),
     }
 }

@@ -151,6 +151,7 @@ fn open_stores(
 ) -> Result<Stores> {
     let storage = config.storage().map_err(storage_unusable)?;
     let data_dir = &config.data_dir;
+    storage.verify(data_dir).map_err(storage_unusable)?;
     let buffer = open_buffer(config, &storage, set)?;
     let memory_db = storage.memory(data_dir).map_err(storage_unusable)?;
     let host_db = storage.host(data_dir).map_err(storage_unusable)?;

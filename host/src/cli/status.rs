@@ -36,23 +36,26 @@ struct Seen {
 
 /// Read a data dir's SQLite files, whether or not a host has them open.
 fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
-    let subscribers = match JournalAdmin::open_read_only(data_dir)? {
+    let subscribers = match JournalAdmin::open_read_only(data_dir).map_err(storage_unusable)? {
         Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),
     };
-    let report = status::read(data_dir)?.unwrap_or(status::StatusReport {
-        host: None,
-        plugins: Vec::new(),
-        llm_usage: Vec::new(),
-    });
+    let report =
+        status::read(data_dir)
+            .map_err(storage_unusable)?
+            .unwrap_or(status::StatusReport {
+                host: None,
+                plugins: Vec::new(),
+                llm_usage: Vec::new(),
+            });
     let running =
         report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
     Ok(Seen {
-        buffer: buffer::read_stats(data_dir)?,
+        buffer: buffer::read_stats(data_dir).map_err(storage_unusable)?,
         subscribers,
         report,
         running,
-        llm_cache: SqliteCache::read_stats(data_dir)?,
+        llm_cache: SqliteCache::read_stats(data_dir).map_err(storage_unusable)?,
     })
 }
 

@@ -6,6 +6,7 @@ mod channels;
 mod cognition;
 mod console;
 mod examples;
+mod faults;
 mod journal;
 mod llm;
 mod memory;

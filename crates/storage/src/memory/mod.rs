@@ -29,10 +29,13 @@ use serde::Serialize;
 
 use crate::readers::ReaderPool;
 use crate::writer::{GroupWriter, Receipt};
-use crate::{Migrations, StorageError, open, open_with_writer};
+use crate::{Migrations, StorageError, open};
 
 pub use search::{FullTextMatch, SCORED_MATCHES};
 pub use sessions::{Activity, EndedSession};
+
+/// The store's file in a data dir.
+pub const FILE: &str = "memory.db";
 
 /// Migrations of `memory.db`.
 pub const MIGRATIONS: Migrations = Migrations {
@@ -332,18 +335,23 @@ impl SqliteMemory {
     /// Open (creating and migrating) `<data>/memory.db` and start its writer thread. Sessions
     /// an older Cairn kept in `host.db` are moved in first.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
-        let path = data_dir.join("memory.db");
+        let path = data_dir.join(FILE);
         let created = !path.exists();
         let conn = open(&path, &MIGRATIONS)?;
-        sessions::adopt_host_sessions(&conn, &data_dir.join("host.db")).map_err(|e| {
+        crate::check_integrity(&conn, &path)?;
+        // memory.db is sound: damage found from here on is host.db's.
+        let host_db = data_dir.join(crate::host::FILE);
+        sessions::adopt_host_sessions(&conn, &host_db).map_err(|e| {
+            if crate::is_damage(&e) {
+                return StorageError::open(&host_db, e);
+            }
             StorageError::Migrate {
                 path: path.clone(),
                 version: MIGRATIONS.scripts.len(),
                 message: format!("moving sessions out of host.db: {e}"),
             }
         })?;
-        drop(conn);
-        let (writer, reader) = open_with_writer(&path, &MIGRATIONS, "memory-writer")?;
+        let (writer, reader) = crate::start_writer(&path, &MIGRATIONS, "memory-writer", conn)?;
         let readers = ReaderPool::new(&path, &MIGRATIONS, reader);
         Ok(Self {
             path,
