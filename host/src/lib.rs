@@ -17,6 +17,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod periodic;
 pub mod ports;
+pub mod retry;
 pub mod router;
 pub mod storage;
 pub mod webhook;

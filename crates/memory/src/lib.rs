@@ -100,6 +100,11 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
+    /// Whether the store refused the write for want of disk space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, MemoryError::Storage(e) if e.is_disk_full())
+    }
+
     /// What kind of failure this is, as callers across the plugin boundary see it.
     pub fn kind(&self) -> ErrorKind {
         match self {

@@ -133,6 +133,10 @@ pub enum StorageError {
     /// SQLite refused a read, a write or the commit.
     #[error("{0}")]
     Sqlite(String),
+    /// The disk holding the database is full (or the file may grow no further): the write
+    /// was rolled back and stored nothing. It succeeds again once there is space.
+    #[error("the disk is full ({0}): nothing of this write was stored")]
+    DiskFull(String),
 }
 
 impl StorageError {
@@ -140,7 +144,9 @@ impl StorageError {
     /// stopping store is `unavailable`, everything else is `internal`.
     pub fn kind(&self) -> ErrorKind {
         match self {
-            StorageError::Stopped | StorageError::Unreachable { .. } => ErrorKind::Unavailable,
+            StorageError::Stopped
+            | StorageError::Unreachable { .. }
+            | StorageError::DiskFull(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
     }
@@ -159,8 +165,27 @@ impl StorageError {
     }
 }
 
+impl StorageError {
+    /// Whether the write failed only for want of disk space (worth waiting for).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StorageError::DiskFull(_))
+    }
+
+    /// A failed commit or transaction step, `doing` what.
+    pub(crate) fn failed(doing: &str, error: &rusqlite::Error) -> Self {
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            StorageError::DiskFull(format!("{doing}: {error}"))
+        } else {
+            StorageError::Sqlite(format!("{doing}: {error}"))
+        }
+    }
+}
+
 impl From<rusqlite::Error> for StorageError {
     fn from(error: rusqlite::Error) -> Self {
+        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
+            return StorageError::DiskFull(error.to_string());
+        }
         StorageError::Sqlite(error.to_string())
     }
 }
@@ -284,17 +309,26 @@ fn checked_files() -> &'static std::sync::Mutex<std::collections::HashSet<PathBu
     CHECKED.get_or_init(Default::default)
 }
 
-/// Refuse a database file that exists but is empty. SQLite would take it for a new
-/// database and the store would start afresh over whatever was lost; a file this code
-/// created holds its header from the first open on (WAL mode is written into it).
+/// Refuse a database file that exists but is empty with no write-ahead log beside it.
+/// SQLite would take it for a new database and the store would start afresh over whatever
+/// was lost. A database this code creates is empty only for the instant before its first
+/// write reaches the WAL (which holds everything until the first checkpoint).
 fn refuse_emptied(path: &Path) -> Result<(), StorageError> {
-    match std::fs::metadata(path) {
-        Ok(meta) if meta.is_file() && meta.len() == 0 => Err(StorageError::Damaged {
+    if is_emptied(path) {
+        return Err(StorageError::Damaged {
             path: path.to_path_buf(),
             detail: "the file is empty".to_string(),
-        }),
-        _ => Ok(()),
+        });
     }
+    Ok(())
+}
+
+/// Whether `path` is an empty file with no write-ahead log content beside it.
+fn is_emptied(path: &Path) -> bool {
+    let len = |path: &Path| std::fs::metadata(path).map(|meta| meta.len()).ok();
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    path.is_file() && len(path) == Some(0) && matches!(len(Path::new(&wal)), None | Some(0))
 }
 
 /// Whether SQLite's error says the file is not a database or is malformed.
@@ -347,10 +381,10 @@ pub(crate) fn check_integrity(conn: &Connection, path: &Path) -> Result<(), Stor
 /// Open an existing database read-only, without migrating; `None` when the file is missing
 /// or not yet migrated (a host is creating it right now and has nothing to report).
 pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
-    if !path.exists() {
+    // An empty file is one a host is creating right now, as far as a reader can tell.
+    if !path.exists() || is_emptied(path) {
         return Ok(None);
     }
-    refuse_emptied(path)?;
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| StorageError::open(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))

@@ -317,7 +317,7 @@ fn commit_group(conn: &mut Connection, group: Vec<Work>) {
     let mut tx = match conn.transaction() {
         Ok(tx) => tx,
         Err(e) => {
-            let error = StorageError::Sqlite(format!("cannot begin a transaction: {e}"));
+            let error = StorageError::failed("cannot begin a transaction", &e);
             for work in group {
                 let (_, answer) = work(Err(error.clone()));
                 answer(None);
@@ -332,7 +332,7 @@ fn commit_group(conn: &mut Connection, group: Vec<Work>) {
     let commit_error = tx
         .commit()
         .err()
-        .map(|e| StorageError::Sqlite(format!("commit failed: {e}")));
+        .map(|e| StorageError::failed("commit failed", &e));
     for answer in answers {
         answer(commit_error.as_ref());
     }
@@ -343,9 +343,7 @@ fn run_isolated(tx: &mut rusqlite::Transaction<'_>, work: Work) -> Answer {
     let mut savepoint = match tx.savepoint() {
         Ok(savepoint) => savepoint,
         Err(e) => {
-            let (_, answer) = work(Err(StorageError::Sqlite(format!(
-                "cannot open a savepoint: {e}"
-            ))));
+            let (_, answer) = work(Err(StorageError::failed("cannot open a savepoint", &e)));
             return answer;
         }
     };

@@ -15,7 +15,7 @@ use crate::journal::Journal;
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::local::TurnInFlight;
-use crate::memory::{MemoryKind, MemoryService, NewMemory, Scope};
+use crate::memory::{MemoryError, MemoryKind, MemoryService, NewMemory, Scope};
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::channel::OutboundMessage;
@@ -544,11 +544,16 @@ impl Agent {
                 .await;
         };
         let finished = async {
-            if let Err(e) = self
-                .buffer
-                .finish_batch(batch.id, status, reply.clone(), error.clone())
-                .await
-            {
+            let recorded = crate::retry::while_disk_full(
+                "record a turn's outcome",
+                crate::buffer::BufferError::is_disk_full,
+                || {
+                    self.buffer
+                        .finish_batch(batch.id, status, reply.clone(), error.clone())
+                },
+            )
+            .await;
+            if let Err(e) = recorded {
                 tracing::error!(batch = batch.id, "cannot record the turn's outcome: {e}");
             }
         };
@@ -609,7 +614,8 @@ impl Agent {
     }
 
     /// Save episodes in one commit (the hot path: no LLM call, no embedding — the
-    /// background embedder vectorises them later). Failures are logged: a turn is never
+    /// background embedder vectorises them later). Episodes refused for want of disk space
+    /// are saved once there is space again; other failures are logged: a turn is never
     /// lost because memory could not keep it.
     async fn remember(&self, session_id: &str, episodes: Vec<NewMemory>) {
         let Some(memory) = self.memory.clone() else {
@@ -618,13 +624,18 @@ impl Agent {
         if episodes.is_empty() {
             return;
         }
-        match tokio::task::spawn_blocking(move || memory.save_all(episodes)).await {
-            Ok(outcomes) => {
-                for error in outcomes.into_iter().filter_map(Result::err) {
-                    tracing::warn!(session = session_id, "cannot save an episode: {error}");
-                }
-            }
-            Err(e) => tracing::warn!(session = session_id, "saving episodes panicked: {e}"),
+        let saved = crate::retry::while_disk_full(
+            "save a turn's episodes",
+            MemoryError::is_disk_full,
+            || {
+                let memory = memory.clone();
+                let episodes = episodes.clone();
+                async move { save_episodes(memory, episodes).await }
+            },
+        )
+        .await;
+        if let Err(error) = saved {
+            tracing::warn!(session = session_id, "cannot save an episode: {error}");
         }
     }
 
@@ -783,4 +794,26 @@ async fn drain_queue<T, Claimed, Worked>(
             _ = stop.changed() => {}
         }
     }
+}
+
+/// Save episodes in one commit off the async threads: a disk-full refusal is returned to be
+/// waited out; any other failure of an episode is logged and the rest stay saved.
+async fn save_episodes(
+    memory: Arc<MemoryService>,
+    episodes: Vec<NewMemory>,
+) -> Result<(), MemoryError> {
+    let outcomes = match tokio::task::spawn_blocking(move || memory.save_all(episodes)).await {
+        Ok(outcomes) => outcomes,
+        Err(e) => {
+            tracing::warn!("saving episodes panicked: {e}");
+            return Ok(());
+        }
+    };
+    for error in outcomes.into_iter().filter_map(Result::err) {
+        if error.is_disk_full() {
+            return Err(error);
+        }
+        tracing::warn!("cannot save an episode: {error}");
+    }
+    Ok(())
 }

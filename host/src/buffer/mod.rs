@@ -66,6 +66,11 @@ pub enum BufferError {
 }
 
 impl BufferError {
+    /// Whether the store refused the write for want of disk space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, BufferError::Storage(e) if e.is_disk_full())
+    }
+
     /// What kind of failure this is, as callers across the plugin boundary see it.
     pub fn kind(&self) -> ErrorKind {
         match self {

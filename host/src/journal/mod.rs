@@ -69,6 +69,11 @@ pub enum JournalError {
 }
 
 impl JournalError {
+    /// Whether the store refused the write for want of disk space.
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, JournalError::Storage(e) if e.is_disk_full())
+    }
+
     /// What kind of failure this is, as callers across the plugin boundary see it.
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -181,7 +186,13 @@ impl Journal {
             user_id,
             agent_id: None,
         };
-        if let Err(e) = self.append(event).await {
+        let appended = crate::retry::while_disk_full(
+            "journal a host event",
+            JournalError::is_disk_full,
+            || self.append(event.clone()),
+        )
+        .await;
+        if let Err(e) = appended {
             tracing::error!(topic, "cannot journal a host event: {e}");
         }
     }

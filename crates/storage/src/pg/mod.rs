@@ -379,8 +379,13 @@ impl From<postgres::Error> for StorageError {
         let conflict = error.code().is_some_and(|code| {
             *code == SqlState::T_R_DEADLOCK_DETECTED || *code == SqlState::T_R_SERIALIZATION_FAILURE
         });
+        let full = error.code().is_some_and(|code| {
+            *code == SqlState::DISK_FULL || *code == SqlState::INSUFFICIENT_RESOURCES
+        });
         if conflict {
             StorageError::Conflict(describe(&error))
+        } else if full {
+            StorageError::DiskFull(describe(&error))
         } else {
             StorageError::Postgres(describe(&error))
         }
