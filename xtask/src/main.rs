@@ -33,6 +33,7 @@ fn main() -> Result<()> {
         Some("run") => run(&root, &args[1..]),
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
+        Some("fuzz") => fuzz(&root, &args[1..]),
         Some("install-tools") => install_tools(),
         Some("install-model") => model::install(&args[1..]).map(|_| ()),
         _ => {
@@ -43,6 +44,7 @@ fn main() -> Result<()> {
                  run [ARGS...]   build plugins + host and run `cairn run --plugins target/plugins ARGS...`\n  \
                  test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
                  bench           run the benchmark harness (release build), write target/bench/\n  \
+                 fuzz [--minutes N] [TARGET...]  fuzz each target for N minutes (default 1); failing inputs go to target/fuzz/crashes/\n  \
                  install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, componentize-js, webhook examples, the model\n  \
                  install-model [--dir DIR]  install the local embedding model (all-MiniLM-L6-v2) where cairn looks for it"
             );
@@ -292,6 +294,8 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
             .env("CAIRN_TEST_STORAGE", "postgres")
             .current_dir(root),
     )?;
+    // A short fuzzing run over every target (the corpus, then ten seconds each).
+    status(&mut fuzz_command(root, "10", &[]))?;
     // The bundled plugins' shared logic (prompts, parsing, fact selection) runs natively.
     status(
         cargo()
@@ -334,4 +338,44 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
             .env("PATH", path)
             .current_dir(root),
     )
+}
+
+/// `cargo xtask fuzz [--minutes N] [TARGET...]`: every target (or those named) for N minutes.
+fn fuzz(root: &Path, extra: &[String]) -> Result<()> {
+    let mut minutes = "1".to_string();
+    let mut targets = Vec::new();
+    let mut args = extra.iter();
+    while let Some(arg) = args.next() {
+        if arg == "--minutes" {
+            minutes = args
+                .next()
+                .filter(|m| m.parse::<u64>().is_ok_and(|m| m > 0))
+                .context("--minutes: expected a positive whole number of minutes")?
+                .clone();
+        } else {
+            targets.push(arg.clone());
+        }
+    }
+    let seconds = (minutes.parse::<u64>()? * 60).to_string();
+    status(&mut fuzz_command(root, &seconds, &targets))
+}
+
+/// The fuzzing harness (a debug build: overflow checks are findings too) for `seconds` per
+/// target.
+fn fuzz_command(root: &Path, seconds: &str, targets: &[String]) -> Command {
+    let mut command = cargo();
+    command
+        .args([
+            "run",
+            "-p",
+            "cairn-tests",
+            "--bin",
+            "cairn-fuzz",
+            "--",
+            "--seconds",
+            seconds,
+        ])
+        .args(targets)
+        .current_dir(root);
+    command
 }

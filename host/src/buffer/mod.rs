@@ -118,7 +118,10 @@ fn validate(
             config.max_payload_bytes
         )));
     }
-    if let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(&message.payload) {
+    // Parsed as every reader parses it (routing rules, the agent, plugins): serde_json's
+    // `IgnoredAny` accepts any depth, so a payload nested deeper than the readers' limit
+    // of 128 would be stored and then fail wherever it is read.
+    if let Err(e) = serde_json::from_str::<serde_json::Value>(&message.payload) {
         return Err(BufferError::InvalidInput(format!(
             "payload: expected a JSON object: {e}"
         )));

@@ -147,7 +147,8 @@ impl Journal {
                 self.config.max_payload_bytes
             )));
         }
-        serde_json::from_str::<serde::de::IgnoredAny>(&event.payload)
+        // Parsed as subscribers parse it: `IgnoredAny` would accept any depth.
+        serde_json::from_str::<serde_json::Value>(&event.payload)
             .map_err(|e| JournalError::InvalidInput(format!("payload: expected JSON: {e}")))?;
         Ok(())
     }
