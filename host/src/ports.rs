@@ -22,7 +22,9 @@ impl EventLog for Journal {
     fn append(&self, event: NewEvent) -> Result<i64, Error> {
         self.append_blocking(event).map_err(|error| match error {
             JournalError::InvalidInput(text) => Error::new(ErrorKind::InvalidInput, text),
-            JournalError::Storage(_) => Error::new(error.kind(), error.to_string()),
+            JournalError::ChainTooDeep { .. } | JournalError::Storage(_) => {
+                Error::new(error.kind(), error.to_string())
+            }
         })
     }
 }

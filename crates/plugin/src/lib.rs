@@ -13,6 +13,7 @@ pub mod logging;
 pub mod manifest;
 pub mod memory_backend;
 pub mod ports;
+pub mod rate;
 pub mod resolve;
 pub mod runtime;
 pub mod status;

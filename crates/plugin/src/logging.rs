@@ -2,11 +2,12 @@
 //! tagged with the plugin id and rate-limited so a flooding plugin cannot drown the host.
 
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
 use tokio::io::AsyncWrite;
+
+use crate::rate::TokenBucket;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 /// Severity of a plugin log line.
@@ -24,52 +25,27 @@ pub enum Level {
     Error,
 }
 
-struct Bucket {
-    tokens: f64,
-    refilled_at: Instant,
-    dropped: u64,
-}
-
 /// The rate-limited log of one plugin. Shared by its `log` import and its stdout/stderr.
 pub struct PluginLog {
     plugin: Arc<str>,
-    rate_per_sec: f64,
-    burst: f64,
     line_max_bytes: usize,
-    bucket: Mutex<Bucket>,
+    bucket: TokenBucket,
 }
 
 impl PluginLog {
     /// A log for `plugin` allowing `rate_per_sec` lines per second with bursts of `burst`.
     pub fn new(plugin: Arc<str>, rate_per_sec: u32, burst: u32, line_max_bytes: usize) -> Self {
-        let burst = f64::from(burst.max(1));
         Self {
             plugin,
-            rate_per_sec: f64::from(rate_per_sec.max(1)),
-            burst,
             line_max_bytes,
-            bucket: Mutex::new(Bucket {
-                tokens: burst,
-                refilled_at: Instant::now(),
-                dropped: 0,
-            }),
+            bucket: TokenBucket::new(rate_per_sec, burst),
         }
     }
 
     /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate.
     pub fn write(&self, level: Level, stream: &str, line: &str) {
-        let suppressed = {
-            let mut bucket = self.bucket.lock().unwrap_or_else(|p| p.into_inner());
-            let now = Instant::now();
-            let elapsed = now.duration_since(bucket.refilled_at).as_secs_f64();
-            bucket.tokens = (bucket.tokens + elapsed * self.rate_per_sec).min(self.burst);
-            bucket.refilled_at = now;
-            if bucket.tokens < 1.0 {
-                bucket.dropped += 1;
-                return;
-            }
-            bucket.tokens -= 1.0;
-            std::mem::take(&mut bucket.dropped)
+        let Some(suppressed) = self.bucket.take() else {
+            return;
         };
         let plugin = &*self.plugin;
         if suppressed > 0 {
@@ -193,8 +169,8 @@ mod tests {
         for _ in 0..10 {
             log.write(Level::Info, "log", "x");
         }
-        let bucket = log.bucket.lock().expect("lock");
-        assert_eq!(bucket.dropped, 7);
+        // Three lines went out; the bucket is empty until it refills.
+        assert_eq!(log.bucket.take(), None);
     }
 
     #[test]

@@ -38,6 +38,8 @@ pub trait KvStore: Send + Sync {
     fn delete(&self, plugin: &str, key: &str) -> Receipt<bool>;
     /// Keys of `plugin` starting with `prefix` (taken literally), sorted.
     fn list_keys(&self, plugin: &str, prefix: &str) -> Result<Vec<String>, StorageError>;
+    /// Bytes of keys and values `plugin` keeps; with `key`, that entry's alone (0 when unset).
+    fn usage(&self, plugin: &str, key: Option<&str>) -> Result<u64, StorageError>;
 }
 
 /// The host that runs on a data dir and its plugins' last known states, written by the
@@ -136,6 +138,17 @@ impl KvStore for SqliteHost {
             )?
             .query_map(params![plugin, prefix], |row| row.get(0))?
             .collect()
+        })
+    }
+
+    fn usage(&self, plugin: &str, key: Option<&str>) -> Result<u64, StorageError> {
+        self.db.read(|conn| {
+            conn.prepare_cached(
+                "SELECT COALESCE(SUM(length(CAST(key AS BLOB)) + length(value)), 0) FROM kv
+                  WHERE plugin_id = ?1 AND (?2 IS NULL OR key = ?2)",
+            )?
+            .query_row(params![plugin, key], |row| row.get::<_, i64>(0))
+            .map(|bytes| bytes.max(0) as u64)
         })
     }
 }

@@ -19,7 +19,10 @@ pub const FILE: &str = "journal.db";
 /// Migrations of `journal.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "journal",
-    scripts: &[include_str!("../../../migrations/journal/0001_init.sql")],
+    scripts: &[
+        include_str!("../../../migrations/journal/0001_init.sql"),
+        include_str!("../../../migrations/journal/0002_event_depth.sql"),
+    ],
 };
 
 /// Events a subscriber has yet to take, from [`JournalStore::pending`].
@@ -124,8 +127,8 @@ impl JournalStore for SqliteJournal {
     fn append(&self, event: NewEvent) -> Receipt<i64> {
         self.db.submit(move |conn| {
             conn.prepare_cached(
-                "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                "INSERT INTO events (topic, payload, source, session_id, agent_id, user_id, created_at, depth)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
                 event.topic,
@@ -134,7 +137,8 @@ impl JournalStore for SqliteJournal {
                 event.session_id,
                 event.agent_id,
                 event.user_id,
-                now_ms()
+                now_ms(),
+                event.depth
             ])?;
             Ok(conn.last_insert_rowid())
         })
@@ -473,11 +477,12 @@ fn read_event(row: &rusqlite::Row<'_>) -> rusqlite::Result<Event> {
         agent_id: row.get(5)?,
         user_id: row.get(6)?,
         created_at: row.get(7)?,
+        depth: row.get(8)?,
     })
 }
 
 const EVENT_COLUMNS: &str =
-    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
+    "seq, topic, payload, source, session_id, agent_id, user_id, created_at, depth";
 
 /// Events after `after` matching `patterns`, oldest first.
 fn events_after(

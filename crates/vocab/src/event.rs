@@ -17,6 +17,9 @@ pub struct NewEvent {
     pub agent_id: Option<String>,
     /// User it belongs to.
     pub user_id: Option<String>,
+    /// How many plugin emits led to it: 0 unless a plugin emitted it while handling an
+    /// event, then one more than that event's.
+    pub depth: u32,
 }
 
 /// A stored event. Field names are the `--json` keys.
@@ -38,6 +41,9 @@ pub struct Event {
     pub user_id: Option<String>,
     /// When it was appended (ms since the epoch).
     pub created_at: i64,
+    /// How many plugin emits led to it (see [`NewEvent::depth`]).
+    #[serde(default)]
+    pub depth: u32,
 }
 
 /// A subscriber's position, for `cairn status`. Field names are the `--json` keys.

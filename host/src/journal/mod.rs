@@ -40,6 +40,10 @@ pub struct JournalConfig {
     /// lasts without its heartbeat, in ms, before another host delivers instead
     /// (default 15000).
     pub subscription_lease_ms: u64,
+    /// The longest chain of events plugins may emit while handling one another's events
+    /// (default 8): two plugins answering each other's events stop here instead of
+    /// filling the journal for ever.
+    pub max_chain_depth: u32,
 }
 
 impl Default for JournalConfig {
@@ -53,6 +57,7 @@ impl Default for JournalConfig {
             subscription_lease_ms: cairn_storage::pg::millis(
                 cairn_storage::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
             ) as u64,
+            max_chain_depth: 8,
         }
     }
 }
@@ -63,6 +68,17 @@ pub enum JournalError {
     /// The input was malformed; nothing was written. The text names the field.
     #[error("{0}")]
     InvalidInput(String),
+    /// The event would lengthen a chain of plugin emits past `journal.max_chain_depth`;
+    /// nothing was written.
+    #[error(
+        "journal: this event would be the {depth}th of a chain of events plugins emit while handling one another's (journal.max_chain_depth is {limit}); the chain stops here"
+    )]
+    ChainTooDeep {
+        /// Its place in the chain.
+        depth: u32,
+        /// The limit.
+        limit: u32,
+    },
     /// The store failed, or is stopping.
     #[error("journal: {0}")]
     Storage(#[from] StorageError),
@@ -78,6 +94,7 @@ impl JournalError {
     pub fn kind(&self) -> ErrorKind {
         match self {
             JournalError::InvalidInput(_) => ErrorKind::InvalidInput,
+            JournalError::ChainTooDeep { .. } => ErrorKind::Denied,
             JournalError::Storage(e) => e.kind(),
         }
     }
@@ -134,6 +151,12 @@ impl Journal {
     }
 
     fn validate(&self, event: &NewEvent) -> Result<(), JournalError> {
+        if event.depth > self.config.max_chain_depth {
+            return Err(JournalError::ChainTooDeep {
+                depth: event.depth,
+                limit: self.config.max_chain_depth,
+            });
+        }
         if !is_valid_topic(&event.topic) {
             return Err(JournalError::InvalidInput(format!(
                 "topic: `{}` is not a topic; expected dot-separated segments of a-z 0-9 _ -",
@@ -186,6 +209,7 @@ impl Journal {
             session_id,
             user_id,
             agent_id: None,
+            depth: 0,
         };
         let appended = crate::retry::while_disk_full(
             "journal a host event",

@@ -7,6 +7,7 @@ mod cognition;
 mod console;
 mod examples;
 mod faults;
+mod hostile;
 mod journal;
 mod llm;
 mod memory;

@@ -28,6 +28,7 @@ fn event(seq: i64) -> Event {
         agent_id: None,
         user_id: None,
         created_at: 0,
+        depth: 0,
     }
 }
 

@@ -17,11 +17,27 @@ impl wit::journal::Host for PluginContext {
         let Some(events) = &self.services.events else {
             return Err(unavailable("event journal"));
         };
+        match self.grants.emit_rate.take() {
+            Some(0) => {}
+            Some(refused) => tracing::warn!(
+                plugin = &*self.plugin,
+                refused,
+                "plugin emits over limits.emits_per_sec: {refused} refused"
+            ),
+            None => {
+                return Err(WitError::Unavailable(
+                    "journal: over this plugin's limits.emits_per_sec; emit again later".into(),
+                ));
+            }
+        }
         let seq = events
             .append(NewEvent {
                 topic,
                 payload,
                 source: self.plugin.to_string(),
+                depth: self
+                    .handling_depth
+                    .map_or(0, |depth| depth.saturating_add(1)),
                 ..NewEvent::default()
             })
             .map_err(to_wit_error)?;

@@ -6,6 +6,7 @@ impl From<KvError> for WitError {
     fn from(error: KvError) -> Self {
         match error {
             KvError::InvalidInput(message) => WitError::InvalidInput(message),
+            KvError::QuotaExceeded { .. } => WitError::Denied(error.to_string()),
             KvError::Storage(e) => WitError::Internal(format!("kv store: {e}")),
         }
     }
@@ -19,7 +20,10 @@ impl wit::kv::Host for PluginContext {
 
     fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), WitError> {
         self.require_kv()?;
-        Ok(self.services.kv.set(&self.plugin, &key, &value)?)
+        Ok(self
+            .services
+            .kv
+            .set(&self.plugin, &key, &value, self.grants.kv_bytes)?)
     }
 
     fn delete(&mut self, key: String) -> Result<bool, WitError> {

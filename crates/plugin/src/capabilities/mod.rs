@@ -45,6 +45,7 @@ use super::manifest::{
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
 use crate::llm_gate::{LlmBudget, LlmGate};
+use crate::rate::TokenBucket;
 use crate::write_gate::{WriteGate, WriteKind};
 use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
@@ -94,6 +95,10 @@ pub struct Grants {
     pub stdio: bool,
     /// `events.emits`.
     pub emits: BTreeSet<String>,
+    /// `limits.emits_per_sec`: what is left of it now, shared by every instance.
+    pub emit_rate: Arc<TokenBucket>,
+    /// `limits.kv_bytes`.
+    pub kv_bytes: u64,
 }
 
 impl Grants {
@@ -118,6 +123,11 @@ impl Grants {
             lifecycle: manifest.capabilities.lifecycle,
             stdio: manifest.capabilities.stdio,
             emits: manifest.events.emits.iter().cloned().collect(),
+            emit_rate: Arc::new(TokenBucket::new(
+                manifest.limits.emits_per_sec,
+                manifest.limits.emits_per_sec,
+            )),
+            kv_bytes: manifest.limits.kv_bytes,
         }
     }
 }
@@ -223,6 +233,8 @@ pub struct PluginContext {
     grants: Arc<Grants>,
     services: Arc<HostServices>,
     log: Arc<PluginLog>,
+    /// The depth of the event an `on-event` call is handling, while it runs.
+    handling_depth: Option<u32>,
 }
 
 /// Everything needed to build a plugin's sandbox, prepared once per plugin.
@@ -315,6 +327,7 @@ impl Sandbox {
             grants: self.grants.clone(),
             services,
             log: self.log.clone(),
+            handling_depth: None,
         })
     }
 }
@@ -328,6 +341,12 @@ impl PluginContext {
     /// Whether the memory limiter refused a growth in this store.
     pub fn hit_memory_limit(&self) -> bool {
         self.limits.refused()
+    }
+
+    /// Record which event's depth the running `on-event` call handles (`None` after it):
+    /// what it emits meanwhile is one deeper.
+    pub fn set_handling_depth(&mut self, depth: Option<u32>) {
+        self.handling_depth = depth;
     }
 }
 

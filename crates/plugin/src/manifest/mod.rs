@@ -311,6 +311,12 @@ pub struct Limits {
     pub http_timeout_ms: u64,
     /// Largest outgoing HTTP response body the plugin may receive, in bytes (default 4 MiB).
     pub http_response_bytes: u64,
+    /// Journal events the plugin may emit per second on average, in bursts of as many
+    /// (default 50); over it `emit` answers `unavailable`.
+    pub emits_per_sec: u32,
+    /// Bytes of keys and values the plugin may keep in its key/value store (default 16 MiB);
+    /// a `set` that would go over answers `unavailable` and writes nothing.
+    pub kv_bytes: u64,
 }
 
 impl Default for Limits {
@@ -322,6 +328,8 @@ impl Default for Limits {
             llm_tokens_per_hour: 200_000,
             http_timeout_ms: 10_000,
             http_response_bytes: 4 << 20,
+            emits_per_sec: 50,
+            kv_bytes: 16 << 20,
         }
     }
 }

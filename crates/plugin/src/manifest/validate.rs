@@ -201,6 +201,24 @@ fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
             ),
         );
     }
+    if limits.emits_per_sec == 0 || limits.emits_per_sec > 100_000 {
+        problems.add(
+            "limits.emits_per_sec",
+            format!(
+                "{} is out of range; expected 1 to 100000",
+                limits.emits_per_sec
+            ),
+        );
+    }
+    if limits.kv_bytes == 0 || limits.kv_bytes > 1 << 40 {
+        problems.add(
+            "limits.kv_bytes",
+            format!(
+                "{} is out of range; expected 1 to 1099511627776",
+                limits.kv_bytes
+            ),
+        );
+    }
 }
 
 /// The free-form `config` as the JSON handed to `init` (an empty object when absent).

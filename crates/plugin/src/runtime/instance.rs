@@ -76,11 +76,14 @@ impl PluginInstance {
     /// Call a handler's `on-event`. The event is moved into the call: a caller that needs
     /// it again (a retry) keeps its own copy.
     pub fn on_event(&mut self, event: Event) -> Result<(), CallError> {
+        self.store.data_mut().set_handling_depth(Some(event.depth));
         let event = convert::into_wit_event(event);
-        self.run(|exports, store| match exports {
+        let outcome = self.run(|exports, store| match exports {
             Exports::Handler(h) => Some(h.on_event(store, &event)),
             _ => None,
-        })
+        });
+        self.store.data_mut().set_handling_depth(None);
+        outcome
     }
 
     /// Call a memory backend's `store-entry`.

@@ -155,6 +155,20 @@ impl KvStore for PgHost {
             Ok(rows.iter().map(|row| row.get(0)).collect())
         })
     }
+
+    fn usage(&self, plugin: &str, key: Option<&str>) -> Result<u64, StorageError> {
+        let (plugin, key) = (plugin.to_string(), key.map(str::to_string));
+        self.pool.read(move |client| {
+            let bytes: i64 = client
+                .query_one(
+                    "SELECT COALESCE(SUM(octet_length(key) + octet_length(value)), 0)::bigint
+                       FROM host_kv WHERE plugin_id = $1 AND ($2::text IS NULL OR key = $2)",
+                    &[&plugin, &key],
+                )?
+                .get(0);
+            Ok(bytes.max(0) as u64)
+        })
+    }
 }
 
 impl StatusStore for PgHost {

@@ -27,9 +27,10 @@ use crate::{Migrations, StorageError, now_ms};
 /// Migrations of the journal's tables on PostgreSQL.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "journal",
-    scripts: &[include_str!(
-        "../../../../migrations/postgres/journal/0001_init.sql"
-    )],
+    scripts: &[
+        include_str!("../../../../migrations/postgres/journal/0001_init.sql"),
+        include_str!("../../../../migrations/postgres/journal/0002_event_depth.sql"),
+    ],
 };
 
 /// How long a host holds a subscription without renewing it by default. A delivering host
@@ -343,13 +344,14 @@ fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<Vec<i64>, 
     let sessions = column(|e| e.session_id.clone());
     let agents = column(|e| e.agent_id.clone());
     let users = column(|e| e.user_id.clone());
+    let depths: Vec<i32> = events.iter().map(|e| to_i32(e.depth)).collect();
     tx.execute(
         "INSERT INTO journal_events
-             (seq, topic, payload, source, session_id, agent_id, user_id, created_at)
-         SELECT seq, topic, payload, source, session_id, agent_id, user_id, $8
+             (seq, topic, payload, source, session_id, agent_id, user_id, created_at, depth)
+         SELECT seq, topic, payload, source, session_id, agent_id, user_id, $8, depth
            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],
-                       $6::text[], $7::text[])
-             AS e (seq, topic, payload, source, session_id, agent_id, user_id)",
+                       $6::text[], $7::text[], $9::integer[])
+             AS e (seq, topic, payload, source, session_id, agent_id, user_id, depth)",
         &[
             &seqs,
             &topics,
@@ -359,6 +361,7 @@ fn insert_events(client: &mut Client, events: &[&NewEvent]) -> Result<Vec<i64>, 
             &agents,
             &users,
             &now_ms(),
+            &depths,
         ],
     )?;
     // Delivered to the listening hosts when (and only if) this commits.
@@ -373,7 +376,7 @@ fn to_i32(value: u32) -> i32 {
 
 /// The columns [`read_event`] reads.
 pub(super) const EVENT_COLUMNS: &str =
-    "seq, topic, payload, source, session_id, agent_id, user_id, created_at";
+    "seq, topic, payload, source, session_id, agent_id, user_id, created_at, depth";
 
 /// An event as read with [`EVENT_COLUMNS`].
 pub(super) fn read_event(row: &Row) -> Event {
@@ -386,6 +389,7 @@ pub(super) fn read_event(row: &Row) -> Event {
         agent_id: row.get(5),
         user_id: row.get(6),
         created_at: row.get(7),
+        depth: u32::try_from(row.get::<_, i32>(8)).unwrap_or(0),
     }
 }
 

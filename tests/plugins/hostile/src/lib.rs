@@ -10,10 +10,14 @@
 //! - `net-connect`: opens a TCP connection to `config.target`;
 //! - `http-get`: sends `GET http://<config.target>/probe` through wasi:http;
 //! - `log-flood`: writes tens of thousands of log and stdout lines;
-//! - `emit`: emits `config.allowed` and `config.denied` through `journal.emit`.
+//! - `emit`: emits `config.allowed` and `config.denied` through `journal.emit`;
+//! - `emit-flood`: emits `config.topic` `config.count` times as fast as it can;
+//! - `kv-flood`: sets 1 KiB values under new keys until the host refuses one, then deletes
+//!   one key and sets again.
 //!
 //! On events it does what `config.event` says: `trap` (the default) traps, `hang` spins
-//! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds.
+//! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds, `echo`
+//! emits `config.echo` (two echoing plugins answer each other's events).
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -28,10 +32,13 @@ use std::io::Write;
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use cairn::plugin::{journal, lifecycle, log};
+use cairn::plugin::{journal, kv, lifecycle, log};
 
-/// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag.
+/// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag, 3 echo.
 static ON_EVENT: AtomicU8 = AtomicU8::new(0);
+
+/// The topic `echo` emits.
+static ECHO: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
 use cairn::plugin::types::LogLevel;
 
 use exports::cairn::plugin::handler_plugin::Guest;
@@ -105,6 +112,40 @@ fn memory_bomb() {
     }
 }
 
+fn emit_flood(topic: &str, count: u64) {
+    let (mut emitted, mut refused) = (0u64, 0u64);
+    let mut first_refusal = String::new();
+    for i in 0..count {
+        match journal::emit(topic, &format!("{{\"i\":{i}}}")) {
+            Ok(_) => emitted += 1,
+            Err(error) => {
+                if refused == 0 {
+                    first_refusal = format!("{error:?}");
+                }
+                refused += 1;
+            }
+        }
+    }
+    say(&format!("emit-flood: {emitted} emitted, {refused} refused; first refusal: {first_refusal}"));
+}
+
+fn kv_flood() {
+    let value = vec![0x5au8; 1024];
+    let mut set = 0u64;
+    let refusal = loop {
+        match kv::set(&format!("key-{set}"), &value) {
+            Ok(()) => set += 1,
+            Err(error) => break format!("{error:?}"),
+        }
+        if set == 1_000_000 {
+            break "never refused".to_string();
+        }
+    };
+    say(&format!("kv-flood: {set} set, then {refusal}"));
+    probe("kv-delete", kv::delete("key-0"));
+    probe("kv-after-delete", kv::set("key-again", &value));
+}
+
 fn log_flood() {
     for i in 0..50_000 {
         log::log(LogLevel::Info, &format!("flood line {i}"));
@@ -122,8 +163,12 @@ impl Guest for Hostile {
         let on_event = match config.get("event").and_then(|m| m.as_str()) {
             Some("hang") => 1,
             Some("interrupted") => 2,
+            Some("echo") => 3,
             _ => 0,
         };
+        if let Some(topic) = config.get("echo").and_then(|t| t.as_str()) {
+            *ECHO.lock().unwrap_or_else(|p| p.into_inner()) = topic.to_string();
+        }
         ON_EVENT.store(on_event, Ordering::Relaxed);
         say(&format!("hostile: init in mode {mode}"));
         match mode {
@@ -142,6 +187,11 @@ impl Guest for Hostile {
             "net-connect" => net_connect(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "http-get" => http_get(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "log-flood" => log_flood(),
+            "emit-flood" => emit_flood(
+                config.get("topic").and_then(|t| t.as_str()).unwrap_or("flood.tick"),
+                config.get("count").and_then(|c| c.as_u64()).unwrap_or(2000),
+            ),
+            "kv-flood" => kv_flood(),
             "emit" => {
                 for key in ["allowed", "denied"] {
                     let topic = config.get(key).and_then(|t| t.as_str()).unwrap_or("none");
@@ -164,6 +214,12 @@ impl Guest for Hostile {
             }
             2 => {
                 say(&format!("probe interrupted: ok {} on {}", lifecycle::interrupted(), event.topic));
+                Ok(())
+            }
+            3 => {
+                let topic = ECHO.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let payload = format!("{{\"after\":{}}}", event.seq);
+                probe(&format!("echo {topic} after {}", event.topic), journal::emit(&topic, &payload).map_err(|e| format!("{e:?}")));
                 Ok(())
             }
             _ => panic!("hostile: trapping on event {}", event.seq),

@@ -237,5 +237,6 @@ pub fn event(topic: &str, payload: String) -> Event {
         agent_id: None,
         user_id: None,
         created_at: 0,
+        depth: 0,
     }
 }
