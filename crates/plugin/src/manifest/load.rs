@@ -97,6 +97,16 @@ pub fn check_cron(expression: &str) -> Result<(), String> {
     if expression.split_whitespace().count() != 5 {
         return Err("expected five fields: minute hour day-of-month month day-of-week".into());
     }
+    // croner takes an empty list item (`,`, `1,,2`) for a field no value matches, and then
+    // searches for a next firing for ever (found by `cargo xtask fuzz`, target `cron`).
+    if let Some(field) = expression
+        .split_whitespace()
+        .find(|field| field.split(',').any(str::is_empty))
+    {
+        return Err(format!(
+            "`{field}` has an empty list item; expected values separated by single commas"
+        ));
+    }
     expression
         .parse::<croner::Cron>()
         .map(|_| ())

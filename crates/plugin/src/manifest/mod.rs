@@ -342,6 +342,18 @@ use validate::*;
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_cron_field_with_an_empty_list_item_is_refused_before_it_can_hang_the_scheduler() {
+        for expression in [", * * * */2", "1,,2 * * * *", "0 9 * * MON,"] {
+            let refused = check_cron(expression).expect_err(expression);
+            assert!(
+                refused.contains("empty list item"),
+                "{expression}: {refused}"
+            );
+        }
+        check_cron("0,30 9-17 * * MON-FRI").expect("a list with every item");
+    }
+
     fn write_manifest(dir: &Path, name: &str, body: &str) -> PathBuf {
         std::fs::write(dir.join("ok.wasm"), COMPONENT_HEADER).expect("component");
         let path = dir.join(name);
