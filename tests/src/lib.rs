@@ -363,7 +363,12 @@ impl Host {
         }
     }
 
-    /// Whether the process is still running.
+    /// The host's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the host process is still running.
     pub fn is_running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }

@@ -34,6 +34,7 @@ fn main() -> Result<()> {
         Some("test") => test(&root, &args[1..]),
         Some("bench") => bench(&root, &args[1..]),
         Some("fuzz") => fuzz(&root, &args[1..]),
+        Some("soak") => soak(&root, &args[1..]),
         Some("install-tools") => install_tools(),
         Some("install-model") => model::install(&args[1..]).map(|_| ()),
         _ => {
@@ -45,6 +46,7 @@ fn main() -> Result<()> {
                  test [ARGS...]  install guest toolchains if missing, run every test (ARGS go to cargo test)\n  \
                  bench           run the benchmark harness (release build), write target/bench/\n  \
                  fuzz [--minutes N] [TARGET...]  fuzz each target for N minutes (default 1); failing inputs go to target/fuzz/crashes/\n  \
+                 soak [--minutes N] [--rate PER_SEC]  run the host (release build) under steady load for N minutes (default 30) at PER_SEC deliveries (default 1000)\n  \
                  install-tools   install what the tests need: the wasm32-wasip2 target, componentize-py, componentize-js, webhook examples, the model\n  \
                  install-model [--dir DIR]  install the local embedding model (all-MiniLM-L6-v2) where cairn looks for it"
             );
@@ -296,6 +298,14 @@ fn test(root: &Path, extra: &[String]) -> Result<()> {
     )?;
     // A short fuzzing run over every target (the corpus, then ten seconds each).
     status(&mut fuzz_command(root, "10", &[]))?;
+    // A short soak of the debug host: 30 s at 200 deliveries a second.
+    build_plugins(root)?;
+    status(
+        cargo()
+            .args(["run", "-p", "cairn-tests", "--bin", "cairn-soak", "--"])
+            .args(["--seconds", "30", "--rate", "200"])
+            .current_dir(root),
+    )?;
     // The bundled plugins' shared logic (prompts, parsing, fact selection) runs natively.
     status(
         cargo()
@@ -378,4 +388,34 @@ fn fuzz_command(root: &Path, seconds: &str, targets: &[String]) -> Command {
         .args(targets)
         .current_dir(root);
     command
+}
+
+/// `cargo xtask soak [--minutes N] [--rate PER_SEC]`: the release host under steady load.
+fn soak(root: &Path, extra: &[String]) -> Result<()> {
+    let (mut minutes, mut rate) = (30u64, 1000u64);
+    let mut args = extra.iter();
+    while let Some(flag) = args.next() {
+        let value = args
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|v| *v > 0)
+            .with_context(|| format!("{flag}: expected a positive whole number"))?;
+        match flag.as_str() {
+            "--minutes" => minutes = value,
+            "--rate" => rate = value,
+            other => bail!("soak: unknown argument `{other}`; expected --minutes N or --rate PER_SEC"),
+        }
+    }
+    build_plugins(root)?;
+    status(
+        cargo()
+            .args(["build", "--release", "-p", "cairn"])
+            .current_dir(root),
+    )?;
+    status(
+        cargo()
+            .args(["run", "--release", "-p", "cairn-tests", "--bin", "cairn-soak", "--"])
+            .args(["--seconds", &(minutes * 60).to_string(), "--rate", &rate.to_string()])
+            .current_dir(root),
+    )
 }

@@ -1,0 +1,255 @@
+//! The soak harness behind `cargo xtask soak`: runs the real `cairn` binary with the
+//! bundled plugins (`target/plugins`) and memory on, sends webhook deliveries at a steady
+//! rate over 50 conversations for a while, and samples the host as it goes: resident
+//! memory, open file descriptors, the WAL files, buffer depth and turn latency (from the
+//! status console). Prints a table at 1, 10 and 30 minutes (and at the end), then checks
+//! that every acknowledged delivery was stored and answered.
+//!
+//! `cairn-soak [--seconds N] [--rate PER_SEC]` (defaults: 60 s at 1000/s).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use cairn_tests::{Host, github_signature, http_client, post_webhook, status_json, workspace_root};
+
+const SECRET: &str = "soak-secret";
+const SENDERS: u64 = 4;
+
+/// One sample of the host.
+struct Sample {
+    at: Duration,
+    sent: u64,
+    acknowledged: u64,
+    rss_mib: f64,
+    fds: usize,
+    wal_kib: BTreeMap<String, u64>,
+    depth: i64,
+    turn_p50_ms: u64,
+    turn_p99_ms: u64,
+}
+
+fn options() -> Result<(u64, u64)> {
+    let (mut seconds, mut rate) = (60, 1000);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value: u64 = args
+            .next()
+            .and_then(|v| v.parse().ok())
+            .with_context(|| format!("{flag}: expected a number"))?;
+        match flag.as_str() {
+            "--seconds" => seconds = value,
+            "--rate" => rate = value.max(1),
+            other => bail!("unknown argument `{other}`; expected --seconds N or --rate PER_SEC"),
+        }
+    }
+    Ok((seconds, rate))
+}
+
+/// Resident memory (MiB) and open file descriptors of process `pid`.
+fn process(pid: u32) -> (f64, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count());
+    (rss_kib / 1024.0, fds)
+}
+
+fn wal_sizes(data: &Path) -> BTreeMap<String, u64> {
+    ["buffer", "journal", "memory", "host"]
+        .iter()
+        .map(|db| {
+            let wal = data.join(format!("{db}.db-wal"));
+            let kib = std::fs::metadata(wal).map_or(0, |m| m.len() / 1024);
+            (db.to_string(), kib)
+        })
+        .collect()
+}
+
+/// The console's snapshot, if it answers.
+fn snapshot(client: &ureq::Agent, port: u16) -> Option<serde_json::Value> {
+    let mut answer = client
+        .get(format!("http://127.0.0.1:{port}/api/snapshot"))
+        .call()
+        .ok()?;
+    serde_json::from_str(&answer.body_mut().read_to_string().ok()?).ok()
+}
+
+/// Send deliveries at `rate` per second (over [`SENDERS`] threads) until `stop`.
+fn spawn_senders(
+    port: u16,
+    rate: u64,
+    stop: Arc<AtomicBool>,
+    sent: Arc<AtomicU64>,
+    acknowledged: Arc<AtomicU64>,
+) -> Vec<std::thread::JoinHandle<()>> {
+    (0..SENDERS)
+        .map(|sender| {
+            let (stop, sent, acknowledged) = (stop.clone(), sent.clone(), acknowledged.clone());
+            std::thread::spawn(move || {
+                let client = http_client();
+                let spacing = Duration::from_secs_f64(SENDERS as f64 / rate as f64);
+                let started = Instant::now();
+                for n in 0u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let due = started + spacing.mul_f64(n as f64);
+                    if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                        std::thread::sleep(wait);
+                    }
+                    let i = n * SENDERS + sender;
+                    let body = serde_json::to_vec(&serde_json::json!({
+                        "action": "opened",
+                        "repository": {"full_name": format!("octo/soak-{}", i % 50)},
+                        "pull_request": {"number": i % 50, "title": format!("change {i}: keep the cache warm")},
+                        "sender": {"login": "octocat"},
+                    }))
+                    .expect("serialise");
+                    let signature = github_signature(SECRET.as_bytes(), &body);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    let delivery = format!("soak-{i}");
+                    if let Ok((202, _)) = post_webhook(&client, port, "pull_request", &delivery, &body, Some(&signature)) {
+                        acknowledged.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+fn print_table(samples: &[Sample], rate: u64) {
+    println!(
+        "\nsoak at {rate} deliveries/s: the host (`cairn run`, bundled plugins, memory on) over time\n"
+    );
+    println!(
+        "| elapsed | sent | acknowledged | RSS MiB | open fds | WAL KiB (buffer/journal/memory/host) | depth | turn p50 / p99 ms |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for s in samples {
+        let wal: Vec<String> = s.wal_kib.values().map(u64::to_string).collect();
+        println!(
+            "| {:.0} s | {} | {} | {:.1} | {} | {} | {} | {} / {} |",
+            s.at.as_secs_f64(),
+            s.sent,
+            s.acknowledged,
+            s.rss_mib,
+            s.fds,
+            wal.join(" / "),
+            s.depth,
+            s.turn_p50_ms,
+            s.turn_p99_ms
+        );
+    }
+}
+
+fn main() -> Result<()> {
+    let (seconds, rate) = options()?;
+    let scratch = tempfile::tempdir()?;
+    let data = scratch.path().join("data");
+    let plugins = workspace_root().join("target/plugins");
+    if !plugins.join("webhook.yaml").is_file() {
+        bail!("{} has no bundled plugins: run `cargo xtask build-plugins`", plugins.display());
+    }
+    let mut host = Host::start(
+        &plugins,
+        &data,
+        &[
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_CONSOLE_LISTEN", "127.0.0.1:0"),
+            ("CAIRN_WEBHOOK_SECRET", SECRET),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+            ("CAIRN_LOG", "warn,cairn::cli::run=info"),
+        ],
+    );
+    let port = host.webhook_port();
+    let console = host.console_port();
+    let pid = host.pid();
+    let client = http_client();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (sent, acknowledged) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let senders = spawn_senders(port, rate, stop.clone(), sent.clone(), acknowledged.clone());
+    let started = Instant::now();
+    let checkpoints: Vec<u64> = [60, 600, 1800]
+        .into_iter()
+        .filter(|c| *c < seconds)
+        .chain([seconds])
+        .collect();
+    let mut samples = Vec::new();
+    for checkpoint in checkpoints {
+        let due = started + Duration::from_secs(checkpoint);
+        while let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait.min(Duration::from_secs(1)));
+            if !host.is_running() {
+                bail!("the host died:\n{}", host.log());
+            }
+        }
+        let (rss_mib, fds) = process(pid);
+        let seen = snapshot(&client, console).unwrap_or_default();
+        samples.push(Sample {
+            at: started.elapsed(),
+            sent: sent.load(Ordering::Relaxed),
+            acknowledged: acknowledged.load(Ordering::Relaxed),
+            rss_mib,
+            fds,
+            wal_kib: wal_sizes(&data),
+            depth: seen["buffer"]["depth"].as_i64().unwrap_or(0),
+            turn_p50_ms: seen["turn_latency"]["p50_ms"].as_u64().unwrap_or(0),
+            turn_p99_ms: seen["turn_latency"]["p99_ms"].as_u64().unwrap_or(0),
+        });
+    }
+    stop.store(true, Ordering::Relaxed);
+    for sender in senders {
+        let _ = sender.join();
+    }
+    print_table(&samples, rate);
+    settle(&mut host, &data)?;
+    let (exit, log) = host.stop();
+    if !exit.success() {
+        bail!("the host did not stop cleanly:\n{log}");
+    }
+    check(&samples, &data, acknowledged.load(Ordering::Relaxed))
+}
+
+/// Wait until every message is routed and every main batch finished.
+fn settle(host: &mut Host, data: &Path) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let status = status_json(data);
+        let buffer = &status["buffer"];
+        let batches = &buffer["batches"];
+        if buffer["depth"] == 0
+            && batches.get("main/queued").is_none()
+            && batches.get("main/running").is_none()
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline || !host.is_running() {
+            bail!("the host did not settle: {status}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every acknowledged delivery stored once, and no file descriptors leaking between the
+/// first and the last sample.
+fn check(samples: &[Sample], data: &Path, acknowledged: u64) -> Result<()> {
+    let stored = status_json(data)["buffer"]["stored"].as_u64().unwrap_or(0);
+    println!("\n{acknowledged} acknowledged, {stored} stored");
+    if stored != acknowledged {
+        bail!("{acknowledged} deliveries were acknowledged but {stored} stored");
+    }
+    if let (Some(first), Some(last)) = (samples.first(), samples.last())
+        && last.fds > first.fds + 16
+    {
+        bail!("open file descriptors grew from {} to {}", first.fds, last.fds);
+    }
+    Ok(())
+}
