@@ -403,7 +403,9 @@ fn soak(root: &Path, extra: &[String]) -> Result<()> {
         match flag.as_str() {
             "--minutes" => minutes = value,
             "--rate" => rate = value,
-            other => bail!("soak: unknown argument `{other}`; expected --minutes N or --rate PER_SEC"),
+            other => {
+                bail!("soak: unknown argument `{other}`; expected --minutes N or --rate PER_SEC")
+            }
         }
     }
     build_plugins(root)?;
@@ -414,8 +416,21 @@ fn soak(root: &Path, extra: &[String]) -> Result<()> {
     )?;
     status(
         cargo()
-            .args(["run", "--release", "-p", "cairn-tests", "--bin", "cairn-soak", "--"])
-            .args(["--seconds", &(minutes * 60).to_string(), "--rate", &rate.to_string()])
+            .args([
+                "run",
+                "--release",
+                "-p",
+                "cairn-tests",
+                "--bin",
+                "cairn-soak",
+                "--",
+            ])
+            .args([
+                "--seconds",
+                &(minutes * 60).to_string(),
+                "--rate",
+                &rate.to_string(),
+            ])
             .current_dir(root),
     )
 }

@@ -156,7 +156,10 @@ fn main() -> Result<()> {
     let data = scratch.path().join("data");
     let plugins = workspace_root().join("target/plugins");
     if !plugins.join("webhook.yaml").is_file() {
-        bail!("{} has no bundled plugins: run `cargo xtask build-plugins`", plugins.display());
+        bail!(
+            "{} has no bundled plugins: run `cargo xtask build-plugins`",
+            plugins.display()
+        );
     }
     let mut host = Host::start(
         &plugins,
@@ -249,7 +252,11 @@ fn check(samples: &[Sample], data: &Path, acknowledged: u64) -> Result<()> {
     if let (Some(first), Some(last)) = (samples.first(), samples.last())
         && last.fds > first.fds + 16
     {
-        bail!("open file descriptors grew from {} to {}", first.fds, last.fds);
+        bail!(
+            "open file descriptors grew from {} to {}",
+            first.fds,
+            last.fds
+        );
     }
     Ok(())
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use cairn_tests::{Host, PluginDir, cairn, status_json};
+use cairn_tests::{Host, PluginDir, cairn, count_lines, status_json};
 
 const LONG: Duration = Duration::from_secs(60);
 
@@ -373,4 +373,153 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
     for line in log.lines().filter(|l| l.contains("disk is full")).take(8) {
         eprintln!("  {line}");
     }
+}
+
+/// `cairn memory list --json` with `args`, parsed.
+fn memories(data: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let data = data.display().to_string();
+    let mut all = vec![
+        "memory", "list", "--json", "--all", "--limit", "100000", "--data", &data,
+    ];
+    all.extend_from_slice(args);
+    let out = cairn(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+#[test]
+fn kill_9_during_consolidation_sleep_and_hygiene_loses_and_doubles_nothing() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "kill_9_during_consolidation_sleep_and_hygiene_loses_and_doubles_nothing",
+    ) {
+        return;
+    }
+    let dir = PluginDir::new();
+    for id in [
+        "cli",
+        "episode-summarizer",
+        "fact-extractor",
+        "memory-consolidator",
+        "sleeper",
+    ] {
+        dir.bundled(id);
+    }
+    let data = tempfile::tempdir().expect("data");
+    // Sessions end after a second of quiet and the agent sleeps a second later: each
+    // round's kill lands in a turn, a summary, a fact extraction, a consolidation, a sleep
+    // phase, or the hygiene and snapshot every start runs.
+    let env = [
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "2"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+        ("CAIRN_MEMORY_SNAPSHOT_ON_HYGIENE", "true"),
+    ];
+    let facts = [
+        "My favourite drink is green tea.",
+        "I live in Lisbon.",
+        "My sister is called Ana.",
+        "I work as a nurse.",
+        "My dog is named Rex.",
+        "I play the cello.",
+    ];
+    // When each round's kill comes after the reply, in ms: a sweep from the turn through
+    // the session's end (1 s), its summary and facts, to sleep (3 s on) and its phases.
+    let kill_after = [
+        30, 400, 1000, 1060, 1120, 1250, 1600, 2900, 3100, 3400, 3800, 4500,
+    ];
+    let mut said = 0;
+    let mut interrupted = Vec::new();
+    for (round, after) in kill_after.into_iter().enumerate() {
+        let mut host = Host::start(dir.path(), data.path(), &env);
+        host.wait_for("cairn is running", LONG);
+        host.type_line(facts[round % facts.len()]);
+        said += 1;
+        host.wait_until(LONG, "the line answered", |log| {
+            count_lines(log, "cairn> [offline]") >= 1
+        });
+        std::thread::sleep(Duration::from_millis(after));
+        host.kill9();
+        // What the host had journaled last when it died (what the kill interrupted).
+        let last = cairn_tests::journal_events(data.path())
+            .last()
+            .and_then(|e| e["topic"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        interrupted.push(last);
+    }
+    // A last run finishes what the kills interrupted.
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    let data_path = data.path().to_path_buf();
+    host.wait_until(LONG, "every session consolidated", |_| {
+        let stats = cairn(&[
+            "memory",
+            "stats",
+            "--json",
+            "--data",
+            &data_path.display().to_string(),
+        ]);
+        let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).unwrap_or_default();
+        let sessions = &stats["sessions"];
+        sessions["consolidated"].as_u64().is_some_and(|n| n >= 1)
+            && ["active", "ended", "pending"]
+                .iter()
+                .all(|state| sessions[state].as_u64().unwrap_or(0) == 0)
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+
+    // Every line the user typed is one episode, never two.
+    let episodes = memories(data.path(), &["--kind", "episode"]);
+    for line in facts.iter().take(said.min(facts.len())) {
+        let copies = episodes
+            .iter()
+            .filter(|e| e["content"] == *line && e["forgotten_at"].is_null())
+            .count();
+        assert!(copies >= 1, "`{line}` was lost");
+    }
+    let mut per_content: BTreeMap<String, usize> = BTreeMap::new();
+    for episode in episodes.iter().filter(|e| e["forgotten_at"].is_null()) {
+        let key = format!("{}|{}", episode["scope"]["session_id"], episode["content"]);
+        *per_content.entry(key).or_default() += 1;
+    }
+    let doubled: Vec<_> = per_content.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(
+        doubled.is_empty(),
+        "episodes saved twice in a session: {doubled:?}"
+    );
+    // Every session has one summary at most, never two.
+    let mut summaries: BTreeMap<String, usize> = BTreeMap::new();
+    for summary in memories(
+        data.path(),
+        &["--kind", "reflection", "--category", "summary"],
+    ) {
+        if summary["superseded_by"].is_null() && summary["forgotten_at"].is_null() {
+            *summaries
+                .entry(summary["scope"]["session_id"].to_string())
+                .or_default() += 1;
+        }
+    }
+    assert!(!summaries.is_empty(), "sessions were summarised");
+    assert!(
+        summaries.values().all(|n| *n == 1),
+        "a session summarised twice: {summaries:?}"
+    );
+    // The snapshot every hygiene run writes is whole.
+    let snapshot =
+        std::fs::read_to_string(data.path().join("MEMORY_SNAPSHOT.md")).unwrap_or_default();
+    assert!(
+        snapshot.is_empty() || snapshot.ends_with('\n'),
+        "a torn snapshot:\n{snapshot}"
+    );
+    eprintln!(
+        "kill -9 during cognition: {} kills after {interrupted:?}; {said} lines, {} episodes, {} sessions summarised once",
+        kill_after.len(),
+        episodes.len(),
+        summaries.len()
+    );
 }
