@@ -85,6 +85,25 @@ impl PluginDir {
         self
     }
 
+    /// The bundled plugins `ids`, each with its manifest as shipped.
+    pub fn bundled_all(&self, ids: &[&str]) -> &Self {
+        for id in ids {
+            self.bundled(id);
+        }
+        self
+    }
+
+    /// The well-behaved test channel `steady`, polling every 50 ms and writing its kv: the
+    /// neighbour hostile plugins must not disturb.
+    pub fn steady(&self) -> &Self {
+        self.plugin(
+            "steady",
+            "channel",
+            "steady",
+            "channel: {poll_interval_ms: 50}\ncapabilities: {kv: true}\n",
+        )
+    }
+
     /// Add a bundled plugin as shipped: its manifest from `manifests/` and its component.
     pub fn bundled(&self, id: &str) -> &Self {
         self.bundled_with(id, |manifest| manifest)

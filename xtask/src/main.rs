@@ -334,19 +334,9 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
         std::env::var("PATH").unwrap_or_default()
     );
     status(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "-p",
-                "cairn-tests",
-                "--bin",
-                "cairn-bench",
-                "--",
-            ])
+        release_harness(root, "cairn-bench")
             .args(extra)
-            .env("PATH", path)
-            .current_dir(root),
+            .env("PATH", path),
     )
 }
 
@@ -414,23 +404,27 @@ fn soak(root: &Path, extra: &[String]) -> Result<()> {
             .args(["build", "--release", "-p", "cairn"])
             .current_dir(root),
     )?;
-    status(
-        cargo()
-            .args([
-                "run",
-                "--release",
-                "-p",
-                "cairn-tests",
-                "--bin",
-                "cairn-soak",
-                "--",
-            ])
-            .args([
-                "--seconds",
-                &(minutes * 60).to_string(),
-                "--rate",
-                &rate.to_string(),
-            ])
-            .current_dir(root),
-    )
+    status(release_harness(root, "cairn-soak").args([
+        "--seconds",
+        &(minutes * 60).to_string(),
+        "--rate",
+        &rate.to_string(),
+    ]))
+}
+
+/// `cargo run --release -p cairn-tests --bin <harness> --`, from the workspace root.
+fn release_harness(root: &Path, harness: &str) -> Command {
+    let mut command = cargo();
+    command
+        .args([
+            "run",
+            "--release",
+            "-p",
+            "cairn-tests",
+            "--bin",
+            harness,
+            "--",
+        ])
+        .current_dir(root);
+    command
 }

@@ -13,8 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{RawQuery, State};
+use axum::extract::{RawQuery, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -131,6 +132,10 @@ pub async fn serve(
         .route("/", axum::routing::get(page))
         .route("/api/snapshot", axum::routing::get(snapshot_json))
         .route("/metrics", axum::routing::get(prometheus_text))
+        .route_layer(middleware::from_fn_with_state(
+            served.clone(),
+            require_token,
+        ))
         .with_state(served);
     let shutdown = async move {
         let _ = stopping.wait_for(|stop| *stop).await;
@@ -168,7 +173,16 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn refused() -> Response {
+/// Answer 401 to a request without the token, when one is set.
+async fn require_token(
+    State(served): State<Arc<Served>>,
+    RawQuery(query): RawQuery,
+    request: Request,
+    next: Next,
+) -> Response {
+    if authorised(&served, request.headers(), query.as_deref()) {
+        return next.run(request).await;
+    }
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -177,14 +191,22 @@ fn refused() -> Response {
         .into_response()
 }
 
-async fn page(
-    State(served): State<Arc<Served>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if !authorised(&served, &headers, query.as_deref()) {
-        return refused();
+/// A body of `content_type`, or 500 with why it could not be written.
+fn answer<E: std::fmt::Display>(content_type: &'static str, body: Result<String, E>) -> Response {
+    match body {
+        Ok(body) => (
+            [
+                (header::CONTENT_TYPE, content_type),
+                (header::CACHE_CONTROL, "no-store"),
+            ],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
+}
+
+async fn page() -> Response {
     (
         [
             (header::CONTENT_TYPE, "text/html; charset=utf-8"),
@@ -195,41 +217,14 @@ async fn page(
         .into_response()
 }
 
-async fn snapshot_json(
-    State(served): State<Arc<Served>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if !authorised(&served, &headers, query.as_deref()) {
-        return refused();
-    }
+async fn snapshot_json(State(served): State<Arc<Served>>) -> Response {
     let snapshot = served.latest.borrow().clone();
-    match serde_json::to_string(snapshot.as_ref()) {
-        Ok(json) => (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CACHE_CONTROL, "no-store"),
-            ],
-            json,
-        )
-            .into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    }
+    answer("application/json", serde_json::to_string(snapshot.as_ref()))
 }
 
-async fn prometheus_text(
-    State(served): State<Arc<Served>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-) -> Response {
-    if !authorised(&served, &headers, query.as_deref()) {
-        return refused();
-    }
+async fn prometheus_text(State(served): State<Arc<Served>>) -> Response {
     let snapshot = served.latest.borrow().clone();
-    match metrics::render(&snapshot) {
-        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
-        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
-    }
+    answer(metrics::CONTENT_TYPE, metrics::render(&snapshot))
 }
 
 impl ConsoleConfig {

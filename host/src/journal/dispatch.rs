@@ -49,6 +49,72 @@ impl Subscriber for PluginSubscriber {
 /// How many events are read per round.
 const READ_AHEAD: usize = 256;
 
+/// Taken events whose cursor move is committed together: a crash redelivers at most this
+/// many (each is delivered at least once).
+const CURSOR_EVERY: usize = 64;
+
+/// The longest a taken event waits for its cursor move to be committed.
+const CURSOR_AFTER: Duration = Duration::from_millis(100);
+
+/// Events a subscriber took whose cursor move is not committed yet. Committing one cursor
+/// move per batch instead of per event takes a durable commit off each delivery.
+struct CursorBatch {
+    /// The last event taken, if any since the last commit.
+    taken: Option<i64>,
+    /// How many were taken since the last commit.
+    count: usize,
+    /// When the first of them was taken.
+    since: Instant,
+}
+
+impl CursorBatch {
+    fn new() -> Self {
+        Self {
+            taken: None,
+            count: 0,
+            since: Instant::now(),
+        }
+    }
+
+    fn took(&mut self, seq: i64) {
+        if self.count == 0 {
+            self.since = Instant::now();
+        }
+        self.taken = Some(seq);
+        self.count += 1;
+    }
+
+    /// Whether enough were taken, or the first waited long enough, to commit now.
+    fn due(&self) -> bool {
+        self.count >= CURSOR_EVERY || (self.count > 0 && self.since.elapsed() >= CURSOR_AFTER)
+    }
+
+    /// Drop the batch: a dead letter moved the cursor past it already.
+    fn forget(&mut self) {
+        self.taken = None;
+        self.count = 0;
+    }
+
+    /// Commit the batch's cursor move and record it in `position`; false (logged) when it
+    /// cannot be recorded.
+    async fn commit(&mut self, journal: &Journal, id: &str, position: &mut Position) -> bool {
+        let Some(seq) = self.taken else {
+            return true;
+        };
+        match journal.advance(id, seq).await {
+            Ok(()) => {
+                position.cursor = seq;
+                self.forget();
+                true
+            }
+            Err(e) => {
+                tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+                false
+            }
+        }
+    }
+}
+
 /// How a delivery with retries ended.
 enum Delivery {
     /// The subscriber took the event.
@@ -193,29 +259,43 @@ pub async fn serve<S: Subscriber>(
             }
             continue;
         }
+        let mut batch = CursorBatch::new();
         for event in pending.events {
             if operator_looked.is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK) {
                 // A long round: look first (renewing this host's hold on a shared journal,
                 // so no other host takes over meanwhile), then search on from the cursor.
+                if !batch.commit(&journal, &id, &mut position).await {
+                    return;
+                }
                 position.searched_to = position.cursor;
                 break;
             }
-            let recorded = match deliver(&journal, &*subscriber, &event, &mut stop).await {
-                Delivery::Taken => journal.advance(&id, event.seq).await,
+            match deliver(&journal, &*subscriber, &event, &mut stop).await {
+                Delivery::Taken => batch.took(event.seq),
                 Delivery::GaveUp(error, attempts) => {
                     tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
-                    journal.dead_letter(&id, &event, &error, attempts).await
+                    // Moves the cursor past this event and every one taken before it.
+                    if let Err(e) = journal.dead_letter(&id, &event, &error, attempts).await {
+                        tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+                        return;
+                    }
+                    batch.forget();
+                    position.cursor = event.seq;
                 }
-                Delivery::Stopping => return,
-            };
-            if let Err(e) = recorded {
-                tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+                Delivery::Stopping => {
+                    batch.commit(&journal, &id, &mut position).await;
+                    return;
+                }
+            }
+            let stopping = *stop.borrow();
+            let committed =
+                !(batch.due() || stopping) || batch.commit(&journal, &id, &mut position).await;
+            if !committed || stopping {
                 return;
             }
-            position.cursor = event.seq;
-            if *stop.borrow() {
-                return;
-            }
+        }
+        if !batch.commit(&journal, &id, &mut position).await {
+            return;
         }
         at = Some(position);
     }

@@ -1,9 +1,10 @@
 //! The soak harness behind `cargo xtask soak`: runs the real `cairn` binary with the
 //! bundled plugins (`target/plugins`) and memory on, sends webhook deliveries at a steady
-//! rate over 50 conversations for a while, and samples the host as it goes: resident
-//! memory, open file descriptors, the WAL files, buffer depth and turn latency (from the
-//! status console). Prints a table at 1, 10 and 30 minutes (and at the end), then checks
-//! that every acknowledged delivery was stored and answered.
+//! rate over 10 conversations (batched per second: a firehose one agent can answer) for a
+//! while, and samples the host as it goes: resident memory, open file descriptors, the WAL
+//! files, buffer depth, batches waiting for the agent and turn latency (from the status
+//! console). Prints a table at 1, 10 and 30 minutes (and at the end), then checks that
+//! every acknowledged delivery was stored and answered.
 //!
 //! `cairn-soak [--seconds N] [--rate PER_SEC]` (defaults: 60 s at 1000/s).
 
@@ -19,6 +20,8 @@ use cairn_tests::{Host, github_signature, http_client, post_webhook, status_json
 
 const SECRET: &str = "soak-secret";
 const SENDERS: u64 = 4;
+/// Conversations the deliveries are spread over.
+const CONVERSATIONS: u64 = 10;
 
 /// One sample of the host.
 struct Sample {
@@ -29,6 +32,7 @@ struct Sample {
     fds: usize,
     wal_kib: BTreeMap<String, u64>,
     depth: i64,
+    queued: i64,
     turn_p50_ms: u64,
     turn_p99_ms: u64,
 }
@@ -108,8 +112,8 @@ fn spawn_senders(
                     let i = n * SENDERS + sender;
                     let body = serde_json::to_vec(&serde_json::json!({
                         "action": "opened",
-                        "repository": {"full_name": format!("octo/soak-{}", i % 50)},
-                        "pull_request": {"number": i % 50, "title": format!("change {i}: keep the cache warm")},
+                        "repository": {"full_name": format!("octo/soak-{}", i % CONVERSATIONS)},
+                        "pull_request": {"number": i % CONVERSATIONS, "title": format!("change {i}: keep the cache warm")},
                         "sender": {"login": "octocat"},
                     }))
                     .expect("serialise");
@@ -130,13 +134,13 @@ fn print_table(samples: &[Sample], rate: u64) {
         "\nsoak at {rate} deliveries/s: the host (`cairn run`, bundled plugins, memory on) over time\n"
     );
     println!(
-        "| elapsed | sent | acknowledged | RSS MiB | open fds | WAL KiB (buffer/journal/memory/host) | depth | turn p50 / p99 ms |"
+        "| elapsed | sent | acknowledged | RSS MiB | open fds | WAL KiB (buffer/journal/memory/host) | depth | batches waiting | turn p50 / p99 ms |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
     for s in samples {
         let wal: Vec<String> = s.wal_kib.values().map(u64::to_string).collect();
         println!(
-            "| {:.0} s | {} | {} | {:.1} | {} | {} | {} | {} / {} |",
+            "| {:.0} s | {} | {} | {:.1} | {} | {} | {} | {} | {} / {} |",
             s.at.as_secs_f64(),
             s.sent,
             s.acknowledged,
@@ -144,6 +148,7 @@ fn print_table(samples: &[Sample], rate: u64) {
             s.fds,
             wal.join(" / "),
             s.depth,
+            s.queued,
             s.turn_p50_ms,
             s.turn_p99_ms
         );
@@ -168,7 +173,7 @@ fn main() -> Result<()> {
             ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
             ("CAIRN_CONSOLE_LISTEN", "127.0.0.1:0"),
             ("CAIRN_WEBHOOK_SECRET", SECRET),
-            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "1000"),
             ("CAIRN_LOG", "warn,cairn::cli::run=info"),
         ],
     );
@@ -204,6 +209,7 @@ fn main() -> Result<()> {
             fds,
             wal_kib: wal_sizes(&data),
             depth: seen["buffer"]["depth"].as_i64().unwrap_or(0),
+            queued: seen["buffer"]["batches"]["main/queued"].as_i64().unwrap_or(0),
             turn_p50_ms: seen["turn_latency"]["p50_ms"].as_u64().unwrap_or(0),
             turn_p99_ms: seen["turn_latency"]["p99_ms"].as_u64().unwrap_or(0),
         });

@@ -26,15 +26,13 @@ const QUICK: &[(&str, &str)] = &[
 /// The terminal channel and the four cognitive plugins as shipped.
 fn cognitive_host_plugins() -> PluginDir {
     let dir = PluginDir::new();
-    for id in [
+    dir.bundled_all(&[
         "cli",
         "episode-summarizer",
         "fact-extractor",
         "memory-consolidator",
         "sleeper",
-    ] {
-        dir.bundled(id);
-    }
+    ]);
     dir
 }
 

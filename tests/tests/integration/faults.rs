@@ -399,15 +399,13 @@ fn kill_9_during_consolidation_sleep_and_hygiene_loses_and_doubles_nothing() {
         return;
     }
     let dir = PluginDir::new();
-    for id in [
+    dir.bundled_all(&[
         "cli",
         "episode-summarizer",
         "fact-extractor",
         "memory-consolidator",
         "sleeper",
-    ] {
-        dir.bundled(id);
-    }
+    ]);
     let data = tempfile::tempdir().expect("data");
     // Sessions end after a second of quiet and the agent sleeps a second later: each
     // round's kill lands in a turn, a summary, a fact extraction, a consolidation, a sleep

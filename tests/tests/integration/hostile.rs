@@ -8,15 +8,6 @@ use cairn_tests::{Host, PluginDir, cairn, count_lines};
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn steady(dir: &PluginDir) {
-    dir.plugin(
-        "steady",
-        "channel",
-        "steady",
-        "channel: {poll_interval_ms: 50}\ncapabilities: {kv: true}\n",
-    );
-}
-
 /// The first number after `label` in a log line that contains `marker`.
 fn number_after(log: &str, marker: &str, label: &str) -> u64 {
     let line = log
@@ -55,7 +46,7 @@ fn journal_json(data: &std::path::Path, topic: &str) -> Vec<serde_json::Value> {
 fn an_emit_flood_is_rate_limited_and_an_emit_loop_stops_at_the_chain_limit() {
     let dir = PluginDir::new();
     dir.bundled("cli");
-    steady(&dir);
+    dir.steady();
     dir.plugin(
         "flood",
         "handler",
@@ -129,7 +120,7 @@ fn an_emit_flood_is_rate_limited_and_an_emit_loop_stops_at_the_chain_limit() {
 #[test]
 fn a_kv_flood_stops_at_the_quota_and_deleting_makes_room() {
     let dir = PluginDir::new();
-    steady(&dir);
+    dir.steady();
     dir.plugin(
         "hoarder",
         "handler",
@@ -155,4 +146,47 @@ fn a_kv_flood_stops_at_the_quota_and_deleting_makes_room() {
     assert!(log.contains("limits.kv_bytes of 65536"), "{log}");
     assert!(log.contains("probe kv-delete: ok true"), "{log}");
     assert!(log.contains("probe kv-after-delete: ok ()"), "{log}");
+}
+
+#[test]
+fn a_plugin_failing_with_megabytes_of_error_is_cut_to_4_kib_everywhere() {
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    dir.steady();
+    dir.plugin(
+        "shouter",
+        "handler",
+        "hostile",
+        "config: {event: huge-error}\nevents: {subscribes: [message.received]}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_JOURNAL_MAX_ATTEMPTS", "2"),
+        ("CAIRN_JOURNAL_BACKOFF_INITIAL_MS", "20"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    host.type_line("say it loud");
+    host.wait_for("event dead-lettered", LONG);
+    host.wait_for("cairn> [offline] I received: user: say it loud", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success());
+    let longest = log.lines().map(str::len).max().unwrap_or(0);
+    assert!(longest < 8192, "a log line of {longest} bytes");
+    let out = cairn(&[
+        "journal",
+        "dead-letters",
+        "--json",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let dead: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let error = dead[0]["error"].as_str().expect("error");
+    assert!(error.len() < 4200, "a dead letter of {} bytes", error.len());
+    assert!(
+        error.ends_with("bytes cut)"),
+        "{}",
+        &error[error.len().saturating_sub(80)..]
+    );
 }

@@ -11,15 +11,6 @@ use cairn_tests::{
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn steady(dir: &PluginDir) {
-    dir.plugin(
-        "steady",
-        "channel",
-        "steady",
-        "channel: {poll_interval_ms: 50}\ncapabilities: {kv: true}\n",
-    );
-}
-
 fn hostile(dir: &PluginDir, id: &str, mode: &str, extra: &str) {
     dir.plugin(
         id,
@@ -88,7 +79,7 @@ fn a_sigterm_while_plugins_start_stops_the_host_cleanly_once_it_is_up() {
 #[test]
 fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     let dir = PluginDir::new();
-    steady(&dir);
+    dir.steady();
     hostile(&dir, "trap-init", "trap-init", "");
     hostile(&dir, "error-init", "error-init", "");
     hostile(&dir, "loop-init", "loop-init", "");
@@ -241,7 +232,7 @@ fn the_sandbox_grants_exactly_what_the_manifest_declares() {
         "hostile",
         &format!("config: {{mode: http-get, target: '{slow}'}}\ncapabilities:\n  http: ['http://{slow}']\nlimits: {{http_timeout_ms: 200}}\n"),
     );
-    steady(&dir);
+    dir.steady();
 
     let env = [
         ("CAIRN_TEST_GRANTED", "visible-value"),
@@ -357,7 +348,7 @@ fn a_log_flood_is_rate_limited_and_does_not_stall_the_host() {
         "hostile",
         "limits: {memory_mb: 32, timeout_ms: 30000}\nconfig: {mode: log-flood}\n",
     );
-    steady(&dir);
+    dir.steady();
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &[]);
     wait_for_state(&mut host, data.path(), "flood", "running", LONG);
@@ -435,7 +426,7 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
         "id: too-old\nversion: 1.0.0\nkind: handler\ncomponent: counter.wasm\napi: ^0.1\n",
     );
     // The others start: steady is a v0.1 channel, counter a v0.2 handler.
-    steady(&dir);
+    dir.steady();
     dir.bundled("counter");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &[]);
@@ -484,7 +475,7 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
 #[test]
 fn a_second_host_on_the_same_data_dir_is_refused() {
     let dir = PluginDir::new();
-    steady(&dir);
+    dir.steady();
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &[]);
     host.wait_for("steady: tick", LONG);
@@ -625,7 +616,7 @@ fn check_prints_the_start_order_and_grants() {
 fn after_an_unclean_stop_status_says_the_host_is_down_and_what_it_last_saw() {
     let dir = PluginDir::new();
     dir.bundled("counter");
-    steady(&dir);
+    dir.steady();
     hostile(&dir, "trap-init", "trap-init", "");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(

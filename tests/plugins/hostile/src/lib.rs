@@ -17,7 +17,8 @@
 //!
 //! On events it does what `config.event` says: `trap` (the default) traps, `hang` spins
 //! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds, `echo`
-//! emits `config.echo` (two echoing plugins answer each other's events).
+//! emits `config.echo` (two echoing plugins answer each other's events), `huge-error` fails
+//! with an 8 MiB error message.
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -164,6 +165,7 @@ impl Guest for Hostile {
             Some("hang") => 1,
             Some("interrupted") => 2,
             Some("echo") => 3,
+            Some("huge-error") => 4,
             _ => 0,
         };
         if let Some(topic) = config.get("echo").and_then(|t| t.as_str()) {
@@ -216,6 +218,7 @@ impl Guest for Hostile {
                 say(&format!("probe interrupted: ok {} on {}", lifecycle::interrupted(), event.topic));
                 Ok(())
             }
+            4 => Err(Error::Internal(format!("{} on {}", "x".repeat(8 << 20), event.seq))),
             3 => {
                 let topic = ECHO.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let payload = format!("{{\"after\":{}}}", event.seq);

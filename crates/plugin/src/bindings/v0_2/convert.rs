@@ -13,7 +13,11 @@ use cairn_vocab::{Error, ErrorKind};
 
 use super::types as wit;
 
-/// An error as the host speaks it.
+/// The most of a plugin's error message the host keeps: it goes to the log, the status
+/// row and dead letters, which a plugin answering every call with megabytes must not bloat.
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 4096;
+
+/// An error as the host speaks it, its message cut to [`MAX_ERROR_MESSAGE_BYTES`].
 pub fn from_wit_error(error: wit::Error) -> Error {
     let (kind, message) = match error {
         wit::Error::InvalidInput(m) => (ErrorKind::InvalidInput, m),
@@ -22,7 +26,25 @@ pub fn from_wit_error(error: wit::Error) -> Error {
         wit::Error::Unavailable(m) => (ErrorKind::Unavailable, m),
         wit::Error::Internal(m) => (ErrorKind::Internal, m),
     };
-    Error { kind, message }
+    Error {
+        kind,
+        message: cut(message, MAX_ERROR_MESSAGE_BYTES),
+    }
+}
+
+/// `text` cut on a character boundary to at most `max` bytes, saying how much was cut.
+fn cut(mut text: String, max: usize) -> String {
+    if text.len() <= max {
+        return text;
+    }
+    let total = text.len();
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text.truncate(end);
+    text.push_str(&format!("… ({} of {total} bytes cut)", total - end));
+    text
 }
 
 /// An error as the plugin contract spells it.
@@ -282,6 +304,26 @@ fn saturate(count: u64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_huge_error_message_is_cut_on_a_character_boundary() {
+        let huge = "é".repeat(1 << 20);
+        let error = from_wit_error(wit::Error::Internal(huge));
+        assert!(
+            error.message.len() <= MAX_ERROR_MESSAGE_BYTES + 40,
+            "{}",
+            error.message.len()
+        );
+        assert!(
+            error
+                .message
+                .ends_with(&format!("({} of {} bytes cut)", (2 << 20) - 4096, 2 << 20)),
+            "{}",
+            &error.message[4000..]
+        );
+        let small = from_wit_error(wit::Error::Denied("no".into()));
+        assert_eq!(small.message, "no");
+    }
     use cairn_vocab::llm::Usage;
 
     #[test]
