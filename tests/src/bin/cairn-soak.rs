@@ -209,7 +209,9 @@ fn main() -> Result<()> {
             fds,
             wal_kib: wal_sizes(&data),
             depth: seen["buffer"]["depth"].as_i64().unwrap_or(0),
-            queued: seen["buffer"]["batches"]["main/queued"].as_i64().unwrap_or(0),
+            queued: seen["buffer"]["batches"]["main/queued"]
+                .as_i64()
+                .unwrap_or(0),
             turn_p50_ms: seen["turn_latency"]["p50_ms"].as_u64().unwrap_or(0),
             turn_p99_ms: seen["turn_latency"]["p99_ms"].as_u64().unwrap_or(0),
         });
