@@ -321,11 +321,7 @@ fn bench(root: &Path, extra: &[String]) -> Result<()> {
     install_tools()?;
     build_plugins(root)?;
     // The end-to-end rows run the real binary.
-    status(
-        cargo()
-            .args(["build", "--release", "-p", "cairn"])
-            .current_dir(root),
-    )?;
+    build_release_host(root)?;
     // The per-language rows build their plugins with componentize-js from install-tools.
     let tools = root.join("target/tools/componentize-js/node_modules/.bin");
     let path = format!(
@@ -399,11 +395,7 @@ fn soak(root: &Path, extra: &[String]) -> Result<()> {
         }
     }
     build_plugins(root)?;
-    status(
-        cargo()
-            .args(["build", "--release", "-p", "cairn"])
-            .current_dir(root),
-    )?;
+    build_release_host(root)?;
     status(release_harness(root, "cairn-soak").args([
         "--seconds",
         &(minutes * 60).to_string(),
@@ -427,4 +419,13 @@ fn release_harness(root: &Path, harness: &str) -> Command {
         ])
         .current_dir(root);
     command
+}
+
+/// The host in release mode, for the harnesses that run the real binary.
+fn build_release_host(root: &Path) -> Result<()> {
+    status(
+        cargo()
+            .args(["build", "--release", "-p", "cairn"])
+            .current_dir(root),
+    )
 }

@@ -173,20 +173,22 @@ impl StorageError {
 
     /// A failed commit or transaction step, `doing` what.
     pub(crate) fn failed(doing: &str, error: &rusqlite::Error) -> Self {
+        Self::of_sqlite(error, format!("{doing}: {error}"))
+    }
+
+    /// SQLite's `error`, told as `message`: a full disk apart from every other failure.
+    fn of_sqlite(error: &rusqlite::Error, message: String) -> Self {
         if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            StorageError::DiskFull(format!("{doing}: {error}"))
+            StorageError::DiskFull(message)
         } else {
-            StorageError::Sqlite(format!("{doing}: {error}"))
+            StorageError::Sqlite(message)
         }
     }
 }
 
 impl From<rusqlite::Error> for StorageError {
     fn from(error: rusqlite::Error) -> Self {
-        if error.sqlite_error_code() == Some(rusqlite::ErrorCode::DiskFull) {
-            return StorageError::DiskFull(error.to_string());
-        }
-        StorageError::Sqlite(error.to_string())
+        Self::of_sqlite(&error, error.to_string())
     }
 }
 
