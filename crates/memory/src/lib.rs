@@ -250,6 +250,9 @@ impl MemoryConfig {
                 ));
             }
         }
+        if recall.scan_limit == 0 {
+            return Err("memory.recall.scan_limit: expected at least 1".into());
+        }
         if recall.bm25_weight + recall.vector_weight <= 0.0 {
             return Err(
                 "memory.recall.bm25_weight / vector_weight: at least one must be positive".into(),

@@ -60,17 +60,18 @@ impl IndexData {
         }
     }
 
-    /// The positions a scan for `user` visits: that user's and the shared ones, or every
-    /// position when the scan is not for one user.
-    fn positions(&self, user: Option<u32>) -> Vec<usize> {
+    /// The positions a scan for `user` visits, newest first: that user's and the shared
+    /// ones (at most `newest` of each), or the newest `newest` of all when the scan is not
+    /// for one user.
+    fn positions(&self, user: Option<u32>, newest: usize) -> Box<dyn Iterator<Item = usize> + '_> {
         match user {
-            None => (0..self.seqs.len()).collect(),
-            Some(user) => [user, 0]
-                .iter()
-                .filter_map(|u| self.by_user.get(u))
-                .flatten()
-                .copied()
-                .collect(),
+            None => Box::new((0..self.seqs.len()).rev().take(newest)),
+            Some(user) => Box::new(
+                [user, 0]
+                    .into_iter()
+                    .filter_map(|u| self.by_user.get(&u))
+                    .flat_map(move |positions| positions.iter().rev().take(newest).copied()),
+            ),
         }
     }
 }
@@ -81,6 +82,9 @@ pub struct ScanFilter<'a> {
     pub scope: &'a Scope,
     /// Entries of this session are skipped.
     pub exclude_session: Option<&'a str>,
+    /// Vectors scored at most, the newest first, of the user's own and of the shared ones
+    /// (see [`crate::RecallConfig::scan_limit`]): a recall's cost stops growing there.
+    pub newest: usize,
 }
 
 /// Every vector of the configured model, in memory, scanned exhaustively (within a user's
@@ -193,7 +197,7 @@ impl VectorIndex {
         let admits = |key: u32, wanted: Option<u32>| wanted.is_none_or(|w| key == w || key == 0);
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
         let mut floor = f32::MIN;
-        for at in data.positions(user) {
+        for at in data.positions(user, filter.newest) {
             let scope = data.scopes[at];
             if !admits(scope.agent, agent)
                 || session.is_some_and(|s| scope.session != s)
@@ -233,6 +237,7 @@ mod tests {
         let filter = ScanFilter {
             scope: &scope,
             exclude_session: None,
+            newest: usize::MAX,
         };
         index
             .nearest(query, &filter, 5)
@@ -279,5 +284,29 @@ mod tests {
         bob.sort();
         assert_eq!(bob, vec![2, 3, 6]);
         assert_eq!(nearest_for(&index, "alice", &query), vec![5]);
+    }
+
+    #[test]
+    fn a_scan_scores_only_the_newest_vectors_of_a_user_and_of_the_shared() {
+        let index = VectorIndex::default();
+        let embedder = HashEmbedder::new(64);
+        for seq in 1..=5 {
+            index.upsert(seq, &scope("alice"), &embedder.vector("likes tea"));
+        }
+        index.upsert(6, &Scope::default(), &embedder.vector("likes tea"));
+        index.upsert(7, &Scope::default(), &embedder.vector("likes tea"));
+        let alice = scope("alice");
+        let filter = ScanFilter {
+            scope: &alice,
+            exclude_session: None,
+            newest: 2,
+        };
+        let mut found: Vec<i64> = index
+            .nearest(&embedder.vector("tea"), &filter, 10)
+            .iter()
+            .map(|h| h.0)
+            .collect();
+        found.sort();
+        assert_eq!(found, vec![4, 5, 6, 7]);
     }
 }

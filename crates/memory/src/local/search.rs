@@ -230,6 +230,7 @@ impl LocalMemory {
         let filter = ScanFilter {
             scope: &query.scope,
             exclude_session: query.exclude_session.as_deref(),
+            newest: self.config.recall.scan_limit,
         };
         let mut cosines: HashMap<i64, f64> = self
             .current_index()

@@ -31,7 +31,7 @@ use crate::readers::ReaderPool;
 use crate::writer::{GroupWriter, Receipt};
 use crate::{Migrations, StorageError, open};
 
-pub use search::{FullTextMatch, SCORED_MATCHES};
+pub use search::{FullTextMatch, SCORED_MATCHES, SCORED_MATCHES_MAX};
 pub use sessions::{Activity, EndedSession};
 
 /// The store's file in a data dir.

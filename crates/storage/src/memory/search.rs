@@ -9,11 +9,12 @@ use super::*;
 
 /// A full-text search: words any of which may match, within a scope.
 ///
-/// `bm25()` costs FTS5 several microseconds per matching row. A word found in most of the
-/// scope's entries (a user's own name, a channel's fixed wording) makes every one of them a
-/// match while telling none of them apart, so when a search matches more than
-/// [`SCORED_MATCHES`] rows, the words in over half of those matches are left out (the
-/// rarest word always stays).
+/// A search's cost must not grow with the memories it searches: `bm25()` costs FTS5 a
+/// walk of every phrase's whole posting list (to count its documents) and several
+/// microseconds per matching row. So the scope's tokens only serve to count (a count stops
+/// at its cap), the ranked search names the query's words alone (the store's SQL checks the
+/// scope), and the words it ranks by are the rarest ones, together in at most
+/// [`SCORED_MATCHES_MAX`] of the scope's entries (see [`telling_words`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FullTextMatch {
     /// The query's words as FTS5 phrases, each already quoted.
@@ -23,21 +24,41 @@ pub struct FullTextMatch {
     pub scope: String,
 }
 
-/// Matches above which a search leaves out its commonest words.
+/// Matches up to which a search ranks by every word of the query.
 pub const SCORED_MATCHES: usize = 200;
 
-/// Matches counted per word at most when deciding which words are common.
-const COUNTED_MATCHES: usize = 2 * SCORED_MATCHES;
+/// Matches in scope a ranked search may score at most, summed over the words it keeps;
+/// a word more common than that is only searched for its newest matches.
+pub const SCORED_MATCHES_MAX: usize = 1_000;
+
+/// The words a full-text search goes by (see [`telling_words`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum TellingWords {
+    /// Ranked by relevance on these words.
+    Ranked(Vec<String>),
+    /// Every word of the query is common in the scope: its newest matches of this word
+    /// (the rarest), unranked.
+    Newest(String),
+}
+
+/// The lexical rank given to a match of a search for [`TellingWords::Newest`]: every one
+/// holds the word searched, and recency and meaning order them.
+pub(crate) const UNRANKED_MATCH: f64 = -1.0;
 
 impl FullTextMatch {
     /// The FTS5 expression of `phrases` in this match's scope.
     pub fn expression(&self, phrases: &[String]) -> String {
-        let mut expression = format!("{{content tags}} : ({})", phrases.join(" OR "));
+        let mut expression = Self::words_only(phrases);
         if !self.scope.is_empty() {
             expression.push(' ');
             expression.push_str(&self.scope);
         }
         expression
+    }
+
+    /// The FTS5 expression of `phrases` in any scope (the store's SQL checks the scope).
+    pub fn words_only(phrases: &[String]) -> String {
+        format!("{{content tags}} : ({})", phrases.join(" OR "))
     }
 }
 
@@ -52,21 +73,28 @@ impl SqliteMemory {
             return Ok(HashMap::new());
         }
         let filters = recall_filters(query);
-        let sql = format!(
-            "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
-             JOIN entries e ON e.seq = entries_fts.rowid
-             WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {limit}",
-            filters.clause()
-        );
-        self.read(|conn| {
-            let phrases = telling_phrases(conn, fts)?;
-            let mut values = vec![Value::Text(fts.expression(&phrases))];
-            values.extend(filters.values);
-            conn.prepare_cached(&sql)?
-                .query_map(params_from_iter(values.iter()), |r| {
-                    Ok((r.get(0)?, r.get(1)?))
-                })?
-                .collect()
+        self.read(|conn| match telling_phrases(conn, fts)? {
+            TellingWords::Ranked(phrases) => {
+                let sql = format!(
+                    "SELECT e.seq, bm25(entries_fts, 1.0, 0.5, 0.0) AS rank FROM entries_fts
+                     JOIN entries e ON e.seq = entries_fts.rowid
+                     WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {limit}",
+                    filters.clause()
+                );
+                let expression = FullTextMatch::words_only(&phrases);
+                matches(conn, &sql, expression, &filters.values, |r| r.get(1))
+            }
+            TellingWords::Newest(phrase) => {
+                let sql = format!(
+                    "SELECT e.seq FROM entries_fts JOIN entries e ON e.seq = entries_fts.rowid
+                     WHERE entries_fts MATCH ? AND {} ORDER BY entries_fts.rowid DESC LIMIT {limit}",
+                    filters.clause()
+                );
+                let expression = fts.expression(&[phrase]);
+                matches(conn, &sql, expression, &filters.values, |_| {
+                    Ok(UNRANKED_MATCH)
+                })
+            }
         })
     }
 
@@ -133,51 +161,77 @@ fn recall_filters(query: &RecallQuery) -> Filters {
     sql
 }
 
-/// The phrases of `fts` worth scoring (see [`telling_words`]).
-fn telling_phrases(conn: &Connection, fts: &FullTextMatch) -> rusqlite::Result<Vec<String>> {
+/// The rows of a full-text `sql` whose first parameter is `expression` and the rest
+/// `filters`: each entry's seq and its lexical rank, as `rank` reads it.
+fn matches(
+    conn: &Connection,
+    sql: &str,
+    expression: String,
+    filters: &[Value],
+    rank: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<f64>,
+) -> rusqlite::Result<HashMap<i64, f64>> {
+    let mut values = vec![Value::Text(expression)];
+    values.extend(filters.iter().cloned());
+    conn.prepare_cached(sql)?
+        .query_map(params_from_iter(values.iter()), |r| {
+            Ok((r.get(0)?, rank(r)?))
+        })?
+        .collect()
+}
+
+/// The phrases of `fts` worth searching by, counted in its scope (see [`telling_words`]).
+fn telling_phrases(conn: &Connection, fts: &FullTextMatch) -> rusqlite::Result<TellingWords> {
     telling_words(&fts.phrases, |some, cap| {
         count_matches(conn, &fts.expression(some), cap)
     })
 }
 
 /// The words of a search worth ranking by, given `count(words, cap)`: how many entries in
-/// scope match any of `words`, counting at most `cap`. All of them when the search matches
-/// at most [`SCORED_MATCHES`] entries, else those in under half of its matches (at least
-/// the rarest): a word nearly every entry has tells none of them apart, and ranking every
-/// match is the search's whole cost. Both engines' full-text searches choose this way.
+/// scope match any of `words`, counting at most `cap`.
+///
+/// Every word when the search matches at most [`SCORED_MATCHES`] entries. Otherwise the
+/// rarest words, each in under half of the search's matches (a word nearly every entry has
+/// tells none of them apart) and together in at most [`SCORED_MATCHES_MAX`]: ranking every
+/// match is the search's whole cost, so it must not grow with the scope. When no word
+/// qualifies, the rarest alone: ranked if it is that rare, else searched for its newest
+/// matches. Both engines' full-text searches choose this way; every count stops at its cap.
 pub(crate) fn telling_words<E>(
     words: &[String],
     mut count: impl FnMut(&[String], usize) -> Result<usize, E>,
-) -> Result<Vec<String>, E> {
-    if words.len() < 2 {
-        return Ok(words.to_vec());
-    }
-    let matches = count(words, COUNTED_MATCHES)?;
-    if matches <= SCORED_MATCHES {
-        return Ok(words.to_vec());
+) -> Result<TellingWords, E> {
+    let matches = count(words, SCORED_MATCHES_MAX + 1)?;
+    if matches <= SCORED_MATCHES || (words.len() < 2 && matches <= SCORED_MATCHES_MAX) {
+        return Ok(TellingWords::Ranked(words.to_vec()));
     }
     // A word is common once it is in over half of the matches: counting further is waste.
     let common = matches / 2 + 1;
     let mut counted = Vec::with_capacity(words.len());
     for word in words {
-        counted.push((
-            count(std::slice::from_ref(word), COUNTED_MATCHES / 2 + 1)?,
-            word,
-        ));
+        counted.push((count(std::slice::from_ref(word), common)?, word));
     }
-    let telling: Vec<String> = counted
-        .iter()
-        .filter(|(count, _)| *count < common)
-        .map(|(_, word)| (*word).clone())
-        .collect();
+    counted.sort_by_key(|(found, _)| *found);
+    let mut telling = Vec::new();
+    let mut scored = 0;
+    for (found, word) in &counted {
+        if *found >= common || scored + found > SCORED_MATCHES_MAX {
+            break;
+        }
+        scored += found;
+        telling.push((*word).clone());
+    }
     if !telling.is_empty() {
-        return Ok(telling);
+        return Ok(TellingWords::Ranked(telling));
     }
-    Ok(counted
-        .into_iter()
-        .min_by_key(|(count, _)| *count)
-        .map(|(_, word)| vec![word.clone()])
-        .unwrap_or_default())
+    let Some((_, rarest)) = counted.first() else {
+        return Ok(TellingWords::Ranked(Vec::new()));
+    };
+    let rarest = (*rarest).clone();
+    let found = count(std::slice::from_ref(&rarest), SCORED_MATCHES_MAX + 1)?;
+    Ok(if found <= SCORED_MATCHES_MAX {
+        TellingWords::Ranked(vec![rarest])
+    } else {
+        TellingWords::Newest(rarest)
+    })
 }
 
 /// How many rows match `expression`, counting at most `cap` (part of the statement's text:
@@ -188,4 +242,74 @@ fn count_matches(conn: &Connection, expression: &str, cap: usize) -> rusqlite::R
     ))?
     .query_row([expression], |r| r.get::<_, i64>(0))
     .map(|count| count as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `telling_words` over a scope where each word matches `frequency(word)` entries and
+    /// no entry holds two of them; every count's cap is checked to stay bounded.
+    fn choose(words: &[&str], frequency: impl Fn(&str) -> usize) -> TellingWords {
+        let words: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+        telling_words(&words, |some: &[String], cap| {
+            assert!(cap <= SCORED_MATCHES_MAX + 1, "a count capped at {cap}");
+            let found: usize = some.iter().map(|w| frequency(w)).sum();
+            Ok::<_, ()>(found.min(cap))
+        })
+        .expect("chosen")
+    }
+
+    fn ranked(words: &[&str]) -> TellingWords {
+        TellingWords::Ranked(words.iter().map(|w| w.to_string()).collect())
+    }
+
+    #[test]
+    fn a_search_with_few_matches_ranks_by_every_word() {
+        assert_eq!(choose(&["tea", "kayak"], |_| 50), ranked(&["tea", "kayak"]));
+    }
+
+    #[test]
+    fn a_busy_search_ranks_by_its_rarest_words_within_the_budget() {
+        let frequency = |w: &str| match w {
+            "kayak" => 3,
+            "lake" => 400,
+            "trip" => 700,
+            _ => 1_000_000,
+        };
+        // "octocat" is in most matches; "trip" would take the scored rows past the budget.
+        assert_eq!(
+            choose(&["octocat", "trip", "kayak", "lake"], frequency),
+            ranked(&["kayak", "lake"])
+        );
+    }
+
+    #[test]
+    fn when_every_word_is_common_the_rarest_is_ranked_if_rare_enough() {
+        assert_eq!(
+            choose(&["bench", "octocat"], |w| if w == "bench" {
+                240
+            } else {
+                250
+            }),
+            ranked(&["bench"])
+        );
+    }
+
+    #[test]
+    fn a_word_in_more_entries_than_the_budget_is_searched_for_its_newest_matches() {
+        assert_eq!(
+            choose(&["cache", "warm"], |w| if w == "cache" {
+                50_000
+            } else {
+                90_000
+            }),
+            TellingWords::Newest("cache".into())
+        );
+        assert_eq!(
+            choose(&["cache"], |_| 50_000),
+            TellingWords::Newest("cache".into())
+        );
+        assert_eq!(choose(&["cache"], |_| 900), ranked(&["cache"]));
+    }
 }

@@ -41,6 +41,7 @@ on_each_backend!(
     activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones,
     rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone,
     a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
+    a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
     export_then_import_into_an_empty_store_keeps_every_record
 );
@@ -295,6 +296,47 @@ fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search(memory: &dy
         words_matching(memory, &["octocat", "kayak"], "mona"),
         ["other"]
     );
+}
+
+/// A search's cost must not grow with the scope: a word in more of the scope's entries
+/// than a search may rank finds the newest of them, still only in the scope.
+fn a_word_in_more_entries_than_a_search_may_rank_finds_its_newest(memory: &dyn Stores) {
+    // One at a time: the newest are the last written.
+    for i in 0..SCORED_MATCHES_MAX + 50 {
+        let text = format!("octocat opened pull request {i} on the bench");
+        memory
+            .insert(episode(&format!("b{i:04}"), "octocat", &text), None, "test")
+            .wait()
+            .expect("stored");
+    }
+    memory
+        .insert(
+            episode("other", "mona", "a bench by the lake"),
+            None,
+            "test",
+        )
+        .wait()
+        .expect("stored");
+    let fts = FullTextMatch {
+        phrases: vec!["\"bench\"".into(), "\"octocat\"".into()],
+        scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode("octocat")),
+    };
+    let query = RecallQuery {
+        scope: Scope {
+            user_id: Some("octocat".into()),
+            ..Scope::default()
+        },
+        ..RecallQuery::default()
+    };
+    let found = memory.lexical_candidates(&fts, &query, 3).expect("search");
+    let mut ids: Vec<String> = memory
+        .entries_matching(&found.into_keys().collect::<Vec<_>>(), &query)
+        .expect("entries")
+        .into_iter()
+        .map(|(_, e)| e.id)
+        .collect();
+    ids.sort();
+    assert_eq!(ids, ["b1047", "b1048", "b1049"]);
 }
 
 fn fact(id: &str, content: &str, predicate: &str, at: i64) -> MemoryEntry {

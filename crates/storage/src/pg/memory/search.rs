@@ -10,7 +10,7 @@ use super::PgMemory;
 use super::entries::{ENTRY_COLUMNS, Filters, row_to_entry};
 use crate::StorageError;
 use crate::memory::FullTextMatch;
-use crate::memory::search::telling_words;
+use crate::memory::search::{TellingWords, UNRANKED_MATCH, telling_words};
 
 /// `ts_rank_cd`'s normalisation: the rank divided by the document's length in words, so a
 /// long entry that repeats a word does not outrank a short one about it (BM25 normalises
@@ -32,22 +32,30 @@ impl PgMemory {
         if words.is_empty() {
             return Ok(HashMap::new());
         }
-        // The rank is negated so that, like BM25, lower is better.
         let mut filters = Filters::after(1);
         recall_filters(&mut filters, query);
-        let sql = format!(
+        // The rank is negated so that, like BM25, lower is better.
+        let ranked = format!(
             "SELECT e.seq, -ts_rank_cd('{WEIGHTS}', e.fts, q, {NORMALIZATION})::FLOAT8 AS rank
              FROM memory_entries e, to_tsquery('english', $1) q
              WHERE e.fts @@ q AND {} ORDER BY rank, e.seq DESC LIMIT {limit}",
+            filters.clause()
+        );
+        let newest = format!(
+            "SELECT e.seq, {UNRANKED_MATCH}::FLOAT8 FROM memory_entries e
+             WHERE e.fts @@ to_tsquery('english', $1) AND {} ORDER BY e.seq DESC LIMIT {limit}",
             filters.clause()
         );
         self.reads.read(move |client| {
             let telling = telling_words(&words, |some, cap| {
                 count_matches(client, &some.join(" | "), &filters, cap)
             })?;
-            let expression = telling.join(" | ");
+            let (sql, expression) = match telling {
+                TellingWords::Ranked(words) => (&ranked, words.join(" | ")),
+                TellingWords::Newest(word) => (&newest, word),
+            };
             Ok(client
-                .query(&sql, &filters.params_after(&[&expression]))?
+                .query(sql, &filters.params_after(&[&expression]))?
                 .iter()
                 .map(|row| (row.get(0), row.get(1)))
                 .collect())
