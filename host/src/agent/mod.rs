@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
-use crate::journal::Journal;
+use crate::journal::{Journal, host_event};
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::local::TurnInFlight;
@@ -327,10 +327,15 @@ impl Agent {
             .collect()
     }
 
-    /// Journal `message.received` for each message of a batch, in order.
+    /// Journal `message.received` for each message of a batch, in order, in one commit.
     async fn journal_received(&self, batch: &Batch, session_id: &str) {
-        if let Some(journal) = &self.journal {
-            for message in &batch.messages {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let events = batch
+            .messages
+            .iter()
+            .map(|message| {
                 let payload = serde_json::json!({
                     "message_id": message.id,
                     "batch_id": batch.id,
@@ -340,16 +345,15 @@ impl Agent {
                     "text": message_text(message, self.config.max_message_chars),
                     "said_at": message.said_at(),
                 });
-                journal
-                    .emit(
-                        "message.received",
-                        payload,
-                        Some(session_id.to_string()),
-                        Some(message.sender.clone()),
-                    )
-                    .await;
-            }
-        }
+                host_event(
+                    "message.received",
+                    payload,
+                    Some(session_id.to_string()),
+                    Some(message.sender.clone()),
+                )
+            })
+            .collect();
+        journal.emit_all(events).await;
     }
 
     /// Hold the background embedder back while a turn runs (see [`TurnInFlight`]).

@@ -202,15 +202,32 @@ impl Journal {
         session_id: Option<String>,
         user_id: Option<String>,
     ) {
-        let event = NewEvent {
-            topic: topic.into(),
-            payload: payload.to_string(),
-            source: "host".into(),
-            session_id,
-            user_id,
-            agent_id: None,
-            depth: 0,
-        };
+        self.emit_one(host_event(topic, payload, session_id, user_id))
+            .await;
+    }
+
+    /// Append host events in order, all handed to the writer at once so that it commits
+    /// them together (a batch's hundred `message.received` take one commit, not a hundred
+    /// one after the other). An event the journal refuses is appended again alone, waiting
+    /// for space when the disk is full, or logged; only then can it land after a later one.
+    pub async fn emit_all(&self, events: Vec<NewEvent>) {
+        let mut submitted = Vec::with_capacity(events.len());
+        for event in events {
+            match self.validate(&event) {
+                Ok(()) => submitted.push((self.store.append(event.clone()), event)),
+                Err(e) => tracing::error!(topic = %event.topic, "cannot journal a host event: {e}"),
+            }
+        }
+        for (receipt, event) in submitted {
+            match receipt.await {
+                Ok(_) => self.wake_watchers(&event.topic),
+                Err(_) => self.emit_one(event).await,
+            }
+        }
+    }
+
+    /// [`Journal::emit`] of a built event: waits for space when the disk is full.
+    async fn emit_one(&self, event: NewEvent) {
         let appended = crate::retry::while_disk_full(
             "journal a host event",
             JournalError::is_disk_full,
@@ -218,7 +235,7 @@ impl Journal {
         )
         .await;
         if let Err(e) = appended {
-            tracing::error!(topic, "cannot journal a host event: {e}");
+            tracing::error!(topic = %event.topic, "cannot journal a host event: {e}");
         }
     }
 
@@ -345,6 +362,24 @@ impl Journal {
             .store
             .dead_letter(subscriber, event, error, attempts)
             .await?)
+    }
+}
+
+/// An event the host itself appends (source `host`, no agent, the start of a chain).
+pub fn host_event(
+    topic: &str,
+    payload: serde_json::Value,
+    session_id: Option<String>,
+    user_id: Option<String>,
+) -> NewEvent {
+    NewEvent {
+        topic: topic.into(),
+        payload: payload.to_string(),
+        source: "host".into(),
+        session_id,
+        user_id,
+        agent_id: None,
+        depth: 0,
     }
 }
 
