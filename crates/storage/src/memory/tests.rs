@@ -235,6 +235,16 @@ fn episode(id: &str, user: &str, content: &str) -> MemoryEntry {
 }
 
 fn words_matching(memory: &dyn Stores, phrases: &[&str], user: &str) -> Vec<String> {
+    words_matching_at_most(memory, phrases, user, 1000)
+}
+
+/// Ids of the (at most `limit`) entries a search for `phrases` in `user`'s scope finds, sorted.
+fn words_matching_at_most(
+    memory: &dyn Stores,
+    phrases: &[&str],
+    user: &str,
+    limit: usize,
+) -> Vec<String> {
     let fts = FullTextMatch {
         phrases: phrases.iter().map(|p| format!("\"{p}\"")).collect(),
         scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode(user)),
@@ -247,7 +257,7 @@ fn words_matching(memory: &dyn Stores, phrases: &[&str], user: &str) -> Vec<Stri
         ..RecallQuery::default()
     };
     let seqs: Vec<i64> = memory
-        .lexical_candidates(&fts, &query, 1000)
+        .lexical_candidates(&fts, &query, limit)
         .expect("search")
         .into_keys()
         .collect();
@@ -263,13 +273,7 @@ fn words_matching(memory: &dyn Stores, phrases: &[&str], user: &str) -> Vec<Stri
 
 fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search(memory: &dyn Stores) {
     let many = SCORED_MATCHES + 40;
-    for i in 0..many {
-        let text = format!("octocat opened pull request {i} on the bench");
-        memory
-            .insert(episode(&format!("b{i:04}"), "octocat", &text), None, "test")
-            .wait()
-            .expect("stored");
-    }
+    store_pull_requests(memory, many);
     memory
         .insert(episode("z", "octocat", "a kayak trip"), None, "test")
         .wait()
@@ -301,14 +305,7 @@ fn a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search(memory: &dy
 /// A search's cost must not grow with the scope: a word in more of the scope's entries
 /// than a search may rank finds the newest of them, still only in the scope.
 fn a_word_in_more_entries_than_a_search_may_rank_finds_its_newest(memory: &dyn Stores) {
-    // One at a time: the newest are the last written.
-    for i in 0..SCORED_MATCHES_MAX + 50 {
-        let text = format!("octocat opened pull request {i} on the bench");
-        memory
-            .insert(episode(&format!("b{i:04}"), "octocat", &text), None, "test")
-            .wait()
-            .expect("stored");
-    }
+    store_pull_requests(memory, SCORED_MATCHES_MAX + 50);
     memory
         .insert(
             episode("other", "mona", "a bench by the lake"),
@@ -317,26 +314,22 @@ fn a_word_in_more_entries_than_a_search_may_rank_finds_its_newest(memory: &dyn S
         )
         .wait()
         .expect("stored");
-    let fts = FullTextMatch {
-        phrases: vec!["\"bench\"".into(), "\"octocat\"".into()],
-        scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode("octocat")),
-    };
-    let query = RecallQuery {
-        scope: Scope {
-            user_id: Some("octocat".into()),
-            ..Scope::default()
-        },
-        ..RecallQuery::default()
-    };
-    let found = memory.lexical_candidates(&fts, &query, 3).expect("search");
-    let mut ids: Vec<String> = memory
-        .entries_matching(&found.into_keys().collect::<Vec<_>>(), &query)
-        .expect("entries")
-        .into_iter()
-        .map(|(_, e)| e.id)
-        .collect();
-    ids.sort();
-    assert_eq!(ids, ["b1047", "b1048", "b1049"]);
+    assert_eq!(
+        words_matching_at_most(memory, &["bench", "octocat"], "octocat", 3),
+        ["b1047", "b1048", "b1049"]
+    );
+}
+
+/// `count` of octocat's pull-request episodes `b0000`…, stored one at a time (the last
+/// written is the newest).
+fn store_pull_requests(memory: &dyn Stores, count: usize) {
+    for i in 0..count {
+        let text = format!("octocat opened pull request {i} on the bench");
+        memory
+            .insert(episode(&format!("b{i:04}"), "octocat", &text), None, "test")
+            .wait()
+            .expect("stored");
+    }
 }
 
 fn fact(id: &str, content: &str, predicate: &str, at: i64) -> MemoryEntry {
