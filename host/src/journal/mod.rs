@@ -389,7 +389,7 @@ mod tests {
     use crate::backends::{Place, on_each_backend};
     use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
 
-    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed);
+    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async host_events_emitted_together_land_in_order_and_wake_watchers, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed);
 
     /// A journal on `place`, as a host opens it.
     fn journal_on(place: &Place, config: JournalConfig) -> Journal {
@@ -476,6 +476,35 @@ mod tests {
             journal.subscribe("sub", &patterns).await.expect("resume"),
             pending[2].seq
         );
+    }
+
+    async fn host_events_emitted_together_land_in_order_and_wake_watchers(place: Place) {
+        let journal = journal_on(&place, JournalConfig::default());
+        let patterns = vec!["message.*".to_string()];
+        let woken = journal.watch(&patterns);
+        let events = (0..50)
+            .map(|i| {
+                host_event(
+                    "message.received",
+                    serde_json::json!({ "n": i }),
+                    None,
+                    None,
+                )
+            })
+            .chain([host_event("bad topic", serde_json::json!({}), None, None)])
+            .collect();
+        journal.emit_all(events).await;
+        let found = journal.pending(0, &patterns, 100).expect("read");
+        let numbers: Vec<String> = found.events.iter().map(|e| e.payload.clone()).collect();
+        let expected: Vec<String> = (0..50).map(|i| format!("{{\"n\":{i}}}")).collect();
+        assert_eq!(
+            numbers, expected,
+            "every valid event once, in the order given"
+        );
+        assert!(found.events.iter().all(|e| e.source == "host"));
+        tokio::time::timeout(std::time::Duration::from_secs(5), woken.notified())
+            .await
+            .expect("the watcher was woken");
     }
 
     async fn a_search_reports_how_far_it_read_so_the_next_starts_there(place: Place) {
