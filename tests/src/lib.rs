@@ -517,7 +517,7 @@ pub fn http_client() -> ureq::Agent {
 
 /// `sha256=<hex>`: the GitHub-style HMAC signature of `body` under `secret`.
 pub fn github_signature(secret: &[u8], body: &[u8]) -> String {
-    use hmac::Mac;
+    use hmac::{KeyInit, Mac};
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret).expect("any key length works");
     mac.update(body);
     format!("sha256={}", hex::encode(mac.finalize().into_bytes()))

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cairn_tests::{Host, PluginDir, cairn, http_client};
 
@@ -189,7 +189,6 @@ fn metrics_are_prometheus_text_and_a_console_beyond_loopback_needs_its_token() {
         .collect::<String>()
         .parse()
         .expect("port");
-    std::thread::sleep(Duration::from_millis(600));
     let url = format!("http://127.0.0.1:{port}/metrics");
     let client = http_client();
     let anonymous = client.get(&url).call().expect("answer");
@@ -200,38 +199,51 @@ fn metrics_are_prometheus_text_and_a_console_beyond_loopback_needs_its_token() {
         .call()
         .expect("answer");
     assert_eq!(wrong.status(), 401);
-    let mut answer = client
-        .get(&url)
-        .header("Authorization", "Bearer open-sesame")
-        .call()
-        .expect("answer");
-    assert_eq!(answer.status(), 200);
-    let content_type = answer.headers()["content-type"]
-        .to_str()
-        .unwrap_or("")
-        .to_string();
-    assert!(
-        content_type.starts_with("text/plain; version=0.0.4"),
-        "{content_type}"
-    );
-    let text = answer.body_mut().read_to_string().expect("text");
-    for line in [
+    // The sampler reads the journal and the plugins' status at different moments: poll until
+    // one scrape shows every delivery's fault and dead letter.
+    let expected = [
         "# TYPE cairn_buffer_depth gauge",
         "cairn_buffer_depth 0",
         "cairn_journal_dead_letters{subscriber=\"trapper\"} 1",
         "cairn_journal_subscriber_lag{subscriber=\"trapper\"} 0",
         "cairn_plugin_state{plugin=\"cli\",state=\"running\"} 1",
         "cairn_console_read_errors 0",
-    ] {
+    ];
+    let trapper_faults = |text: &str| -> u32 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("cairn_plugin_faults{plugin=\"trapper\"} "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + LONG;
+    let text = loop {
+        let mut answer = client
+            .get(&url)
+            .header("Authorization", "Bearer open-sesame")
+            .call()
+            .expect("answer");
+        assert_eq!(answer.status(), 200);
+        let content_type = answer.headers()["content-type"]
+            .to_str()
+            .unwrap_or("")
+            .to_string();
+        assert!(
+            content_type.starts_with("text/plain; version=0.0.4"),
+            "{content_type}"
+        );
+        let text = answer.body_mut().read_to_string().expect("text");
+        let settled = trapper_faults(&text) >= 2
+            && expected.iter().all(|line| text.lines().any(|l| l == *line));
+        if settled || Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for line in expected {
         assert!(text.lines().any(|l| l == line), "no `{line}` in:\n{text}");
     }
-    let faults: u32 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("cairn_plugin_faults{plugin=\"trapper\"} "))
-        .expect("the trapper's faults")
-        .parse()
-        .expect("a number");
-    assert!(faults >= 2, "each delivery trapped: {faults}");
+    let faults = trapper_faults(&text);
+    assert!(faults >= 2, "each delivery trapped: {faults} in:\n{text}");
     let snapshot: serde_json::Value = serde_json::from_str(
         &client
             .get(format!(

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use proptest::prelude::*;
 use sha2::Sha256;
 
