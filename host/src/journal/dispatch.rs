@@ -442,6 +442,21 @@ mod tests {
         }
     }
 
+    /// Append `n` events on `work.item`.
+    async fn append_work(journal: &Journal, n: usize) {
+        for _ in 0..n {
+            journal
+                .append(NewEvent {
+                    topic: "work.item".into(),
+                    payload: "{}".into(),
+                    source: "test".into(),
+                    ..NewEvent::default()
+                })
+                .await
+                .expect("append");
+        }
+    }
+
     fn seen(recorder: &Recorder) -> Vec<i64> {
         recorder.taken.lock().expect("lock").clone()
     }
@@ -518,17 +533,7 @@ mod tests {
             stopped,
         ));
         tokio::time::sleep(Duration::from_millis(300)).await;
-        for _ in 0..20 {
-            journal
-                .append(NewEvent {
-                    topic: "work.item".into(),
-                    payload: "{}".into(),
-                    source: "test".into(),
-                    ..NewEvent::default()
-                })
-                .await
-                .expect("append");
-        }
+        append_work(&journal, 20).await;
         for _ in 0..600 {
             if picky.taken.lock().expect("lock").len() >= 19 {
                 break;
@@ -583,22 +588,9 @@ mod tests {
             ));
             hosts.push((stop, task));
         }
-        let append = |journal: Arc<Journal>, n: usize| async move {
-            for _ in 0..n {
-                journal
-                    .append(NewEvent {
-                        topic: "work.item".into(),
-                        payload: "{}".into(),
-                        source: "test".into(),
-                        ..NewEvent::default()
-                    })
-                    .await
-                    .expect("append");
-            }
-        };
         tokio::time::sleep(Duration::from_millis(500)).await;
-        append(journals[0].clone(), 10).await;
-        append(journals[1].clone(), 10).await;
+        append_work(&journals[0], 10).await;
+        append_work(&journals[1], 10).await;
         until_taken([&recorders[0], &recorders[1]], 20).await;
         let holder = usize::from(seen(&recorders[0]).is_empty());
         let other = 1 - holder;
@@ -618,7 +610,7 @@ mod tests {
         let (stop, task) = hosts.swap_remove(holder);
         stop.send(true).expect("stop");
         task.await.expect("the holder stops");
-        append(journals[other].clone(), 5).await;
+        append_work(&journals[other], 5).await;
         until_taken([&recorders[0], &recorders[1]], 25).await;
         assert_eq!(seen(&recorders[other]), (21..=25).collect::<Vec<i64>>());
     }
