@@ -190,3 +190,279 @@ fn a_plugin_failing_with_megabytes_of_error_is_cut_to_4_kib_everywhere() {
         &error[error.len().saturating_sub(80)..]
     );
 }
+
+/// The host's resident memory in MiB, open file descriptors and threads, from `/proc`.
+fn footprint(pid: u32) -> (u64, usize, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fds")
+        .count();
+    (field("VmRSS:") / 1024, fds, field("Threads:"))
+}
+
+/// The names of a process's threads, sorted.
+fn thread_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("tasks")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// How many dead letters `subscriber` has.
+fn dead_letters_of(data: &std::path::Path, subscriber: &str) -> usize {
+    let out = cairn(&[
+        "journal",
+        "dead-letters",
+        "--json",
+        "--limit",
+        "1000000",
+        "--data",
+        &data.display().to_string(),
+    ]);
+    assert!(out.status.success());
+    let letters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    letters
+        .iter()
+        .filter(|l| l["subscriber"] == subscriber)
+        .count()
+}
+
+/// Milliseconds from each `tick_topic` event to the `echo_topic` event echoing it, sorted.
+fn echo_lags(data: &std::path::Path, tick_topic: &str, echo_topic: &str) -> Vec<i64> {
+    let ticks: std::collections::HashMap<i64, i64> = journal_json(data, tick_topic)
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_i64().expect("seq"),
+                e["created_at"].as_i64().expect("at"),
+            )
+        })
+        .collect();
+    let mut lags: Vec<i64> = journal_json(data, echo_topic)
+        .iter()
+        .map(|echo| {
+            let payload: serde_json::Value =
+                serde_json::from_str(echo["payload"].as_str().expect("payload")).expect("json");
+            let tick = payload["after"].as_i64().expect("after");
+            echo["created_at"].as_i64().expect("at") - ticks[&tick]
+        })
+        .collect();
+    lags.sort_unstable();
+    lags
+}
+
+fn percentile(sorted: &[i64], p: usize) -> i64 {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
+
+/// One restart a second for an hour: a plugin that traps on every event is restarted 3,600
+/// times (backoff and budget set so nothing stops it), each time a fresh store from its
+/// `InstancePre`. Its neighbour takes every event once meanwhile, and the host's memory,
+/// descriptors and threads stay flat from the first sixth of the churn to the end.
+#[test]
+fn a_plugin_trapping_on_every_event_for_an_hour_of_restarts_leaks_nothing_and_stalls_no_neighbour()
+{
+    const RESTARTS: u64 = 3_600;
+    const PER_MESSAGE: u64 = 1_000;
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    dir.plugin(
+        "source",
+        "handler",
+        "hostile",
+        &format!("limits: {{emits_per_sec: 100000, timeout_ms: 600000}}\nconfig: {{event: flood, topic: churn.tick, count: {PER_MESSAGE}}}\nevents: {{subscribes: [message.received], emits: [churn.tick]}}\n"),
+    );
+    dir.plugin(
+        "churner",
+        "handler",
+        "hostile",
+        "events: {subscribes: [churn.tick]}\n",
+    );
+    dir.plugin(
+        "neighbour",
+        "handler",
+        "hostile",
+        "limits: {emits_per_sec: 100000}\nconfig: {event: echo, echo: churn.echo}\nevents: {subscribes: [churn.tick], emits: [churn.echo]}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[
+            ("CAIRN_SUPERVISOR_RESTART_BUDGET", "1000000"),
+            ("CAIRN_SUPERVISOR_BACKOFF_INITIAL_MS", "1"),
+            ("CAIRN_SUPERVISOR_BACKOFF_MAX_MS", "1"),
+            ("CAIRN_JOURNAL_MAX_ATTEMPTS", "1"),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    let restarts = |data: &std::path::Path| {
+        cairn_tests::plugin_status(data, "churner")
+            .and_then(|row| row["restarts"].as_u64())
+            .unwrap_or(0)
+    };
+    let started = std::time::Instant::now();
+    let (mut messages, mut early) = (0u64, None);
+    while restarts(data.path()) < RESTARTS {
+        assert!(
+            started.elapsed() < Duration::from_secs(1200),
+            "{}",
+            host.log()
+        );
+        assert!(host.is_running(), "{}", host.log());
+        // A message makes the source emit the next thousand ticks.
+        if journal_json(data.path(), "churn.tick").len() as u64 == messages * PER_MESSAGE {
+            messages += 1;
+            host.type_line(&format!("tick {messages}"));
+        }
+        if early.is_none() && restarts(data.path()) >= RESTARTS / 6 {
+            early = Some(footprint(host.pid()));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let ticks = messages * PER_MESSAGE;
+    host.wait_until(LONG, "every tick taken by both", |_| {
+        journal_json(data.path(), "churn.tick").len() as u64 == ticks
+            && journal_json(data.path(), "churn.echo").len() as u64 == ticks
+            && dead_letters_of(data.path(), "churner") as u64 == ticks
+    });
+    let churned = started.elapsed();
+    let (rss_early, fds_early, threads_early) = early.expect("sampled a sixth of the way");
+    let (rss, fds, threads) = footprint(host.pid());
+    let names = thread_names(host.pid());
+    let final_restarts = restarts(data.path());
+    let lags = echo_lags(data.path(), "churn.tick", "churn.echo");
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+
+    assert_eq!(
+        lags.len() as u64,
+        ticks,
+        "the neighbour took each tick once"
+    );
+    assert!(fds <= fds_early + 4, "fds {fds_early} -> {fds}");
+    // One instance thread at a time (a trapped one may still be ending), however many
+    // restarts; the host's other threads are its own and its runtime's pools.
+    let churners = names.iter().filter(|name| *name == "wasm-churner").count();
+    assert!(churners <= 2, "{churners} churner threads: {names:?}");
+    assert!(rss <= rss_early + 64, "RSS {rss_early} -> {rss} MiB");
+    eprintln!(
+        "churn: {final_restarts} restarts over {ticks} ticks in {:.1} s ({:.0}/s); RSS {rss_early} -> {rss} MiB, fds {fds_early} -> {fds}, threads {threads_early} -> {threads}; neighbour's tick -> echo p50 {} ms, p99 {} ms",
+        churned.as_secs_f64(),
+        final_restarts as f64 / churned.as_secs_f64(),
+        percentile(&lags, 50),
+        percentile(&lags, 99)
+    );
+}
+
+/// A plugin whose `on-event` blocks in a host call for an hour: each call is answered with a
+/// timeout fault once `limits.timeout_ms` and the grace have passed, the plugin is restarted
+/// and then quarantined by its budget, the neighbour takes every event meanwhile, and the
+/// host still stops cleanly with those calls blocked.
+#[test]
+fn a_plugin_holding_a_host_call_forever_is_abandoned_and_its_neighbour_keeps_going() {
+    const TICKS: u64 = 10;
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    dir.plugin(
+        "source",
+        "handler",
+        "hostile",
+        &format!("limits: {{emits_per_sec: 100000}}\nconfig: {{event: flood, topic: hold.tick, count: {TICKS}}}\nevents: {{subscribes: [message.received], emits: [hold.tick]}}\n"),
+    );
+    dir.plugin(
+        "holder",
+        "handler",
+        "hostile",
+        "limits: {timeout_ms: 200}\nconfig: {event: hold}\nevents: {subscribes: [hold.tick]}\n",
+    );
+    dir.plugin(
+        "neighbour",
+        "handler",
+        "hostile",
+        "limits: {emits_per_sec: 100000}\nconfig: {event: echo, echo: hold.echo}\nevents: {subscribes: [hold.tick], emits: [hold.echo]}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[
+            ("CAIRN_SUPERVISOR_RESTART_BUDGET", "3"),
+            ("CAIRN_SUPERVISOR_BACKOFF_INITIAL_MS", "10"),
+            ("CAIRN_JOURNAL_MAX_ATTEMPTS", "1"),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    let (_, _, threads_before) = footprint(host.pid());
+    let names_before = thread_names(host.pid());
+    let holder = |data: &std::path::Path| {
+        cairn_tests::plugin_status(data, "holder").expect("the holder's status")
+    };
+    // Each message makes the source emit ten ticks; the holder blocks on the first it gets
+    // after each start, until the budget quarantines it.
+    let mut messages = 0u64;
+    let row = loop {
+        let row = holder(data.path());
+        if row["state"] == "quarantined" {
+            break row;
+        }
+        assert!(messages < 10, "never quarantined: {row}\n{}", host.log());
+        messages += 1;
+        host.type_line(&format!("hold on {messages}"));
+        let faults = row["faults"].as_u64().unwrap_or(0);
+        host.wait_until(LONG, "the holder's next fault", |_| {
+            holder(data.path())["faults"].as_u64().unwrap_or(0) > faults
+        });
+    };
+    let ticks = messages * TICKS;
+    host.wait_until(LONG, "every tick echoed and given up by the holder", |_| {
+        journal_json(data.path(), "hold.echo").len() as u64 == ticks
+            && dead_letters_of(data.path(), "holder") as u64 == ticks
+    });
+    let (_, _, threads_held) = footprint(host.pid());
+    let names_held = thread_names(host.pid());
+    let lags = echo_lags(data.path(), "hold.tick", "hold.echo");
+    let stopping = std::time::Instant::now();
+    let (exit, log) = host.stop();
+    let stop_took = stopping.elapsed();
+    assert!(exit.success(), "{log}");
+    assert!(
+        log.contains("blocked in a host call") && log.contains("instance abandoned"),
+        "{log}"
+    );
+    assert_eq!(
+        (row["restarts"].as_u64(), row["faults"].as_u64()),
+        (Some(3), Some(4)),
+        "{row}"
+    );
+    // Each abandoned call keeps its instance's thread (blocked in the sleep) until the host
+    // exits: one per start the budget allowed (the first and three restarts), no more.
+    let holders = names_held
+        .iter()
+        .filter(|name| *name == "wasm-holder")
+        .count();
+    assert!(
+        holders <= 4,
+        "{holders} holder threads: {names_before:?} -> {names_held:?}"
+    );
+    eprintln!(
+        "held host call: holder quarantined after {} restarts; threads {threads_before} -> {threads_held} ({holders} held by the holder); neighbour's tick -> echo p50 {} ms, p99 {} ms; stop took {} ms",
+        row["restarts"],
+        percentile(&lags, 50),
+        percentile(&lags, 99),
+        stop_took.as_millis()
+    );
+}

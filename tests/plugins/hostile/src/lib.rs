@@ -18,7 +18,8 @@
 //! On events it does what `config.event` says: `trap` (the default) traps, `hang` spins
 //! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds, `echo`
 //! emits `config.echo` (two echoing plugins answer each other's events), `huge-error` fails
-//! with an 8 MiB error message.
+//! with an 8 MiB error message, `flood` emits `config.count` events on `config.topic` (as
+//! `emit-flood` does), `hold` blocks in a WASI sleep (a host call) for an hour.
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -35,8 +36,12 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use cairn::plugin::{journal, kv, lifecycle, log};
 
-/// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag, 3 echo.
+/// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag, 3 echo, 4 fail
+/// hugely, 5 flood, 6 hold a host call.
 static ON_EVENT: AtomicU8 = AtomicU8::new(0);
+
+/// What `flood` emits on each event: the topic and how many.
+static FLOOD: std::sync::Mutex<(String, u64)> = std::sync::Mutex::new((String::new(), 0));
 
 /// The topic `echo` emits.
 static ECHO: std::sync::Mutex<String> = std::sync::Mutex::new(String::new());
@@ -166,8 +171,13 @@ impl Guest for Hostile {
             Some("interrupted") => 2,
             Some("echo") => 3,
             Some("huge-error") => 4,
+            Some("flood") => 5,
+            Some("hold") => 6,
             _ => 0,
         };
+        let topic = config.get("topic").and_then(|t| t.as_str()).unwrap_or("flood.tick");
+        let count = config.get("count").and_then(|c| c.as_u64()).unwrap_or(2000);
+        *FLOOD.lock().unwrap_or_else(|p| p.into_inner()) = (topic.to_string(), count);
         if let Some(topic) = config.get("echo").and_then(|t| t.as_str()) {
             *ECHO.lock().unwrap_or_else(|p| p.into_inner()) = topic.to_string();
         }
@@ -189,10 +199,7 @@ impl Guest for Hostile {
             "net-connect" => net_connect(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "http-get" => http_get(config.get("target").and_then(|t| t.as_str()).unwrap_or("127.0.0.1:9")),
             "log-flood" => log_flood(),
-            "emit-flood" => emit_flood(
-                config.get("topic").and_then(|t| t.as_str()).unwrap_or("flood.tick"),
-                config.get("count").and_then(|c| c.as_u64()).unwrap_or(2000),
-            ),
+            "emit-flood" => emit_flood(topic, count),
             "kv-flood" => kv_flood(),
             "emit" => {
                 for key in ["allowed", "denied"] {
@@ -219,6 +226,15 @@ impl Guest for Hostile {
                 Ok(())
             }
             4 => Err(Error::Internal(format!("{} on {}", "x".repeat(8 << 20), event.seq))),
+            5 => {
+                let (topic, count) = FLOOD.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                emit_flood(&topic, count);
+                Ok(())
+            }
+            6 => {
+                std::thread::sleep(std::time::Duration::from_secs(3600));
+                Ok(())
+            }
             3 => {
                 let topic = ECHO.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let payload = format!("{{\"after\":{}}}", event.seq);
