@@ -812,17 +812,22 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
         }
 
         for subscribers in [1usize, 10] {
-            let sqlite = |name: &str| -> Result<Arc<Journal>> {
-                let dir = scratch.join(format!("dispatch-{subscribers}-{name}"));
+            let sqlite = |takers: Takers| -> Result<Arc<Journal>> {
+                let dir = scratch.join(format!("dispatch-{subscribers}-{takers:?}"));
                 std::fs::create_dir_all(&dir)?;
-                Ok(Arc::new(Journal::open(&dir, JournalConfig::default())?))
+                // The churner's events are dead-lettered at its first failure.
+                let config = JournalConfig {
+                    max_attempts: if takers == Takers::WasmBesideChurner { 1 } else { 5 },
+                    ..JournalConfig::default()
+                };
+                Ok(Arc::new(Journal::open(&dir, config)?))
             };
-            eprintln!("bench: journal dispatch, {subscribers} native");
-            let native =
-                dispatch_rate(scratch, component, subscribers, true, sqlite("native")?).await?;
-            eprintln!("bench: journal dispatch, {subscribers} wasm");
-            let wasm =
-                dispatch_rate(scratch, component, subscribers, false, sqlite("wasm")?).await?;
+            let rate = async |takers: Takers| -> Result<f64> {
+                eprintln!("bench: journal dispatch, {subscribers} {takers:?}");
+                dispatch_rate(scratch, component, subscribers, takers, sqlite(takers)?).await
+            };
+            let native = rate(Takers::Native).await?;
+            let wasm = rate(Takers::Wasm).await?;
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s)"),
                 value: wasm,
@@ -830,6 +835,16 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                 note: format!(
                     "{subscribers} native Rust subscriber(s) through the same dispatcher: {native:.0} ev/s (ratio {:.2})",
                     wasm / native
+                ),
+            });
+            let churned = rate(Takers::WasmBesideChurner).await?;
+            rows.push(Row {
+                name: format!("dispatch to {subscribers} WASM subscriber(s) beside a plugin trapping on every event"),
+                value: churned,
+                unit: "ev/s",
+                note: format!(
+                    "the churner restarted after each trap (backoff 1 ms); ratio to the row without it {:.2}",
+                    churned / wasm
                 ),
             });
             if let Some(cluster) = postgres {
@@ -840,7 +855,7 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                 let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
                 eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
                 let on_postgres =
-                    dispatch_rate(scratch, component, subscribers, false, journal).await?;
+                    dispatch_rate(scratch, component, subscribers, Takers::Wasm, journal).await?;
                 rows.push(Row {
                     name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
                     value: on_postgres,
@@ -864,11 +879,13 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
     })
 }
 
-/// A plugin host with `count` bench subscribers on `journal`.
+/// A plugin host with `count` bench subscribers on `journal` (and, with `churner`, the hostile
+/// plugin trapping on every event beside them).
 async fn bench_subscribers(
     dir: &Path,
     component: &Path,
     count: usize,
+    churner: bool,
     journal: Arc<Journal>,
 ) -> Result<(
     cairn::plugin::PluginHost,
@@ -885,11 +902,24 @@ async fn bench_subscribers(
             ),
         )?;
     }
+    if churner {
+        std::fs::write(
+            plugins.join("churner.yaml"),
+            format!(
+                "id: churner\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.1\nevents: {{subscribes: ['bench.*']}}\n",
+                guests_dir().join("hostile.wasm").display()
+            ),
+        )?;
+    }
     let set = cairn::plugin::resolve::load(&plugins).map_err(|e| anyhow::anyhow!("{e:?}"))?;
     let mut config = cairn::config::HostConfig {
         data_dir: dir.to_path_buf(),
         ..Default::default()
     };
+    // A churner is restarted after every trap, however many.
+    config.supervisor.restart_budget = 1_000_000;
+    config.supervisor.backoff_initial_ms = 1;
+    config.supervisor.backoff_max_ms = 1;
     config.runtime.cache_dir = workspace_root().join("target/test-cache");
     let host_db = Arc::new(SqliteHost::open(dir)?);
     let services = Arc::new(HostServices {
@@ -906,7 +936,9 @@ async fn bench_subscribers(
     let host =
         cairn::plugin::PluginHost::start(&set, &config.plugin_host(), services, status).await?;
     let handles = (0..count)
-        .filter_map(|i| host.handle(&format!("sub{i}")).cloned())
+        .map(|i| format!("sub{i}"))
+        .chain(churner.then(|| "churner".to_string()))
+        .filter_map(|id| host.handle(&id).cloned())
         .collect();
     Ok((host, handles))
 }
@@ -926,27 +958,45 @@ impl cairn::journal::dispatch::Subscriber for NativeSubscriber {
     }
 }
 
+/// Who takes the dispatch rows' events.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Takers {
+    /// Native Rust subscribers doing the bench plugin's work.
+    Native,
+    /// The bench plugin.
+    Wasm,
+    /// The bench plugin, beside a hostile plugin subscribed to the same events that traps on
+    /// every one and is restarted each time.
+    WasmBesideChurner,
+}
+
 /// Events per second delivered in all to `subscribers` subscribers, WASM plugins or native
-/// Rust subscribers doing the same work, both through the journal's dispatcher.
+/// Rust subscribers doing the same work, all through the journal's dispatcher.
 async fn dispatch_rate(
     scratch: &Path,
     component: &Path,
     subscribers: usize,
-    native: bool,
+    takers: Takers,
     journal: Arc<Journal>,
 ) -> Result<f64> {
-    let dir = scratch.join(format!("dispatch-{subscribers}-{native}-plugins"));
+    let dir = scratch.join(format!("dispatch-{subscribers}-{takers:?}-plugins"));
     std::fs::create_dir_all(&dir)?;
-    let events = 2_000usize;
+    let events = 20_000usize;
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let patterns = vec!["bench.*".to_string()];
+    let native = takers == Takers::Native;
     let plugins = if native { 0 } else { subscribers };
-    let (host, handles) = bench_subscribers(&dir, component, plugins, journal.clone()).await?;
+    let churner = takers == Takers::WasmBesideChurner;
+    let (host, handles) =
+        bench_subscribers(&dir, component, plugins, churner, journal.clone()).await?;
     let ids: Vec<String> = if native {
         (0..subscribers).map(|i| format!("native{i}")).collect()
     } else {
-        handles.iter().map(|h| h.id().to_string()).collect()
+        (0..subscribers).map(|i| format!("sub{i}")).collect()
     };
+    for handle in &handles {
+        journal.subscribe(handle.id(), &patterns).await?;
+    }
     for id in &ids {
         journal.subscribe(id, &patterns).await?;
     }
@@ -1006,7 +1056,7 @@ async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
     let dir = scratch.join("emit-latency");
     std::fs::create_dir_all(&dir)?;
     let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
-    let (host, handles) = bench_subscribers(&dir, component, 1, journal.clone()).await?;
+    let (host, handles) = bench_subscribers(&dir, component, 1, false, journal.clone()).await?;
     let patterns = vec!["bench.*".to_string()];
     let handle = handles.into_iter().next().context("a subscriber")?;
     journal.subscribe(handle.id(), &patterns).await?;
