@@ -29,8 +29,6 @@ pub struct MemoryStores {
     pub entries: Arc<dyn MemoryStore>,
     /// Conversation sessions.
     pub sessions: Arc<dyn SessionStore>,
-    /// Whether the store was just created (a cold start: nothing was remembered).
-    pub cold: bool,
 }
 
 /// The host state's three interfaces over one store.
@@ -45,11 +43,10 @@ pub struct HostStores {
 
 impl MemoryStores {
     /// Both of memory's interfaces over `store`.
-    fn over<S: MemoryStore + SessionStore + 'static>(store: Arc<S>, cold: bool) -> Self {
+    fn over<S: MemoryStore + SessionStore + 'static>(store: Arc<S>) -> Self {
         Self {
             entries: store.clone(),
             sessions: store,
-            cold,
         }
     }
 }
@@ -133,16 +130,8 @@ impl Storage {
     /// Memory's store.
     pub fn memory(&self, data_dir: &Path) -> Result<MemoryStores, StorageError> {
         Ok(match self {
-            Storage::Sqlite => {
-                let store = Arc::new(SqliteMemory::open(data_dir)?);
-                let cold = store.is_new();
-                MemoryStores::over(store, cold)
-            }
-            Storage::Postgres(url) => {
-                let store = Arc::new(PgMemory::connect(url)?);
-                let cold = store.is_new();
-                MemoryStores::over(store, cold)
-            }
+            Storage::Sqlite => MemoryStores::over(Arc::new(SqliteMemory::open(data_dir)?)),
+            Storage::Postgres(url) => MemoryStores::over(Arc::new(PgMemory::connect(url)?)),
         })
     }
 

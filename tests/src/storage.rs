@@ -64,8 +64,7 @@ pub fn open_memory(
     let store = std::sync::Arc::new(
         cairn::store::pg::memory::PgMemory::connect(&url).expect("connect memory"),
     );
-    let cold = store.is_new();
-    cairn::memory::LocalMemory::over(data, config, store, cold).expect("open memory")
+    cairn::memory::LocalMemory::over(data, config, store).expect("open memory")
 }
 
 /// `CAIRN_STORAGE` for a command a test builds itself on `data` (none on SQLite).

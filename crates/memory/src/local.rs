@@ -63,20 +63,19 @@ pub struct LocalMemory {
 impl LocalMemory {
     /// Open `<data>/memory.db` (creating and migrating it) and serve memory from it.
     pub fn open(data_dir: &Path, config: MemoryConfig) -> Result<Arc<Self>, MemoryError> {
-        let store = Arc::new(SqliteMemory::open(data_dir)?);
-        let cold = store.is_new();
-        Self::over(data_dir, config, store, cold)
+        Self::over(data_dir, config, Arc::new(SqliteMemory::open(data_dir)?))
     }
 
-    /// Serve memory from `store`. On a cold start (`cold`: the store was just created)
-    /// core memories are hydrated from `MEMORY_SNAPSHOT.md` when it exists and
-    /// `auto_hydrate` is on. Vectors of the configured model are loaded on first recall.
+    /// Serve memory from `store`. On a cold start (the store remembers nothing and has not
+    /// been hydrated yet — also when a start died while hydrating) core memories are
+    /// hydrated from `MEMORY_SNAPSHOT.md` when it exists and `auto_hydrate` is on. Vectors
+    /// of the configured model are loaded on first recall.
     pub fn over(
         data_dir: &Path,
         config: MemoryConfig,
         store: Arc<dyn MemoryStore>,
-        cold: bool,
     ) -> Result<Arc<Self>, MemoryError> {
+        let cold = store.awaits_hydration()?;
         let chosen = embed::provider_from_config(&config.embeddings);
         let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
         let memory = Arc::new(Self {
@@ -94,9 +93,13 @@ impl LocalMemory {
             worker: Mutex::new(None),
         });
         let snapshot = data_dir.join(SNAPSHOT_FILE);
-        if cold && memory.config.auto_hydrate && snapshot.exists() {
-            let restored = memory.hydrate(&snapshot)?;
-            tracing::info!(restored, snapshot = %snapshot.display(), "memory.db was missing: core memories hydrated from the snapshot");
+        if cold {
+            if memory.config.auto_hydrate && snapshot.exists() {
+                tracing::info!(snapshot = %snapshot.display(), "memory is new: hydrating core memories from the snapshot");
+                let restored = memory.hydrate(&snapshot)?;
+                tracing::info!(restored, snapshot = %snapshot.display(), "memory was new: core memories hydrated from the snapshot");
+            }
+            memory.store.settle_hydration().wait()?;
         }
         Ok(memory)
     }

@@ -162,12 +162,7 @@ fn open_stores(
         .journal(data_dir, &config.journal)
         .map_err(storage_unusable)?;
     let journal = Arc::new(Journal::over(journal_store, config.journal.clone()));
-    let local_memory = LocalMemory::over(
-        data_dir,
-        config.memory.clone(),
-        memory_db.entries,
-        memory_db.cold,
-    )?;
+    let local_memory = LocalMemory::over(data_dir, config.memory.clone(), memory_db.entries)?;
     let memory = Arc::new(MemoryService::new(
         local_memory.clone(),
         memory_db.sessions.clone(),

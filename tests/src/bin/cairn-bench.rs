@@ -1137,7 +1137,7 @@ fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Result<()
         .cache_entries
         .max(2 * POSTGRES_RECALL_SIZE);
     let sqlite = Arc::new(cairn::store::memory::SqliteMemory::open(&dir)?);
-    let memory = LocalMemory::over(&dir, config.clone(), sqlite.clone(), true)?;
+    let memory = LocalMemory::over(&dir, config.clone(), sqlite.clone())?;
     let postgres = cairn::store::pg::cluster::TestCluster::shared();
     let mut chunks = Vec::new();
     let now = cairn::store::now_ms();

@@ -534,3 +534,101 @@ fn kill_9_during_consolidation_sleep_and_hygiene_loses_and_doubles_nothing() {
         summaries.len()
     );
 }
+
+/// Core memories in a snapshot file: how many sections it has, and its text.
+fn snapshot_sections(data: &Path) -> usize {
+    std::fs::read_to_string(data.join("MEMORY_SNAPSHOT.md"))
+        .map(|text| text.lines().filter(|l| l.starts_with("## ")).count())
+        .unwrap_or(0)
+}
+
+/// A memory that is new wakes from a snapshot: the start creates memory.db, hydrates the
+/// snapshot's core memories one by one (sections written by hand carry no record), then runs
+/// hygiene, which writes the snapshot again. `kill -9` lands in each of those steps in turn;
+/// after every kill the snapshot is whole, and the next start ends with every core memory,
+/// once, in the database and in the snapshot.
+#[test]
+fn kill_9_during_start_up_hydration_hygiene_and_snapshot_loses_no_core_memory() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "kill_9_during_start_up_hydration_hygiene_and_snapshot_loses_no_core_memory",
+    ) {
+        return;
+    }
+    const CORE: usize = 3_000;
+    let dir = PluginDir::new();
+    dir.bundled("counter");
+    let pristine = tempfile::tempdir().expect("pristine");
+    let sections: String = (0..CORE)
+        .map(|i| format!("## House rule {i}: keep answer {i} short (user alice)\n\n"))
+        .collect();
+    std::fs::write(pristine.path().join("MEMORY_SNAPSHOT.md"), sections).expect("snapshot");
+    // Each kill: the log line to wait for (none: from the spawn), then how long after it.
+    let kills: [(Option<&str>, u64); 9] = [
+        (None, 0),
+        (None, 150),
+        (Some("hydrating core memories"), 0),
+        (Some("hydrating core memories"), 60),
+        (Some("hydrating core memories"), 150),
+        (Some("hydrating core memories"), 400),
+        (Some("core memories hydrated"), 0),
+        (Some("core memories hydrated"), 30),
+        (Some("memory hygiene ran"), 0),
+    ];
+    let mut landed = Vec::new();
+    for (after, ms) in kills {
+        let data = tempfile::tempdir().expect("data");
+        copy_dir(pristine.path(), data.path());
+        let mut host = Host::start(dir.path(), data.path(), &[]);
+        if let Some(line) = after {
+            host.wait_for(line, LONG);
+        }
+        std::thread::sleep(Duration::from_millis(ms));
+        let killed = host.kill9();
+        let step = [
+            ("hygiene ran", "memory hygiene ran"),
+            ("hydrated", "core memories hydrated"),
+            ("hydrating", "hydrating core memories"),
+        ]
+        .into_iter()
+        .find(|(_, line)| killed.contains(line))
+        .map_or("before hydrating", |(step, _)| step);
+        landed.push(step);
+        assert_eq!(
+            snapshot_sections(data.path()),
+            CORE,
+            "killed {step}: the snapshot is whole"
+        );
+
+        let mut host = Host::start(dir.path(), data.path(), &[]);
+        host.wait_for("cairn is running", LONG);
+        let (exit, log) = host.stop();
+        assert!(exit.success(), "{log}");
+        let core = memories(data.path(), &["--kind", "core"]);
+        let mut contents: Vec<&str> = core
+            .iter()
+            .filter(|m| m["forgotten_at"].is_null() && m["superseded_by"].is_null())
+            .map(|m| m["content"].as_str().expect("content"))
+            .collect();
+        contents.sort_unstable();
+        contents.dedup();
+        assert_eq!(
+            (core.len(), contents.len()),
+            (CORE, CORE),
+            "killed {step}: every core memory, once"
+        );
+        let out = cairn(&[
+            "memory",
+            "hygiene",
+            "--json",
+            "--data",
+            &data.path().display().to_string(),
+        ]);
+        let hygiene: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(
+            hygiene["snapshot_entries"], CORE,
+            "killed {step}: {hygiene}"
+        );
+        assert_eq!(snapshot_sections(data.path()), CORE, "killed {step}");
+    }
+    eprintln!("start-up kills landed: {landed:?}");
+}

@@ -454,13 +454,8 @@ fn export_and_import_round_trip_losslessly() {
     }
     let source = tempfile::tempdir().expect("source");
     let memory_db = Arc::new(SqliteMemory::open(source.path()).expect("memory.db"));
-    let memory = LocalMemory::over(
-        source.path(),
-        MemoryConfig::default(),
-        memory_db.clone(),
-        true,
-    )
-    .expect("open memory");
+    let memory = LocalMemory::over(source.path(), MemoryConfig::default(), memory_db.clone())
+        .expect("open memory");
     let dataset = memory_dataset::generate(6, 11, cairn::store::now_ms());
     let ids = load_dataset(&memory, &dataset);
     let mut noted = NewMemory::new(
@@ -634,6 +629,58 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
         Some(2),
         "only core memories are in the snapshot"
     );
+}
+
+#[test]
+fn a_start_that_died_before_hydrating_hydrates_on_the_next_and_hygiene_keeps_the_snapshot() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_start_that_died_before_hydrating_hydrates_on_the_next_and_hygiene_keeps_the_snapshot",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("data dir");
+    let data = data_arg(dir.path());
+    {
+        let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
+        for i in 0..5 {
+            let mut core = NewMemory::new(MemoryKind::Core, format!("Core rule number {i}"));
+            core.scope = user_scope("alice");
+            memory.store_blocking(core).expect("store");
+        }
+    }
+    cli_json(&["memory", "snapshot", "--json", "--data", &data]);
+    // By id: entries recorded in the same millisecond may come back in another order.
+    let list_core = || {
+        let mut entries = cli_json(&[
+            "memory", "list", "--kind", "core", "--json", "--data", &data,
+        ])
+        .as_array()
+        .expect("a list")
+        .clone();
+        entries.sort_by_key(|e| e["id"].as_str().unwrap_or_default().to_string());
+        entries
+    };
+    let before = list_core();
+    let path = dir.path().join("MEMORY_SNAPSHOT.md");
+    let snapshot = std::fs::read_to_string(&path).expect("snapshot");
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(dir.path().join(format!("memory.db{suffix}")));
+    }
+    // What a start killed after creating memory.db and before hydrating leaves: the
+    // database, migrated and empty.
+    drop(SqliteMemory::open(dir.path()).expect("memory.db"));
+
+    let hygiene = cli_json(&["memory", "hygiene", "--json", "--data", &data]);
+    assert_eq!(hygiene["snapshot_entries"], 5, "{hygiene}");
+    assert_eq!(list_core(), before, "the next start hydrated them");
+    assert_eq!(
+        std::fs::read_to_string(&path).expect("snapshot"),
+        snapshot,
+        "hygiene wrote the same snapshot back"
+    );
+    // Hydrated once: a later open does not hydrate again.
+    let restored = cli_json(&["memory", "stats", "--json", "--data", &data]);
+    assert_eq!(restored["live_by_kind"]["core"], 5, "{restored}");
 }
 
 #[test]

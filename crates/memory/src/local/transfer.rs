@@ -54,9 +54,7 @@ impl LocalMemory {
             ..ListFilter::default()
         })?;
         let text = snapshot::render(&entries)?;
-        let temporary = path.with_extension("md.tmp");
-        std::fs::write(&temporary, text)
-            .and_then(|()| std::fs::rename(&temporary, path))
+        replace_durably(path, text.as_bytes())
             .map_err(|e| MemoryError::Write(format!("{}: {e}", path.display())))?;
         Ok(entries.len() as u64)
     }
@@ -104,6 +102,20 @@ impl LocalMemory {
         self.signal.notify();
         Ok(changed)
     }
+}
+
+/// Replace the file at `path` with `contents` so that a crash or power loss at any moment
+/// leaves the old file or the new one, whole: written beside it, flushed, renamed over it,
+/// and the directory flushed so the rename itself is durable.
+fn replace_durably(path: &Path, contents: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let temporary = path.with_extension("md.tmp");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)?;
+    let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
+    std::fs::File::open(directory.unwrap_or(Path::new(".")))?.sync_all()
 }
 
 /// The memory that supersedes `entry` with the text a person edited in the snapshot.

@@ -46,6 +46,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/memory/0003_scoped_fts.sql"),
         include_str!("../../../../migrations/memory/0004_one_session_table.sql"),
         include_str!("../../../../migrations/memory/0005_int8_vectors.sql"),
+        include_str!("../../../../migrations/memory/0006_hydration_marker.sql"),
     ],
 };
 
@@ -258,6 +259,12 @@ pub trait MemoryStore: Send + Sync {
     /// its text was edited in the snapshot: an `edit` audit row notes it); how many were
     /// inserted, and the present live entries whose text differs from the snapshot's.
     fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)>;
+    /// Whether memory still awaits its first hydration from a snapshot: from the store's
+    /// creation (while it remembers nothing) until [`MemoryStore::settle_hydration`], so a
+    /// start that dies before hydrating finished hydrates again on the next.
+    fn awaits_hydration(&self) -> Result<bool, StorageError>;
+    /// Record that the first hydration is done, or was not wanted.
+    fn settle_hydration(&self) -> Receipt<()>;
 }
 
 /// The session a turn belongs to: its id, decided at once, and the receipt of its row
@@ -326,7 +333,6 @@ pub trait SessionStore: Send + Sync {
 /// `memory.db`: a writer thread for writes, pooled connections for reads.
 pub struct SqliteMemory {
     path: PathBuf,
-    created: bool,
     writer: GroupWriter,
     readers: ReaderPool,
 }
@@ -336,7 +342,6 @@ impl SqliteMemory {
     /// an older Cairn kept in `host.db` are moved in first.
     pub fn open(data_dir: &Path) -> Result<Self, StorageError> {
         let path = data_dir.join(FILE);
-        let created = !path.exists();
         let conn = open(&path, &MIGRATIONS)?;
         crate::check_integrity(&conn, &path)?;
         // memory.db is sound: damage found from here on is host.db's.
@@ -355,7 +360,6 @@ impl SqliteMemory {
         let readers = ReaderPool::new(&path, &MIGRATIONS, reader);
         Ok(Self {
             path,
-            created,
             writer,
             readers,
         })
@@ -364,11 +368,6 @@ impl SqliteMemory {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
-    }
-
-    /// Whether this open created the database (a cold start: nothing was remembered).
-    pub fn is_new(&self) -> bool {
-        self.created
     }
 
     fn read<T>(
@@ -512,5 +511,13 @@ impl MemoryStore for SqliteMemory {
 
     fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)> {
         self.restore_records(records)
+    }
+
+    fn awaits_hydration(&self) -> Result<bool, StorageError> {
+        self.hydration_pending()
+    }
+
+    fn settle_hydration(&self) -> Receipt<()> {
+        self.hydration_done()
     }
 }

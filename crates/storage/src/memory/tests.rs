@@ -43,7 +43,8 @@ on_each_backend!(
     a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
     a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
-    export_then_import_into_an_empty_store_keeps_every_record
+    export_then_import_into_an_empty_store_keeps_every_record,
+    a_new_store_awaits_hydration_until_it_is_settled
 );
 
 fn state(memory: &dyn Stores, id: &str) -> SessionState {
@@ -401,6 +402,26 @@ fn a_fact_supersedes_the_live_fact_with_its_subject_and_predicate(memory: &dyn S
         Ok(Insertion::Refused(_))
     ));
     assert_eq!(memory.count(&old.scope).expect("count"), 2);
+}
+
+fn a_new_store_awaits_hydration_until_it_is_settled(memory: &dyn Stores) {
+    assert!(memory.awaits_hydration().expect("read"), "a new store");
+    // Entries stored meanwhile (a hydration half done) leave it waiting.
+    memory
+        .insert(
+            fact("f1", "Ann lives in Oslo", "lives_in", 10),
+            None,
+            "test",
+        )
+        .wait()
+        .expect("insert");
+    assert!(memory.awaits_hydration().expect("read"), "until settled");
+    memory.settle_hydration().wait().expect("settle");
+    assert!(!memory.awaits_hydration().expect("read"), "settled");
+    memory
+        .settle_hydration()
+        .wait()
+        .expect("settling again is harmless");
 }
 
 fn export_then_import_into_an_empty_store_keeps_every_record(memory: &dyn Stores) {

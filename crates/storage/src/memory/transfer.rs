@@ -109,6 +109,23 @@ impl SqliteMemory {
         })
     }
 
+    pub(super) fn hydration_pending(&self) -> Result<bool, StorageError> {
+        self.read(|conn| {
+            conn.query_row(
+                "SELECT EXISTS (SELECT 1 FROM maintenance WHERE key = 'hydration')",
+                [],
+                |r| r.get(0),
+            )
+        })
+    }
+
+    pub(super) fn hydration_done(&self) -> Receipt<()> {
+        self.submit(|conn| {
+            conn.execute("DELETE FROM maintenance WHERE key = 'hydration'", [])
+                .map(|_| ())
+        })
+    }
+
     pub(super) fn restore_records(
         &self,
         records: Vec<(MemoryEntry, bool)>,

@@ -152,19 +152,9 @@ impl PgPool {
         name: &str,
         migrations: &'static crate::Migrations,
     ) -> Result<Self, StorageError> {
-        Ok(Self::connect_migrating(url, workers, name, migrations)?.0)
-    }
-
-    /// [`PgPool::connect_migrated`], also telling whether the tables were just created.
-    pub fn connect_migrating(
-        url: &PgUrl,
-        workers: usize,
-        name: &str,
-        migrations: &'static crate::Migrations,
-    ) -> Result<(Self, bool), StorageError> {
         let pool = Self::connect(url, workers, name)?;
-        let before = migrate::migrate(&pool, migrations)?;
-        Ok((pool, before == 0))
+        migrate::migrate(&pool, migrations)?;
+        Ok(pool)
     }
 
     /// The URL the pool connects to.

@@ -41,12 +41,7 @@ impl CommandMemory {
             .memory(&config.data_dir)
             .map_err(storage_unusable)
             .with_context(|| format!("cannot open memory ({})", where_memory_is(config)))?;
-        let local = LocalMemory::over(
-            &config.data_dir,
-            config.memory.clone(),
-            memory_db.entries,
-            memory_db.cold,
-        )?;
+        let local = LocalMemory::over(&config.data_dir, config.memory.clone(), memory_db.entries)?;
         if let (_, Some(warning)) = local.embeddings_in_use() {
             eprintln!("warning: memory embeddings: {warning}");
         }

@@ -27,7 +27,7 @@ pub fn memory_on_postgres(
     chunks: &[String],
 ) -> Result<Arc<LocalMemory>> {
     let store = Arc::new(PgMemory::connect(&cluster.fresh_database())?);
-    let memory = LocalMemory::over(dir, config, store.clone(), false)?;
+    let memory = LocalMemory::over(dir, config, store.clone())?;
     for chunk in chunks {
         memory.import(chunk)?;
     }

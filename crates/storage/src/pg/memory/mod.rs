@@ -32,6 +32,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../../../migrations/postgres/memory/0001_entries.sql"),
         include_str!("../../../../../migrations/postgres/memory/0002_sessions.sql"),
+        include_str!("../../../../../migrations/postgres/memory/0003_hydration_marker.sql"),
     ],
 };
 
@@ -44,25 +45,14 @@ const READ_CONNECTIONS: usize = 3;
 pub struct PgMemory {
     writes: PgPool,
     reads: PgPool,
-    created: bool,
 }
 
 impl PgMemory {
     /// Connect to `url` and migrate memory's tables.
     pub fn connect(url: &PgUrl) -> Result<Self, StorageError> {
-        let (writes, created) =
-            PgPool::connect_migrating(url, WRITE_CONNECTIONS, "memory-pg", &MIGRATIONS)?;
+        let writes = PgPool::connect_migrated(url, WRITE_CONNECTIONS, "memory-pg", &MIGRATIONS)?;
         let reads = PgPool::connect(url, READ_CONNECTIONS, "memory-pg-read")?;
-        Ok(Self {
-            writes,
-            reads,
-            created,
-        })
-    }
-
-    /// Whether this connect created memory's tables (a cold start: nothing was remembered).
-    pub fn is_new(&self) -> bool {
-        self.created
+        Ok(Self { writes, reads })
     }
 }
 
@@ -214,5 +204,13 @@ impl MemoryStore for PgMemory {
 
     fn restore(&self, records: Vec<(MemoryEntry, bool)>) -> Receipt<(u64, Vec<MemoryEntry>)> {
         self.restore_records(records)
+    }
+
+    fn awaits_hydration(&self) -> Result<bool, StorageError> {
+        self.hydration_pending()
+    }
+
+    fn settle_hydration(&self) -> Receipt<()> {
+        self.hydration_done()
     }
 }

@@ -141,6 +141,27 @@ impl PgMemory {
         })
     }
 
+    pub(super) fn hydration_pending(&self) -> Result<bool, StorageError> {
+        self.reads.read(|client| {
+            Ok(client
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM memory_maintenance WHERE key = 'hydration')",
+                    &[],
+                )?
+                .get(0))
+        })
+    }
+
+    pub(super) fn hydration_done(&self) -> Receipt<()> {
+        self.writes.submit(|tx| {
+            tx.execute(
+                "DELETE FROM memory_maintenance WHERE key = 'hydration'",
+                &[],
+            )?;
+            Ok(())
+        })
+    }
+
     pub(super) fn restore_records(
         &self,
         records: Vec<(MemoryEntry, bool)>,
