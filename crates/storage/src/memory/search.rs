@@ -104,13 +104,7 @@ impl SqliteMemory {
         query: &RecallQuery,
     ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
         let filters = recall_filters(query);
-        // The seqs go in as one JSON array, so the statement's text (and its cached plan)
-        // depends only on the filters' shape, not on how many candidates there are.
-        let sql = format!(
-            "SELECT {ENTRY_COLUMNS} FROM entries e
-             WHERE e.seq IN (SELECT value FROM json_each(?)) AND {}",
-            filters.clause()
-        );
+        let sql = candidates_sql(&filters);
         let seqs = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
         let mut values = vec![Value::Text(seqs)];
         values.extend(filters.values);
@@ -122,6 +116,21 @@ impl SqliteMemory {
                 .collect()
         })
     }
+}
+
+/// The entries among a JSON array of seqs that pass `filters`. The seqs go in as one array,
+/// so the statement's text (and its cached plan) depends only on the filters' shape, not on
+/// how many candidates there are. The CROSS JOIN makes SQLite look each candidate up by its
+/// seq: left to itself it walked the user's index (`user_id = ? OR user_id IS NULL`) through
+/// every entry of the user, testing each against the list — 50 ms a recall at 57,000
+/// entries in the soak, and growing with them.
+fn candidates_sql(filters: &Filters) -> String {
+    format!(
+        "SELECT {ENTRY_COLUMNS} FROM json_each(?) candidate
+         CROSS JOIN entries e ON e.seq = candidate.value
+         WHERE {}",
+        filters.clause()
+    )
 }
 
 /// The query's filters as SQL: scope, kinds, categories, session, valid time, liveness.
@@ -247,6 +256,44 @@ fn count_matches(conn: &Connection, expression: &str, cap: usize) -> rusqlite::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn candidates_are_looked_up_by_seq_whatever_the_filters() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn =
+            crate::open(&dir.path().join("memory.db"), &super::super::MIGRATIONS).expect("open");
+        let query = RecallQuery {
+            scope: Scope {
+                agent_id: Some("main".into()),
+                user_id: Some("octocat".into()),
+                session_id: None,
+            },
+            kinds: vec![
+                cairn_vocab::memory::MemoryKind::Episode,
+                cairn_vocab::memory::MemoryKind::Fact,
+            ],
+            exclude_session: Some("cli:c".into()),
+            ..RecallQuery::default()
+        };
+        let filters = recall_filters(&query);
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {}", candidates_sql(&filters)))
+            .expect("prepare")
+            .query_map(
+                params_from_iter(
+                    std::iter::once(Value::Text("[1,2]".into())).chain(filters.values),
+                ),
+                |r| r.get(3),
+            )
+            .expect("plan")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert!(
+            plan.iter().any(|step| step.contains("INTEGER PRIMARY KEY"))
+                && !plan.iter().any(|step| step.contains("entries_user")),
+            "{plan:?}"
+        );
+    }
 
     /// `telling_words` over a scope where each word matches `frequency(word)` entries and
     /// no entry holds two of them; every count's cap is checked to stay bounded.
