@@ -191,6 +191,23 @@ fn a_plugin_failing_with_megabytes_of_error_is_cut_to_4_kib_everywhere() {
     );
 }
 
+/// Two plugins beside the one under test: `source` emits `count` events on `<prefix>.tick`
+/// for every message typed, and `neighbour` echoes each on `<prefix>.echo`.
+fn source_and_neighbour(dir: &PluginDir, prefix: &str, count: u64) {
+    dir.plugin(
+        "source",
+        "handler",
+        "hostile",
+        &format!("limits: {{emits_per_sec: 100000, timeout_ms: 600000}}\nconfig: {{event: flood, topic: {prefix}.tick, count: {count}}}\nevents: {{subscribes: [message.received], emits: [{prefix}.tick]}}\n"),
+    );
+    dir.plugin(
+        "neighbour",
+        "handler",
+        "hostile",
+        &format!("limits: {{emits_per_sec: 100000}}\nconfig: {{event: echo, echo: {prefix}.echo}}\nevents: {{subscribes: [{prefix}.tick], emits: [{prefix}.echo]}}\n"),
+    );
+}
+
 /// The host's resident memory in MiB, open file descriptors and threads, from `/proc`.
 fn footprint(pid: u32) -> (u64, usize, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
@@ -277,23 +294,12 @@ fn a_plugin_trapping_on_every_event_for_an_hour_of_restarts_leaks_nothing_and_st
     const PER_MESSAGE: u64 = 1_000;
     let dir = PluginDir::new();
     dir.bundled("cli");
-    dir.plugin(
-        "source",
-        "handler",
-        "hostile",
-        &format!("limits: {{emits_per_sec: 100000, timeout_ms: 600000}}\nconfig: {{event: flood, topic: churn.tick, count: {PER_MESSAGE}}}\nevents: {{subscribes: [message.received], emits: [churn.tick]}}\n"),
-    );
+    source_and_neighbour(&dir, "churn", PER_MESSAGE);
     dir.plugin(
         "churner",
         "handler",
         "hostile",
         "events: {subscribes: [churn.tick]}\n",
-    );
-    dir.plugin(
-        "neighbour",
-        "handler",
-        "hostile",
-        "limits: {emits_per_sec: 100000}\nconfig: {event: echo, echo: churn.echo}\nevents: {subscribes: [churn.tick], emits: [churn.echo]}\n",
     );
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(
@@ -376,23 +382,12 @@ fn a_plugin_holding_a_host_call_forever_is_abandoned_and_its_neighbour_keeps_goi
     const TICKS: u64 = 10;
     let dir = PluginDir::new();
     dir.bundled("cli");
-    dir.plugin(
-        "source",
-        "handler",
-        "hostile",
-        &format!("limits: {{emits_per_sec: 100000}}\nconfig: {{event: flood, topic: hold.tick, count: {TICKS}}}\nevents: {{subscribes: [message.received], emits: [hold.tick]}}\n"),
-    );
+    source_and_neighbour(&dir, "hold", TICKS);
     dir.plugin(
         "holder",
         "handler",
         "hostile",
         "limits: {timeout_ms: 200}\nconfig: {event: hold}\nevents: {subscribes: [hold.tick]}\n",
-    );
-    dir.plugin(
-        "neighbour",
-        "handler",
-        "hostile",
-        "limits: {emits_per_sec: 100000}\nconfig: {event: echo, echo: hold.echo}\nevents: {subscribes: [hold.tick], emits: [hold.echo]}\n",
     );
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(

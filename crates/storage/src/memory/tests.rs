@@ -407,14 +407,12 @@ fn a_fact_supersedes_the_live_fact_with_its_subject_and_predicate(memory: &dyn S
 fn a_new_store_awaits_hydration_until_it_is_settled(memory: &dyn Stores) {
     assert!(memory.awaits_hydration().expect("read"), "a new store");
     // Entries stored meanwhile (a hydration half done) leave it waiting.
-    memory
-        .insert(
-            fact("f1", "Ann lives in Oslo", "lives_in", 10),
-            None,
-            "test",
-        )
-        .wait()
-        .expect("insert");
+    let stored = memory.insert(
+        fact("f1", "Ann lives in Oslo", "lives_in", 10),
+        None,
+        "test",
+    );
+    stored.wait().expect("insert");
     assert!(memory.awaits_hydration().expect("read"), "until settled");
     memory.settle_hydration().wait().expect("settle");
     assert!(!memory.awaits_hydration().expect("read"), "settled");
