@@ -360,22 +360,18 @@ pub async fn serve<S: Subscriber>(
                 _ => None,
             };
             if let Some((failed, event)) = alone {
-                match deliver(&journal, &*subscriber, event, failed, &mut stop).await {
-                    Delivery::Taken => batch.took(event.seq),
-                    Delivery::GaveUp(error, attempts) => {
-                        tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
-                        // Moves the cursor past this event and every one taken before it.
-                        if let Err(e) = journal.dead_letter(&id, event, &error, attempts).await {
-                            tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
-                            return;
-                        }
-                        batch.forget();
-                        position.cursor = event.seq;
-                    }
-                    Delivery::Stopping => {
-                        batch.commit(&journal, &id, &mut position).await;
-                        return;
-                    }
+                let lone = Lone { event, failed };
+                if !deliver_alone(
+                    &journal,
+                    &*subscriber,
+                    lone,
+                    &mut batch,
+                    &mut position,
+                    &mut stop,
+                )
+                .await
+                {
+                    return;
                 }
                 events = &events[1..];
             }
@@ -391,6 +387,44 @@ pub async fn serve<S: Subscriber>(
         }
         at = Some(position);
     }
+}
+
+/// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.
+struct Lone<'a> {
+    event: &'a Event,
+    failed: Option<String>,
+}
+
+/// Deliver `lone` with retries and record the outcome in `batch` (taken) or the journal
+/// (dead-lettered, moving the cursor to `position`); false when serving must end (the host
+/// is stopping, or the cursor cannot be moved).
+async fn deliver_alone<S: Subscriber>(
+    journal: &Journal,
+    subscriber: &S,
+    lone: Lone<'_>,
+    batch: &mut CursorBatch,
+    position: &mut Position,
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let (event, id) = (lone.event, subscriber.id());
+    match deliver(journal, subscriber, event, lone.failed, stop).await {
+        Delivery::Taken => batch.took(event.seq),
+        Delivery::GaveUp(error, attempts) => {
+            tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
+            // Moves the cursor past this event and every one taken before it.
+            if let Err(e) = journal.dead_letter(id, event, &error, attempts).await {
+                tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+                return false;
+            }
+            batch.forget();
+            position.cursor = event.seq;
+        }
+        Delivery::Stopping => {
+            batch.commit(journal, id, position).await;
+            return false;
+        }
+    }
+    true
 }
 
 /// Deliver the dead letters an operator asked to retry; false when the host is stopping.

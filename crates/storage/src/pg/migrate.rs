@@ -10,9 +10,8 @@ use super::PgPool;
 /// The advisory lock every host takes to migrate ("cairn" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0063_6169_726e;
 
-/// Bring `migrations.name`'s schema up to date; the version it was at before (0: the
-/// store's tables were just created).
-pub fn migrate(pool: &PgPool, migrations: &'static Migrations) -> Result<usize, StorageError> {
+/// Bring `migrations.name`'s schema up to date.
+pub fn migrate(pool: &PgPool, migrations: &'static Migrations) -> Result<(), StorageError> {
     let url = pool.url().redacted().to_string();
     pool.submit(move |tx| {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
@@ -50,7 +49,7 @@ pub fn migrate(pool: &PgPool, migrations: &'static Migrations) -> Result<usize, 
                 &[&migrations.name, &version, &crate::now_ms()],
             )?;
         }
-        Ok(found)
+        Ok(())
     })
     .wait()
 }
