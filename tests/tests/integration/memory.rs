@@ -593,23 +593,27 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
     }
     let dir = tempfile::tempdir().expect("data dir");
     let data = data_arg(dir.path());
-    let mut ids = Vec::new();
     {
         let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
+        // Several in the same millisecond: hydration must keep their order all the same.
         for (user, text) in [
             ("alice", "Alice prefers short answers -- no emoji"),
             ("bob", "Bob is the on-call engineer\nfor the payments team"),
+            ("carol", "Carol reviews every database migration"),
+            ("alice", "Alice works from Lisbon"),
+            ("dave", "Dave owns the release calendar"),
+            ("bob", "Bob is allergic to peanuts"),
         ] {
             let mut core = NewMemory::new(MemoryKind::Core, text);
             core.scope = user_scope(user);
-            ids.push(stored_id(memory.store_blocking(core).expect("store")));
+            memory.store_blocking(core).expect("store");
         }
         memory
             .store_blocking(NewMemory::new(MemoryKind::Episode, "small talk"))
             .expect("store");
     }
     let written = cli_json(&["memory", "snapshot", "--json", "--data", &data]);
-    assert_eq!(written["core_memories"], 2);
+    assert_eq!(written["core_memories"], 6);
     let before = cli_json(&[
         "memory", "list", "--kind", "core", "--json", "--data", &data,
     ]);
@@ -626,7 +630,7 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
     let all = cli_json(&["memory", "list", "--json", "--data", &data]);
     assert_eq!(
         all.as_array().map(Vec::len),
-        Some(2),
+        Some(6),
         "only core memories are in the snapshot"
     );
 }

@@ -87,7 +87,10 @@ impl LocalMemory {
                 }
             }
         }
-        records.sort_by(|a, b| (a.0.recorded_at, &a.0.id).cmp(&(b.0.recorded_at, &b.0.id)));
+        // The snapshot lists newest first; restoring oldest first (file order breaking ties
+        // in the same millisecond) gives the entries back the order they were listed in.
+        records.reverse();
+        records.sort_by_key(|(entry, _)| entry.recorded_at);
         for (entry, _) in &mut records {
             (entry.issue_refs, entry.pr_refs) = stream::extract_refs(&entry.content);
         }
