@@ -78,13 +78,14 @@ impl LocalMemory {
         let cold = store.awaits_hydration()?;
         let chosen = embed::provider_from_config(&config.embeddings);
         let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
+        let window = config.recall.scan_limit;
         let memory = Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
             config,
             store,
             embedder,
             embedding_warning,
-            index: VectorIndex::default(),
+            index: VectorIndex::new(window),
             index_loaded: OnceLock::new(),
             index_mark: AtomicI64::new(0),
             embedded_through: AtomicI64::new(0),
@@ -237,11 +238,12 @@ impl LocalMemory {
             }
         };
         let new_vector = embed_one(&entry.content);
+        let seqs: Vec<i64> = candidates.iter().map(|(seq, _, _)| *seq).collect();
+        let mut stored = self.vectors_of(&seqs);
         let mut best: Option<(String, f64)> = None;
         for (seq, id, content) in candidates {
-            let vector = self
-                .index()
-                .vector(seq)
+            let vector = stored
+                .remove(&seq)
                 .filter(|v| v.len() == new_vector.len())
                 .unwrap_or_else(|| embed_one(&content));
             let similarity = f64::from(embed::cosine(&new_vector, &vector));

@@ -4,8 +4,10 @@
 //! that commit, and every write queued behind it on the group writer, waits while pages are
 //! copied into the database file and it is fsynced (a turn's durable write was seen
 //! waiting 140 ms). Here a thread of its own, on its own connection, checkpoints
-//! passively a moment after writes were committed, beside the writer; the writer's
-//! automatic checkpoint stays as a backstop at a much larger WAL.
+//! passively a moment after writes were committed, beside the writer, and starts the WAL
+//! over (truncating it) once it grew past [`RESTART_PAGES`] because readers never let it
+//! restart by itself; the writer's automatic checkpoint stays as a backstop at a much
+//! larger WAL.
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -16,6 +18,17 @@ use rusqlite::Connection;
 /// WAL pages at which the writer checkpoints by itself (about 40 MiB at 4 KiB pages), in case
 /// the checkpointer cannot keep up or is refused.
 pub(crate) const BACKSTOP_PAGES: i64 = 10_000;
+
+/// WAL pages past which the checkpointer starts the WAL over (about 10 MiB). A passive
+/// checkpoint copies pages but the WAL only restarts from its beginning when, at a commit,
+/// every page was copied and no reader was using it: under readers that never pause (a
+/// busy host's recalls and routing) that moment may never come, and the file grows. Past
+/// this size a truncating checkpoint waits briefly for the readers and the writer instead.
+const RESTART_PAGES: i64 = 2_500;
+
+/// Longest a truncating checkpoint waits for readers and the writer; if they are still
+/// busy, the next checkpoint tries again.
+const RESTART_WAIT: Duration = Duration::from_millis(100);
 
 /// How long the checkpointer lets commits gather before it copies them: at most one
 /// checkpoint per database per interval.
@@ -52,19 +65,38 @@ fn run(path: &std::path::Path, commits: &Receiver<()>) {
             return;
         }
     };
+    if let Err(e) = conn.busy_timeout(RESTART_WAIT) {
+        tracing::warn!(path = %path.display(), "cannot set the checkpointer's wait: {e}");
+    }
     while commits.recv().is_ok() {
         std::thread::sleep(GATHER);
         while commits.try_recv().is_ok() {}
-        let outcome = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            Ok((row.get::<_, i64>(1)?, row.get::<_, i64>(2)?))
-        });
-        match outcome {
-            Ok((wal_pages, copied)) => {
+        match checkpoint(&conn, "PASSIVE") {
+            Ok((_, wal_pages, copied)) if wal_pages >= RESTART_PAGES => {
+                tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed; truncating the WAL");
+                match checkpoint(&conn, "TRUNCATE") {
+                    Ok((false, _, _)) => tracing::trace!(path = %path.display(), "WAL truncated"),
+                    // Readers or the writer stayed busy: the next checkpoint tries again.
+                    Ok((true, _, _)) => {}
+                    Err(e) => {
+                        tracing::debug!(path = %path.display(), "cannot truncate the WAL yet: {e}")
+                    }
+                }
+            }
+            Ok((_, wal_pages, copied)) => {
                 tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed")
             }
             Err(e) => tracing::warn!(path = %path.display(), "checkpoint failed: {e}"),
         }
     }
+}
+
+/// Run a checkpoint in `mode`: whether it was kept from finishing by readers or the
+/// writer, the WAL's pages and how many of them are copied into the database.
+fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64, i64)> {
+    conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |row| {
+        Ok((row.get::<_, i64>(0)? != 0, row.get(1)?, row.get(2)?))
+    })
 }
 
 #[cfg(test)]
@@ -96,5 +128,43 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
         }
         assert!(file_size() > before, "the checkpointer copied the pages");
+    }
+
+    #[test]
+    fn a_wal_grown_past_the_restart_size_is_truncated() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        let writer = Connection::open(&path).expect("open");
+        writer
+            .pragma_update(None, "journal_mode", "WAL")
+            .expect("wal");
+        writer
+            .pragma_update(None, "wal_autocheckpoint", 0)
+            .expect("no automatic checkpoint");
+        writer
+            .execute_batch("CREATE TABLE t (x BLOB)")
+            .expect("create");
+        let pages = RESTART_PAGES + 100;
+        writer
+            .execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+                 INSERT INTO t SELECT zeroblob(4000) FROM n",
+                [pages],
+            )
+            .expect("fill");
+        let wal = path.with_extension("db-wal");
+        let wal_size = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+        assert!(wal_size() > RESTART_PAGES as u64 * 4096, "{}", wal_size());
+        let checkpointer = Checkpointer::spawn("test-ckpt".into(), path.clone()).expect("spawn");
+        checkpointer.committed();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while wal_size() > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(wal_size(), 0, "the WAL was started over and truncated");
+        let rows: i64 = writer
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(rows, pages, "every row is in the database file");
     }
 }

@@ -8,7 +8,6 @@
 //!
 //! `cairn-soak [--seconds N] [--rate PER_SEC]` (defaults: 60 s at 1000/s).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -30,7 +29,7 @@ struct Sample {
     acknowledged: u64,
     rss_mib: f64,
     fds: usize,
-    wal_kib: BTreeMap<String, u64>,
+    wal_kib: Vec<u64>,
     depth: i64,
     queued: i64,
     turn_p50_ms: u64,
@@ -66,13 +65,16 @@ fn process(pid: u32) -> (f64, usize) {
     (rss_kib / 1024.0, fds)
 }
 
-fn wal_sizes(data: &Path) -> BTreeMap<String, u64> {
-    ["buffer", "journal", "memory", "host"]
+/// The databases whose WAL sizes the table shows, in its column order.
+const DATABASES: [&str; 4] = ["buffer", "journal", "memory", "host"];
+
+/// The WAL size (KiB) of each of [`DATABASES`], in that order.
+fn wal_sizes(data: &Path) -> Vec<u64> {
+    DATABASES
         .iter()
         .map(|db| {
             let wal = data.join(format!("{db}.db-wal"));
-            let kib = std::fs::metadata(wal).map_or(0, |m| m.len() / 1024);
-            (db.to_string(), kib)
+            std::fs::metadata(wal).map_or(0, |m| m.len() / 1024)
         })
         .collect()
 }
@@ -134,11 +136,12 @@ fn print_table(samples: &[Sample], rate: u64) {
         "\nsoak at {rate} deliveries/s: the host (`cairn run`, bundled plugins, memory on) over time\n"
     );
     println!(
-        "| elapsed | sent | acknowledged | RSS MiB | open fds | WAL KiB (buffer/journal/memory/host) | depth | batches waiting | turn p50 / p99 ms |"
+        "| elapsed | sent | acknowledged | RSS MiB | open fds | WAL KiB ({}) | depth | batches waiting | turn p50 / p99 ms |",
+        DATABASES.join("/")
     );
     println!("|---|---|---|---|---|---|---|---|---|");
     for s in samples {
-        let wal: Vec<String> = s.wal_kib.values().map(u64::to_string).collect();
+        let wal: Vec<String> = s.wal_kib.iter().map(u64::to_string).collect();
         println!(
             "| {:.0} s | {} | {} | {:.1} | {} | {} | {} | {} | {} / {} |",
             s.at.as_secs_f64(),

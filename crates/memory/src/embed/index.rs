@@ -1,8 +1,11 @@
-//! The in-memory vector index: every vector of the configured model, grouped by user so
-//! that a recall scoped to one user scores only that user's vectors and the shared ones —
-//! its cost grows with the user's memories, not with everyone's.
+//! The in-memory vector index: the newest vectors of the configured model, grouped by
+//! user so that a recall scoped to one user scores only that user's vectors and the shared
+//! ones. Each user keeps at most a window of vectors in memory (the recall scan limit), so
+//! neither a recall's time nor the host's memory grows with a user's history; older vectors
+//! stay in the store, read back for the few lexical candidates that need them.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::RwLock;
 
 use super::cosine;
@@ -17,16 +20,42 @@ struct IndexedScope {
     session: u32,
 }
 
+/// A slot no vector holds (its vector was removed or moved to another user).
+const EMPTY: i64 = i64::MIN;
+
+/// One user's vectors (or the shared ones): a ring of at most `window` slots in the order
+/// they were indexed, the oldest overwritten by the next once full.
+#[derive(Default)]
+struct Shelf {
+    seqs: Vec<i64>,
+    scopes: Vec<IndexedScope>,
+    vectors: Vec<f32>,
+    /// The oldest slot once the ring is full (0 before).
+    oldest: usize,
+    /// Slots marked [`EMPTY`].
+    empty: usize,
+}
+
+impl Shelf {
+    /// Slots newest first.
+    fn newest_first(&self) -> impl Iterator<Item = usize> + '_ {
+        let len = self.seqs.len();
+        (0..len).map(move |back| (self.oldest + len - 1 - back) % len)
+    }
+
+    fn vector(&self, slot: usize, dims: usize) -> &[f32] {
+        &self.vectors[slot * dims..(slot + 1) * dims]
+    }
+}
+
 #[derive(Default)]
 struct IndexData {
     dims: usize,
-    vectors: Vec<f32>,
-    seqs: Vec<i64>,
-    scopes: Vec<IndexedScope>,
-    position: HashMap<i64, usize>,
+    /// Each user's shelf (key 0: vectors shared by every user).
+    shelves: HashMap<u32, Shelf>,
+    /// Where each indexed entry is: its user's key and its slot on that shelf.
+    position: HashMap<i64, (u32, usize)>,
     names: HashMap<String, u32>,
-    /// Positions of each user's vectors (key 0: vectors shared by every user).
-    by_user: HashMap<u32, Vec<usize>>,
 }
 
 impl IndexData {
@@ -45,34 +74,95 @@ impl IndexData {
             .map(|n| self.names.get(n).copied().unwrap_or(u32::MAX))
     }
 
-    /// Note that the vector at `at` belongs to `user`.
-    fn file_under(&mut self, user: u32, at: usize) {
-        self.by_user.entry(user).or_default().push(at);
+    /// Put a new vector on its user's shelf, pushing the oldest out of memory once the
+    /// shelf holds `window`.
+    fn shelve(&mut self, window: usize, seq: i64, scope: IndexedScope, vector: &[f32]) {
+        let dims = self.dims;
+        let shelf = self.shelves.entry(scope.user).or_default();
+        let slot = if shelf.seqs.len() < window {
+            shelf.seqs.push(seq);
+            shelf.scopes.push(scope);
+            shelf.vectors.extend_from_slice(vector);
+            shelf.seqs.len() - 1
+        } else {
+            let slot = shelf.oldest;
+            shelf.oldest = (slot + 1) % window;
+            let pushed_out = std::mem::replace(&mut shelf.seqs[slot], seq);
+            if pushed_out == EMPTY {
+                shelf.empty -= 1;
+            } else {
+                self.position.remove(&pushed_out);
+            }
+            shelf.scopes[slot] = scope;
+            shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
+            slot
+        };
+        self.position.insert(seq, (scope.user, slot));
     }
 
-    /// Forget that the vector at `at` belongs to `user`.
-    fn unfile(&mut self, user: u32, at: usize) {
-        if let Some(positions) = self.by_user.get_mut(&user) {
-            positions.retain(|&p| p != at);
-            if positions.is_empty() {
-                self.by_user.remove(&user);
+    /// Empty the slot of entry `seq`, if indexed; a shelf mostly empty is compacted.
+    fn unshelve(&mut self, seq: i64) {
+        let Some((user, slot)) = self.position.remove(&seq) else {
+            return;
+        };
+        let Some(shelf) = self.shelves.get_mut(&user) else {
+            return;
+        };
+        shelf.seqs[slot] = EMPTY;
+        shelf.empty += 1;
+        if shelf.empty * 2 > shelf.seqs.len() {
+            self.compact(user);
+        }
+    }
+
+    /// Rebuild `user`'s shelf without its empty slots, oldest first.
+    fn compact(&mut self, user: u32) {
+        let Some(old) = self.shelves.remove(&user) else {
+            return;
+        };
+        let dims = self.dims;
+        let mut slots: Vec<usize> = old.newest_first().collect();
+        slots.reverse();
+        let mut shelf = Shelf::default();
+        for slot in slots.into_iter().filter(|&s| old.seqs[s] != EMPTY) {
+            let seq = old.seqs[slot];
+            self.position.insert(seq, (user, shelf.seqs.len()));
+            shelf.seqs.push(seq);
+            shelf.scopes.push(old.scopes[slot]);
+            shelf.vectors.extend_from_slice(old.vector(slot, dims));
+        }
+        if !shelf.seqs.is_empty() {
+            self.shelves.insert(user, shelf);
+        }
+    }
+
+    /// The newest `window` slots across every shelf (each shelf is newest first: merge).
+    fn newest_of_all(&self, window: usize) -> Vec<(u32, usize)> {
+        let mut heads: Vec<_> = self
+            .shelves
+            .iter()
+            .map(|(&user, shelf)| (user, shelf, shelf.newest_first().peekable()))
+            .collect();
+        let mut next = BinaryHeap::new();
+        for (at, (_, shelf, slots)) in heads.iter_mut().enumerate() {
+            if let Some(&slot) = slots.peek() {
+                next.push((shelf.seqs[slot], Reverse(at)));
             }
         }
-    }
-
-    /// The positions a scan for `user` visits, newest first: that user's and the shared
-    /// ones (at most `newest` of each), or the newest `newest` of all when the scan is not
-    /// for one user.
-    fn positions(&self, user: Option<u32>, newest: usize) -> Box<dyn Iterator<Item = usize> + '_> {
-        match user {
-            None => Box::new((0..self.seqs.len()).rev().take(newest)),
-            Some(user) => Box::new(
-                [user, 0]
-                    .into_iter()
-                    .filter_map(|u| self.by_user.get(&u))
-                    .flat_map(move |positions| positions.iter().rev().take(newest).copied()),
-            ),
+        let mut scanned = Vec::new();
+        while scanned.len() < window {
+            let Some((_, Reverse(at))) = next.pop() else {
+                break;
+            };
+            let (user, shelf, slots) = &mut heads[at];
+            if let Some(slot) = slots.next() {
+                scanned.push((*user, slot));
+            }
+            if let Some(&slot) = slots.peek() {
+                next.push((shelf.seqs[slot], Reverse(at)));
+            }
         }
+        scanned
     }
 }
 
@@ -82,20 +172,28 @@ pub struct ScanFilter<'a> {
     pub scope: &'a Scope,
     /// Entries of this session are skipped.
     pub exclude_session: Option<&'a str>,
-    /// Vectors scored at most, the newest first, of the user's own and of the shared ones
-    /// (see [`crate::RecallConfig::scan_limit`]): a recall's cost stops growing there.
-    pub newest: usize,
 }
 
-/// Every vector of the configured model, in memory, scanned exhaustively (within a user's
-/// own and the shared vectors when the scan names a user) at recall.
-#[derive(Default)]
+/// The newest vectors of the configured model, in memory — at most `window` of each
+/// user's and of the shared ones (see [`crate::RecallConfig::scan_limit`]) — scanned
+/// exhaustively (within a user's own and the shared vectors when the scan names a user)
+/// at recall.
 pub struct VectorIndex {
+    window: usize,
     data: RwLock<IndexData>,
 }
 
 impl VectorIndex {
-    /// Add or replace the vector of entry `seq`.
+    /// An empty index keeping at most `window` vectors of each user (at least one).
+    pub fn new(window: usize) -> Self {
+        Self {
+            window: window.max(1),
+            data: RwLock::default(),
+        }
+    }
+
+    /// Add or replace the vector of entry `seq`; the user's oldest leaves memory when the
+    /// user already has a full window.
     pub fn upsert(&self, seq: i64, scope: &Scope, vector: &[f32]) {
         let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
         if data.dims == 0 {
@@ -114,51 +212,25 @@ impl VectorIndex {
             session: data.key(&scope.session_id),
         };
         match data.position.get(&seq).copied() {
-            Some(at) => {
+            Some((user, slot)) if user == indexed.user => {
                 let dims = data.dims;
-                data.vectors[at * dims..(at + 1) * dims].copy_from_slice(vector);
-                let was = data.scopes[at].user;
-                if was != indexed.user {
-                    data.unfile(was, at);
-                    data.file_under(indexed.user, at);
+                if let Some(shelf) = data.shelves.get_mut(&user) {
+                    shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
+                    shelf.scopes[slot] = indexed;
                 }
-                data.scopes[at] = indexed;
             }
-            None => {
-                let at = data.seqs.len();
-                data.vectors.extend_from_slice(vector);
-                data.seqs.push(seq);
-                data.scopes.push(indexed);
-                data.position.insert(seq, at);
-                data.file_under(indexed.user, at);
+            Some(_) => {
+                data.unshelve(seq);
+                data.shelve(self.window, seq, indexed, vector);
             }
+            None => data.shelve(self.window, seq, indexed, vector),
         }
     }
 
     /// Drop the vector of entry `seq` (purged).
     pub fn remove(&self, seq: i64) {
         let mut data = self.data.write().unwrap_or_else(|p| p.into_inner());
-        let Some(at) = data.position.remove(&seq) else {
-            return;
-        };
-        let last = data.seqs.len() - 1;
-        let dims = data.dims;
-        let user = data.scopes[at].user;
-        data.unfile(user, at);
-        if at != last {
-            data.vectors
-                .copy_within(last * dims..(last + 1) * dims, at * dims);
-            let moved = data.seqs[last];
-            data.seqs[at] = moved;
-            data.scopes[at] = data.scopes[last];
-            data.position.insert(moved, at);
-            let moved_user = data.scopes[at].user;
-            data.unfile(moved_user, last);
-            data.file_under(moved_user, at);
-        }
-        data.vectors.truncate(last * dims);
-        data.seqs.pop();
-        data.scopes.pop();
+        data.unshelve(seq);
     }
 
     /// How many vectors the index holds.
@@ -166,7 +238,7 @@ impl VectorIndex {
         self.data
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .seqs
+            .position
             .len()
     }
 
@@ -175,11 +247,11 @@ impl VectorIndex {
         self.len() == 0
     }
 
-    /// The vector of entry `seq`, if indexed.
+    /// The vector of entry `seq`, if it is in memory.
     pub fn vector(&self, seq: i64) -> Option<Vec<f32>> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
-        let at = *data.position.get(&seq)?;
-        Some(data.vectors[at * data.dims..(at + 1) * data.dims].to_vec())
+        let (user, slot) = *data.position.get(&seq)?;
+        Some(data.shelves.get(&user)?.vector(slot, data.dims).to_vec())
     }
 
     /// The `k` entries most similar to `query` that pass `filter`, best first.
@@ -197,23 +269,39 @@ impl VectorIndex {
         let admits = |key: u32, wanted: Option<u32>| wanted.is_none_or(|w| key == w || key == 0);
         let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
         let mut floor = f32::MIN;
-        for at in data.positions(user, filter.newest) {
-            let scope = data.scopes[at];
-            if !admits(scope.agent, agent)
+        let mut consider = |shelf: &Shelf, slot: usize| {
+            let (seq, scope) = (shelf.seqs[slot], shelf.scopes[slot]);
+            if seq == EMPTY
+                || !admits(scope.agent, agent)
                 || session.is_some_and(|s| scope.session != s)
                 || excluded.is_some_and(|s| scope.session == s)
             {
-                continue;
+                return;
             }
-            let score = cosine(query, &data.vectors[at * data.dims..(at + 1) * data.dims]);
+            let score = cosine(query, shelf.vector(slot, data.dims));
             if best.len() == k && score <= floor {
-                continue;
+                return;
             }
             let place = best.partition_point(|(_, s)| *s >= score);
-            best.insert(place, (data.seqs[at], score));
+            best.insert(place, (seq, score));
             best.truncate(k);
             if best.len() == k {
                 floor = best[k - 1].1;
+            }
+        };
+        match user {
+            // The user's own shelf and the shared one, whole (each holds at most a window).
+            Some(user) => {
+                for shelf in [user, 0].iter().filter_map(|u| data.shelves.get(u)) {
+                    shelf.newest_first().for_each(|slot| consider(shelf, slot));
+                }
+            }
+            None => {
+                for (user, slot) in data.newest_of_all(self.window) {
+                    if let Some(shelf) = data.shelves.get(&user) {
+                        consider(shelf, slot);
+                    }
+                }
             }
         }
         best
@@ -237,7 +325,6 @@ mod tests {
         let filter = ScanFilter {
             scope: &scope,
             exclude_session: None,
-            newest: usize::MAX,
         };
         index
             .nearest(query, &filter, 5)
@@ -248,7 +335,7 @@ mod tests {
 
     #[test]
     fn the_index_scans_only_admitted_scopes() {
-        let index = VectorIndex::default();
+        let index = VectorIndex::new(usize::MAX);
         let embedder = HashEmbedder::new(64);
         index.upsert(1, &scope("alice"), &embedder.vector("likes tea"));
         index.upsert(2, &scope("bob"), &embedder.vector("likes tea"));
@@ -268,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_users_vectors_stay_theirs_through_moves_and_removals() {
-        let index = VectorIndex::default();
+        let index = VectorIndex::new(usize::MAX);
         let embedder = HashEmbedder::new(64);
         for seq in 1..=6 {
             let user = if seq % 2 == 0 { "bob" } else { "alice" };
@@ -286,27 +373,69 @@ mod tests {
         assert_eq!(nearest_for(&index, "alice", &query), vec![5]);
     }
 
+    fn found(index: &VectorIndex, scope: &Scope, query: &[f32]) -> Vec<i64> {
+        let filter = ScanFilter {
+            scope,
+            exclude_session: None,
+        };
+        let mut found: Vec<i64> = index
+            .nearest(query, &filter, 100)
+            .iter()
+            .map(|h| h.0)
+            .collect();
+        found.sort();
+        found
+    }
+
     #[test]
-    fn a_scan_scores_only_the_newest_vectors_of_a_user_and_of_the_shared() {
-        let index = VectorIndex::default();
+    fn memory_keeps_only_the_newest_window_of_a_user_and_of_the_shared() {
+        let index = VectorIndex::new(2);
         let embedder = HashEmbedder::new(64);
         for seq in 1..=5 {
             index.upsert(seq, &scope("alice"), &embedder.vector("likes tea"));
         }
         index.upsert(6, &Scope::default(), &embedder.vector("likes tea"));
         index.upsert(7, &Scope::default(), &embedder.vector("likes tea"));
-        let alice = scope("alice");
-        let filter = ScanFilter {
-            scope: &alice,
-            exclude_session: None,
-            newest: 2,
-        };
-        let mut found: Vec<i64> = index
-            .nearest(&embedder.vector("tea"), &filter, 10)
-            .iter()
-            .map(|h| h.0)
-            .collect();
-        found.sort();
-        assert_eq!(found, vec![4, 5, 6, 7]);
+        index.upsert(8, &scope("bob"), &embedder.vector("likes tea"));
+        let query = embedder.vector("tea");
+        assert_eq!(found(&index, &scope("alice"), &query), vec![4, 5, 6, 7]);
+        assert_eq!(index.len(), 5, "alice's 3 oldest left memory");
+        assert!(index.vector(3).is_none() && index.vector(4).is_some());
+        // A scan for no one user takes the newest window of all.
+        assert_eq!(found(&index, &Scope::default(), &query), vec![7, 8]);
+        // A re-filed vector leaves its old shelf and pushes out the new owner's oldest.
+        index.upsert(5, &scope("bob"), &embedder.vector("likes tea"));
+        assert_eq!(found(&index, &scope("alice"), &query), vec![4, 6, 7]);
+        assert_eq!(found(&index, &scope("bob"), &query), vec![5, 6, 7, 8]);
+        index.upsert(9, &scope("bob"), &embedder.vector("likes tea"));
+        assert_eq!(found(&index, &scope("bob"), &query), vec![5, 6, 7, 9]);
+    }
+
+    #[test]
+    fn a_shelf_emptied_by_removals_is_compacted_and_keeps_the_rest() {
+        let index = VectorIndex::new(4);
+        let embedder = HashEmbedder::new(64);
+        for seq in 1..=6 {
+            index.upsert(
+                seq,
+                &scope("alice"),
+                &embedder.vector(&format!("note {seq}")),
+            );
+        }
+        index.remove(3);
+        index.remove(5);
+        index.remove(6);
+        let query = embedder.vector("note");
+        assert_eq!(found(&index, &scope("alice"), &query), vec![4]);
+        for seq in 7..=10 {
+            index.upsert(
+                seq,
+                &scope("alice"),
+                &embedder.vector(&format!("note {seq}")),
+            );
+        }
+        assert_eq!(found(&index, &scope("alice"), &query), vec![7, 8, 9, 10]);
+        assert_eq!(index.len(), 4);
+        assert_eq!(index.vector(9), Some(embedder.vector("note 9")));
     }
 }

@@ -191,6 +191,30 @@ impl LocalMemory {
         &self.index
     }
 
+    /// The vectors of the configured model of entries `seqs`: from the index, and from the
+    /// store for those it no longer holds in memory (older than a user's window). Entries
+    /// without one are left out; a failed store read is logged and leaves its entries out.
+    pub(super) fn vectors_of(&self, seqs: &[i64]) -> HashMap<i64, Vec<f32>> {
+        let index = self.index();
+        let mut found = HashMap::with_capacity(seqs.len());
+        let mut older = Vec::new();
+        for &seq in seqs {
+            match index.vector(seq) {
+                Some(vector) => {
+                    found.insert(seq, vector);
+                }
+                None => older.push(seq),
+            }
+        }
+        if let (false, Some((provider, model))) = (older.is_empty(), self.model()) {
+            match self.store.stored_vectors(&provider, &model, &older) {
+                Ok(stored) => found.extend(stored),
+                Err(e) => tracing::warn!("cannot read stored vectors: {e}"),
+            }
+        }
+        found
+    }
+
     /// The vector index with the vectors other hosts saved since it last looked (a shared
     /// store; on a store only this process writes, the index is already whole).
     pub(super) fn current_index(&self) -> &VectorIndex {
@@ -249,6 +273,54 @@ mod tests {
         let mut config = MemoryConfig::default();
         config.embeddings.provider = ProviderKind::Hash;
         LocalMemory::open(dir, config).expect("open memory")
+    }
+
+    #[test]
+    fn memory_holds_a_window_of_vectors_and_older_candidates_are_scored_from_the_store() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = MemoryConfig::default();
+        config.embeddings.provider = ProviderKind::Hash;
+        config.recall.scan_limit = 3;
+        let memory = LocalMemory::open(dir.path(), config).expect("open memory");
+        let alice = crate::Scope {
+            user_id: Some("alice".into()),
+            ..crate::Scope::default()
+        };
+        let texts = [
+            "Alice keeps bees on the roof",
+            "Alice reads before sleeping",
+            "Alice cycles to work",
+            "Alice plays the cello",
+            "Alice speaks Portuguese",
+        ];
+        for text in texts {
+            let mut fact = NewMemory::new(MemoryKind::Fact, text);
+            fact.scope = alice.clone();
+            memory.store_blocking(fact).expect("store");
+        }
+        assert_eq!(memory.embed_pending(|_| {}).expect("embed"), 5);
+        assert_eq!(
+            memory.index().len(),
+            3,
+            "only the newest three stay in memory"
+        );
+        let hits = memory
+            .recall(&crate::RecallQuery {
+                text: "who keeps bees".into(),
+                scope: alice,
+                limit: 5,
+                ..crate::RecallQuery::default()
+            })
+            .expect("recall");
+        let bees = hits
+            .iter()
+            .find(|hit| hit.entry.content.contains("bees"))
+            .expect("the oldest memory is found by its words");
+        assert!(
+            bees.explain.cosine.is_some_and(|c| c > 0.0),
+            "its vector was read from the store: {:?}",
+            bees.explain
+        );
     }
 
     #[test]

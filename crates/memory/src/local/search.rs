@@ -134,9 +134,9 @@ impl LocalMemory {
         } else {
             candidates
         };
-        let cosines = match &query_vector {
+        let (cosines, vectors) = match &query_vector {
             Some(vector) => self.semantic_candidates(query, vector, &bm25, nearest),
-            None => HashMap::new(),
+            None => Default::default(),
         };
         let mut seqs: Vec<i64> = bm25.keys().chain(cosines.keys()).copied().collect();
         seqs.sort_unstable();
@@ -148,6 +148,7 @@ impl LocalMemory {
         let signals = Signals {
             bm25: &bm25,
             cosines: query_vector.as_ref().map(|_| &cosines),
+            vectors,
             semantic: self.embedder.as_ref().is_some_and(|e| e.semantic()),
         };
         Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
@@ -219,33 +220,30 @@ impl LocalMemory {
         }
     }
 
-    /// Cosine similarity of the nearest vectors in scope, and of every lexical candidate.
+    /// Cosine similarity of the nearest vectors in scope and of every lexical candidate,
+    /// with the candidates' vectors (for reranking).
     fn semantic_candidates(
         &self,
         query: &RecallQuery,
         vector: &[f32],
         bm25: &HashMap<i64, f64>,
         candidates: usize,
-    ) -> HashMap<i64, f64> {
+    ) -> (HashMap<i64, f64>, HashMap<i64, Vec<f32>>) {
         let filter = ScanFilter {
             scope: &query.scope,
             exclude_session: query.exclude_session.as_deref(),
-            newest: self.config.recall.scan_limit,
         };
-        let mut cosines: HashMap<i64, f64> = self
-            .current_index()
-            .nearest(vector, &filter, candidates)
-            .into_iter()
-            .map(|(seq, similarity)| (seq, f64::from(similarity)))
+        let nearest = self.current_index().nearest(vector, &filter, candidates);
+        let mut seqs: Vec<i64> = nearest.iter().map(|(seq, _)| *seq).collect();
+        seqs.extend(bm25.keys());
+        seqs.sort_unstable();
+        seqs.dedup();
+        let vectors = self.vectors_of(&seqs);
+        let cosines = vectors
+            .iter()
+            .map(|(seq, stored)| (*seq, f64::from(embed::cosine(vector, stored))))
             .collect();
-        for seq in bm25.keys() {
-            if !cosines.contains_key(seq)
-                && let Some(stored) = self.index().vector(*seq)
-            {
-                cosines.insert(*seq, f64::from(embed::cosine(vector, &stored)));
-            }
-        }
-        cosines
+        (cosines, vectors)
     }
 
     /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best —
@@ -312,7 +310,7 @@ impl LocalMemory {
         let mut candidates: Vec<rerank::Candidate> = hits
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
-                vector: self.index().vector(seq),
+                vector: signals.vectors.get(&seq).cloned(),
                 hit,
             })
             .collect();
@@ -382,9 +380,11 @@ struct Ranking<'a> {
 }
 
 /// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the
-/// query has a vector, and whether those vectors carry meaning.
+/// query has a vector (and the candidates' vectors), and whether those vectors carry
+/// meaning.
 struct Signals<'a> {
     bm25: &'a HashMap<i64, f64>,
     cosines: Option<&'a HashMap<i64, f64>>,
+    vectors: HashMap<i64, Vec<f32>>,
     semantic: bool,
 }

@@ -183,13 +183,23 @@ pub trait MemoryStore: Send + Sync {
         entry: &MemoryEntry,
     ) -> Result<Vec<(i64, String, String)>, StorageError>;
 
-    /// Visit every live entry's stored vector of `provider`/`model`.
+    /// Visit every live entry's stored vector of `provider`/`model`, oldest entry first
+    /// on SQLite (in save order on PostgreSQL), so an index keeping the newest ends with
+    /// them.
     fn visit_vectors(
         &self,
         provider: &str,
         model: &str,
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
     ) -> Result<(), StorageError>;
+    /// The stored vectors of `provider`/`model` of the entries `seqs` that have one: for
+    /// the few recall candidates whose vectors the in-memory index no longer holds.
+    fn stored_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        seqs: &[i64],
+    ) -> Result<HashMap<i64, Vec<f32>>, StorageError>;
     /// Whether other hosts write to this store too (a shared database): this host's
     /// vector index must then catch up on their saves, and its embedder cannot assume it
     /// saw every entry below the last one it embedded.
@@ -458,6 +468,15 @@ impl MemoryStore for SqliteMemory {
         visit: &mut dyn FnMut(i64, Scope, Vec<f32>),
     ) -> Result<(), StorageError> {
         self.visit(provider, model, visit)
+    }
+
+    fn stored_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        seqs: &[i64],
+    ) -> Result<HashMap<i64, Vec<f32>>, StorageError> {
+        self.vectors_of(provider, model, seqs)
     }
 
     fn unembedded(

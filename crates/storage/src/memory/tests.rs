@@ -44,7 +44,8 @@ on_each_backend!(
     a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
     export_then_import_into_an_empty_store_keeps_every_record,
-    a_new_store_awaits_hydration_until_it_is_settled
+    a_new_store_awaits_hydration_until_it_is_settled,
+    stored_vectors_are_read_back_for_the_entries_asked_of_the_model_asked
 );
 
 fn state(memory: &dyn Stores, id: &str) -> SessionState {
@@ -462,5 +463,50 @@ fn export_then_import_into_an_empty_store_keeps_every_record(memory: &dyn Stores
         serde_json::to_value(fresh.export().expect("export")).expect("json"),
         serde_json::to_value(records).expect("json"),
         "the records read back as they were exported"
+    );
+}
+
+fn stored_vectors_are_read_back_for_the_entries_asked_of_the_model_asked(memory: &dyn Stores) {
+    for (id, text) in [("e1", "tea"), ("e2", "coffee"), ("e3", "water")] {
+        memory
+            .insert(episode(id, "ann", text), None, "test")
+            .wait()
+            .expect("insert");
+    }
+    let pending = memory.unembedded("hash", "h4", 0, 10).expect("pending");
+    let seqs: Vec<i64> = pending.iter().map(|p| p.seq).collect();
+    assert_eq!(seqs.len(), 3);
+    let vector = |seq: i64| vec![seq as f32, 1.0, -0.5, 0.25];
+    let rows = pending[..2]
+        .iter()
+        .map(|p| (p.seq, p.content_hash.clone(), vector(p.seq)))
+        .collect();
+    memory
+        .save_vectors("hash", "h4", rows, 10)
+        .wait()
+        .expect("save");
+    let mut asked = seqs.clone();
+    asked.push(seqs[2] + 1_000);
+    let stored = memory
+        .stored_vectors("hash", "h4", &asked)
+        .expect("read vectors");
+    let mut found: Vec<i64> = stored.keys().copied().collect();
+    found.sort();
+    assert_eq!(found, seqs[..2].to_vec(), "only the entries with a vector");
+    for (seq, read) in &stored {
+        // int8 with the largest magnitude (the seq) as scale: off by at most half a step.
+        let step = (*seq).max(1) as f32 / 127.0;
+        let close = read
+            .iter()
+            .zip(vector(*seq))
+            .all(|(a, b)| (a - b).abs() <= step);
+        assert!(close, "int8 keeps the values: {read:?} for {seq}");
+    }
+    assert!(
+        memory
+            .stored_vectors("openai", "other", &seqs)
+            .expect("read vectors")
+            .is_empty(),
+        "another model's vectors are not these"
     );
 }

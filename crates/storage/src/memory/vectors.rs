@@ -18,7 +18,8 @@ impl SqliteMemory {
             let mut statement = conn.prepare_cached(
                 "SELECT e.seq, e.agent_id, e.user_id, e.session_id, m.vector, m.encoding
                  FROM embeddings m JOIN entries e ON e.seq = m.entry_seq
-                 WHERE m.provider = ?1 AND m.model = ?2 AND e.forgotten_at IS NULL",
+                 WHERE m.provider = ?1 AND m.model = ?2 AND e.forgotten_at IS NULL
+                 ORDER BY e.seq",
             )?;
             let mut rows = statement.query(params![provider, model])?;
             while let Some(row) = rows.next()? {
@@ -32,6 +33,28 @@ impl SqliteMemory {
                 visit(row.get(0)?, scope, decode(&encoding, &bytes));
             }
             Ok(())
+        })
+    }
+
+    pub(super) fn vectors_of(
+        &self,
+        provider: &str,
+        model: &str,
+        seqs: &[i64],
+    ) -> Result<HashMap<i64, Vec<f32>>, StorageError> {
+        let seqs = serde_json::to_string(seqs).unwrap_or_else(|_| "[]".into());
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT m.entry_seq, m.vector, m.encoding
+                 FROM json_each(?1) wanted CROSS JOIN embeddings m ON m.entry_seq = wanted.value
+                 WHERE m.provider = ?2 AND m.model = ?3",
+            )?
+            .query_map(params![seqs, provider, model], |r| {
+                let bytes: Vec<u8> = r.get(1)?;
+                let encoding: String = r.get(2)?;
+                Ok((r.get(0)?, decode(&encoding, &bytes)))
+            })?
+            .collect()
         })
     }
 

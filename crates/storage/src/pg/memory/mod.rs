@@ -131,6 +131,15 @@ impl MemoryStore for PgMemory {
         self.visit(provider, model, visit)
     }
 
+    fn stored_vectors(
+        &self,
+        provider: &str,
+        model: &str,
+        seqs: &[i64],
+    ) -> Result<HashMap<i64, Vec<f32>>, StorageError> {
+        self.vectors_of(provider, model, seqs)
+    }
+
     fn shared(&self) -> bool {
         true
     }

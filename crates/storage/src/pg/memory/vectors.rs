@@ -36,6 +36,26 @@ impl PgMemory {
         }
     }
 
+    pub(super) fn vectors_of(
+        &self,
+        provider: &str,
+        model: &str,
+        seqs: &[i64],
+    ) -> Result<HashMap<i64, Vec<f32>>, StorageError> {
+        let (provider, model, seqs) = (provider.to_string(), model.to_string(), seqs.to_vec());
+        self.reads.read(move |client| {
+            Ok(client
+                .query(
+                    "SELECT entry_seq, vector FROM memory_embeddings
+                     WHERE entry_seq = ANY($1) AND provider = $2 AND model = $3",
+                    &[&seqs, &provider, &model],
+                )?
+                .iter()
+                .map(|row| (row.get(0), decode("i8", row.get(1))))
+                .collect())
+        })
+    }
+
     pub(super) fn saved_after(
         &self,
         provider: &str,
