@@ -33,12 +33,12 @@ const HANG_GRACE: Duration = Duration::from_secs(1);
 /// Work on a live instance; returns the fault the work hit, if any.
 type InstanceWork = Box<dyn FnOnce(&mut PluginInstance) -> Option<Fault> + Send>;
 
-/// A caller's call run on the instance, or with `None` while the plugin is down; returns
-/// the fault it hit, if any.
-type CallWork = Box<dyn FnOnce(Option<&mut PluginInstance>) -> Option<Fault> + Send>;
+/// A caller's call run on the instance, or given the plugin's state while it is not
+/// running; returns the fault it hit, if any.
+type CallWork = Box<dyn FnOnce(Result<&mut PluginInstance, PluginState>) -> Option<Fault> + Send>;
 
-/// A caller's call: `run` on the instance (or with `None` while it is down), and `abandon`
-/// to answer the caller if the instance hangs.
+/// A caller's call: `run` on the instance (or given the state while it is not running),
+/// and `abandon` to answer the caller if the instance hangs.
 struct Job {
     run: CallWork,
     abandon: Box<dyn FnOnce(Fault) + Send>,
@@ -64,8 +64,8 @@ impl PluginHandle {
     }
 
     /// Run `call` on the plugin's instance and wait for its result. While the plugin is
-    /// restarting or quarantined the answer is an `unavailable` plugin error; a call that
-    /// hangs is answered with a timeout fault.
+    /// restarting, quarantined or stopped the answer is [`CallError::NotRunning`] at once;
+    /// a call that hangs is answered with a timeout fault.
     pub async fn call<T: Send + 'static>(
         &self,
         call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
@@ -111,11 +111,11 @@ impl PluginHandle {
         let job = Job {
             run: Box::new(move |instance| {
                 let result = match instance {
-                    None => Err(CallError::Plugin(cairn_vocab::Error::new(
-                        cairn_vocab::ErrorKind::Unavailable,
-                        format!("plugin {plugin} is not running"),
-                    ))),
-                    Some(instance) => call(instance),
+                    Err(state) => Err(CallError::NotRunning {
+                        plugin: plugin.to_string(),
+                        state,
+                    }),
+                    Ok(instance) => call(instance),
                 };
                 let fault = match &result {
                     Err(CallError::Fault(fault)) => Some(fault.clone()),
@@ -133,10 +133,10 @@ impl PluginHandle {
     }
 
     fn stopped(&self) -> CallError {
-        CallError::Plugin(cairn_vocab::Error::new(
-            cairn_vocab::ErrorKind::Unavailable,
-            format!("plugin {} has stopped", self.id),
-        ))
+        CallError::NotRunning {
+            plugin: self.id.to_string(),
+            state: PluginState::Stopped,
+        }
     }
 }
 
@@ -354,11 +354,11 @@ impl Supervisor {
 
     fn call(&mut self, job: Job) {
         if self.executor.is_none() {
-            (job.run)(None);
+            (job.run)(Err(self.state));
             return;
         }
         let Job { run, abandon } = job;
-        let work: InstanceWork = Box::new(move |instance| run(Some(instance)));
+        let work: InstanceWork = Box::new(move |instance| run(Ok(instance)));
         match self.execute(work) {
             Outcome::Done => {}
             // The run has answered its caller already.
@@ -424,6 +424,11 @@ impl Supervisor {
             Err(CallError::NotExported(world)) => self.on_fault(Fault {
                 kind: FaultKind::InitFailed,
                 message: format!("a {world:?} plugin has no init export"),
+            }),
+            // Start runs on the executor's own instance: it is running by definition.
+            Err(not_running @ CallError::NotRunning { .. }) => self.on_fault(Fault {
+                kind: FaultKind::InitFailed,
+                message: not_running.to_string(),
             }),
         }
     }

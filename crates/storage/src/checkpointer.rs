@@ -103,17 +103,23 @@ fn checkpoint(conn: &Connection, mode: &str) -> rusqlite::Result<(bool, i64, i64
 mod tests {
     use super::*;
 
-    #[test]
-    fn commits_are_copied_into_the_database_file_without_the_writer() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("t.db");
-        let writer = Connection::open(&path).expect("open");
+    /// A connection to a new database in WAL mode that never checkpoints by itself.
+    fn wal_writer(path: &std::path::Path) -> Connection {
+        let writer = Connection::open(path).expect("open");
         writer
             .pragma_update(None, "journal_mode", "WAL")
             .expect("wal");
         writer
             .pragma_update(None, "wal_autocheckpoint", 0)
             .expect("no automatic checkpoint");
+        writer
+    }
+
+    #[test]
+    fn commits_are_copied_into_the_database_file_without_the_writer() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        let writer = wal_writer(&path);
         writer
             .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
             .expect("write");
@@ -134,13 +140,7 @@ mod tests {
     fn a_wal_grown_past_the_restart_size_is_truncated() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.db");
-        let writer = Connection::open(&path).expect("open");
-        writer
-            .pragma_update(None, "journal_mode", "WAL")
-            .expect("wal");
-        writer
-            .pragma_update(None, "wal_autocheckpoint", 0)
-            .expect("no automatic checkpoint");
+        let writer = wal_writer(&path);
         writer
             .execute_batch("CREATE TABLE t (x BLOB)")
             .expect("create");

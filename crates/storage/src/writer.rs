@@ -314,7 +314,10 @@ impl<T> Future for Receipt<T> {
 }
 
 fn commit_group(conn: &mut Connection, group: Vec<Work>) {
-    let mut tx = match conn.transaction() {
+    // Immediate: the write lock is taken at BEGIN, where a lock held elsewhere (the
+    // checkpointer truncating the WAL) is waited for. A deferred transaction that reads
+    // first would be refused at once with "database is locked" when it then writes.
+    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => {
             let error = StorageError::failed("cannot begin a transaction", &e);
@@ -409,6 +412,37 @@ mod tests {
             rows, "1",
             "the failed write's first insert was rolled back with it"
         );
+    }
+
+    #[test]
+    fn a_write_that_reads_first_waits_for_a_lock_held_elsewhere() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("t.db");
+        let open = || {
+            let conn = Connection::open(&path).expect("open");
+            conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+            conn.busy_timeout(std::time::Duration::from_secs(5))
+                .expect("busy timeout");
+            conn
+        };
+        let conn = open();
+        conn.execute_batch("CREATE TABLE t (x)").expect("schema");
+        let writer = GroupWriter::spawn("test-writer", conn, None).expect("spawn");
+        // Another connection (as the checkpointer truncating the WAL) holds the write lock.
+        let holder = open();
+        holder.execute_batch("BEGIN IMMEDIATE").expect("lock");
+        let (held, release) = std::sync::mpsc::channel::<()>();
+        let holding = std::thread::spawn(move || {
+            let _ = release.recv_timeout(std::time::Duration::from_millis(300));
+            holder.execute_batch("COMMIT").expect("unlock");
+        });
+        let written = writer.write_blocking(|c| {
+            let before: i64 = c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?;
+            c.execute("INSERT INTO t VALUES (?1)", [before])
+        });
+        drop(held);
+        holding.join().expect("holder");
+        assert_eq!(written.expect("the write waited for the lock"), 1);
     }
 
     #[test]

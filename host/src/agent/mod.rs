@@ -64,6 +64,10 @@ struct Reply<'a> {
     text: &'a str,
 }
 
+/// How long a reply waits before it asks again a channel that was restarting (a restart
+/// spends none of the reply's `deliver_attempts`).
+const CHANNEL_RESTART_POLL: Duration = Duration::from_millis(20);
+
 /// Where a turn's time went before its outcome was recorded, journaled with
 /// `turn.completed` so an operator (and the bench) can see which phase is slow.
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,7 +88,8 @@ pub struct AgentConfig {
     pub llm: LlmConfig,
     /// The main agent's system prompt.
     pub system_prompt: String,
-    /// Attempts to deliver a reply before the batch is marked failed (default 3).
+    /// Attempts to deliver a reply before the batch is marked failed (default 3); a channel
+    /// waiting out its restart backoff is waited for and spends none.
     pub deliver_attempts: u32,
     /// Longest text of one message put in a prompt, in bytes (default 4000).
     pub max_message_chars: usize,
@@ -671,7 +676,8 @@ impl Agent {
             in_reply_to: batch.messages.iter().map(|m| m.id as u64).collect(),
         };
         let mut last_error = String::new();
-        for attempt in 0..self.config.deliver_attempts.max(1) {
+        let mut attempt = 0;
+        while attempt < self.config.deliver_attempts.max(1) {
             if attempt > 0 {
                 tokio::time::sleep(Duration::from_millis(200 << attempt.min(6))).await;
             }
@@ -681,11 +687,17 @@ impl Agent {
                 .await
             {
                 Ok(()) => return Ok(()),
+                // Not tried: the channel is about to restart. Wait for it, spending no attempt.
+                Err(error) if error.is_restarting() => {
+                    tokio::time::sleep(CHANNEL_RESTART_POLL).await;
+                    continue;
+                }
                 Err(CallError::Plugin(error)) => {
                     last_error = format!("{} refused the delivery: {error}", batch.channel)
                 }
                 Err(error) => last_error = format!("{}: {error}", batch.channel),
             }
+            attempt += 1;
         }
         Err(last_error)
     }

@@ -23,8 +23,8 @@ use crate::plugin::supervisor::PluginHandle;
 pub trait Subscriber: Send + Sync + 'static {
     /// Its id in the journal's subscriber table.
     fn id(&self) -> &str;
-    /// Take one event; an error is retried with backoff, then dead-lettered.
-    fn take(&self, event: &Event) -> impl Future<Output = Result<(), String>> + Send;
+    /// Take one event; a failure is retried with backoff, then dead-lettered.
+    fn take(&self, event: &Event) -> impl Future<Output = Result<(), Undelivered>> + Send;
 
     /// Take a run of events in order, stopping at the first that fails: how many were
     /// taken, and the failure of the next one. It may stop early without a failure (having
@@ -48,15 +48,50 @@ pub trait Subscriber: Send + Sync + 'static {
     }
 }
 
-/// How a run of deliveries ended: the first `taken` events were taken; `failure` is the
-/// error of the one after them, if it failed.
+/// How a run of deliveries ended: the first `taken` events were taken; `failure` is why
+/// the one after them was not, if it was not.
 #[derive(Debug)]
 pub struct Run {
     /// How many events, from the first, the subscriber took.
     pub taken: usize,
-    /// Why the next event was not taken, if it was tried and failed.
-    pub failure: Option<String>,
+    /// Why the next event was not taken.
+    pub failure: Option<Undelivered>,
 }
+
+/// Why a subscriber did not take an event.
+#[derive(Debug, Clone)]
+pub struct Undelivered {
+    /// What went wrong, as logged and kept with a dead letter.
+    pub error: String,
+    /// Nothing was tried: the subscriber is down for a moment and coming back (a plugin
+    /// waiting out its backoff before a restart). Delivery waits for it instead of
+    /// spending an attempt, so restart timing never dead-letters an event; a plugin that
+    /// stays down (quarantined) fails as usual.
+    pub not_ready: bool,
+}
+
+impl From<String> for Undelivered {
+    fn from(error: String) -> Self {
+        Self {
+            error,
+            not_ready: false,
+        }
+    }
+}
+
+impl From<&str> for Undelivered {
+    fn from(error: &str) -> Self {
+        error.to_string().into()
+    }
+}
+
+/// How long a delivery first waits before it asks a subscriber that was not ready again;
+/// the wait doubles up to [`NOT_READY_MAX_WAIT`] (a plugin's restart often takes a few ms,
+/// a long backoff seconds).
+const NOT_READY_FIRST_WAIT: Duration = Duration::from_millis(1);
+
+/// The longest wait between asks of a subscriber that is not ready.
+const NOT_READY_MAX_WAIT: Duration = Duration::from_millis(100);
 
 /// How long a plugin keeps taking one run's events before it hands the rest to the next
 /// run: other calls to the plugin wait at most this (plus one event) behind a run, and a run
@@ -71,7 +106,7 @@ impl Subscriber for PluginSubscriber {
         self.0.id()
     }
 
-    async fn take(&self, event: &Event) -> Result<(), String> {
+    async fn take(&self, event: &Event) -> Result<(), Undelivered> {
         let delivered = event.clone();
         self.0
             .call(move |instance| instance.on_event(delivered))
@@ -108,11 +143,13 @@ impl Subscriber for PluginSubscriber {
 }
 
 /// A failed plugin call as a delivery failure.
-fn describe(error: CallError) -> String {
-    match error {
+fn describe(error: CallError) -> Undelivered {
+    let not_ready = error.is_restarting();
+    let error = match error {
         CallError::Plugin(error) => format!("the plugin returned {error}"),
         other => other.to_string(),
-    }
+    };
+    Undelivered { error, not_ready }
 }
 
 /// How many events are read per round.
@@ -195,44 +232,59 @@ enum Delivery {
 }
 
 /// Deliver one event, retrying with capped exponential backoff up to `max_attempts`;
-/// `failed` is the error of an attempt already made (in a run), which counts as the first.
+/// `failed` is how an attempt already made (in a run) ended, which counts as the first.
+/// While the subscriber is not ready, no attempt is spent: it is asked again shortly.
 async fn deliver<S: Subscriber>(
     journal: &Journal,
     subscriber: &S,
     event: &Event,
-    mut failed: Option<String>,
+    mut failed: Option<Undelivered>,
     stop: &mut watch::Receiver<bool>,
 ) -> Delivery {
     let config = journal.config();
     let mut attempt = 0u32;
+    let mut not_ready_wait = NOT_READY_FIRST_WAIT;
     loop {
-        attempt += 1;
         let outcome = match failed.take() {
-            Some(error) => Err(error),
+            Some(undelivered) => Err(undelivered),
             None => subscriber.take(event).await,
         };
-        match outcome {
+        let error = match outcome {
             Ok(()) => return Delivery::Taken,
-            Err(error) if attempt >= config.max_attempts => {
-                return Delivery::GaveUp(error, attempt);
-            }
-            Err(error) => {
-                let backoff = config
-                    .backoff_initial_ms
-                    .saturating_mul(1 << (attempt - 1).min(20))
-                    .min(config.backoff_max_ms);
-                tracing::warn!(
+            Err(undelivered) if undelivered.not_ready => {
+                tracing::debug!(
                     subscriber = subscriber.id(),
                     seq = event.seq,
-                    attempt,
-                    backoff_ms = backoff,
-                    "delivery failed: {error}"
+                    "waiting for the subscriber: {}",
+                    undelivered.error
                 );
                 tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
+                    _ = tokio::time::sleep(not_ready_wait) => {}
                     _ = stop.changed() => return Delivery::Stopping,
                 }
+                not_ready_wait = (not_ready_wait * 2).min(NOT_READY_MAX_WAIT);
+                continue;
             }
+            Err(undelivered) => undelivered.error,
+        };
+        attempt += 1;
+        if attempt >= config.max_attempts {
+            return Delivery::GaveUp(error, attempt);
+        }
+        let backoff = config
+            .backoff_initial_ms
+            .saturating_mul(1 << (attempt - 1).min(20))
+            .min(config.backoff_max_ms);
+        tracing::warn!(
+            subscriber = subscriber.id(),
+            seq = event.seq,
+            attempt,
+            backoff_ms = backoff,
+            "delivery failed: {error}"
+        );
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(backoff)) => {}
+            _ = stop.changed() => return Delivery::Stopping,
         }
     }
 }
@@ -392,7 +444,7 @@ pub async fn serve<S: Subscriber>(
 /// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.
 struct Lone<'a> {
     event: &'a Event,
-    failed: Option<String>,
+    failed: Option<Undelivered>,
 }
 
 /// Deliver `lone` with retries and record the outcome in `batch` (taken) or the journal
@@ -467,7 +519,7 @@ mod tests {
             "recorder"
         }
 
-        async fn take(&self, event: &Event) -> Result<(), String> {
+        async fn take(&self, event: &Event) -> Result<(), Undelivered> {
             self.taken
                 .lock()
                 .map_err(|_| "poisoned".to_string())?
@@ -518,7 +570,7 @@ mod tests {
             "picky"
         }
 
-        async fn take(&self, event: &Event) -> Result<(), String> {
+        async fn take(&self, event: &Event) -> Result<(), Undelivered> {
             if event.seq == self.bad {
                 self.tries_of_bad.fetch_add(1, Ordering::SeqCst);
                 return Err("not this one".into());
@@ -588,6 +640,68 @@ mod tests {
             "the failure in a run is the first of max_attempts"
         );
         assert_eq!(journal.cursor("picky").expect("cursor"), Some(20));
+    }
+
+    /// Not ready for its first `down` asks (a plugin restarting), then takes every event.
+    struct Restarting {
+        down: usize,
+        asked: AtomicUsize,
+        taken: Mutex<Vec<i64>>,
+    }
+
+    impl Subscriber for Restarting {
+        fn id(&self) -> &str {
+            "restarting"
+        }
+
+        async fn take(&self, event: &Event) -> Result<(), Undelivered> {
+            if self.asked.fetch_add(1, Ordering::SeqCst) < self.down {
+                return Err(Undelivered {
+                    error: "plugin restarting is restarting".into(),
+                    not_ready: true,
+                });
+            }
+            self.taken.lock().expect("lock").push(event.seq);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_subscriber_not_ready_is_waited_for_without_spending_attempts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = JournalConfig {
+            max_attempts: 1,
+            ..JournalConfig::default()
+        };
+        let journal = Arc::new(Journal::open(dir.path(), config).expect("open"));
+        let restarting = Arc::new(Restarting {
+            down: 4,
+            asked: AtomicUsize::new(0),
+            taken: Mutex::new(Vec::new()),
+        });
+        append_work(&journal, 3).await;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            restarting.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        for _ in 0..600 {
+            if restarting.taken.lock().expect("lock").len() >= 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+        assert_eq!(
+            *restarting.taken.lock().expect("lock"),
+            vec![1, 2, 3],
+            "one attempt allowed, yet nothing dead-lettered while it was not ready"
+        );
+        assert_eq!(restarting.asked.load(Ordering::SeqCst), 4 + 3);
+        assert_eq!(journal.cursor("restarting").expect("cursor"), Some(3));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::journal::dispatch::Subscriber;
+use crate::journal::dispatch::{Subscriber, Undelivered};
 use crate::journal::{Event, Journal};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::StorageError;
@@ -410,9 +410,9 @@ impl Subscriber for Lifecycle {
         SUBSCRIBER
     }
 
-    async fn take(&self, event: &Event) -> Result<(), String> {
+    async fn take(&self, event: &Event) -> Result<(), Undelivered> {
         self.observe(event)
             .await
-            .map_err(|e| format!("session monitor: {e}"))
+            .map_err(|e| format!("session monitor: {e}").into())
     }
 }

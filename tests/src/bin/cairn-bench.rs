@@ -952,7 +952,10 @@ impl cairn::journal::dispatch::Subscriber for NativeSubscriber {
         &self.0
     }
 
-    async fn take(&self, event: &cairn::journal::Event) -> Result<(), String> {
+    async fn take(
+        &self,
+        event: &cairn::journal::Event,
+    ) -> Result<(), cairn::journal::dispatch::Undelivered> {
         black_box(fnv1a(event.payload.as_bytes()));
         Ok(())
     }

@@ -8,8 +8,9 @@
 //!
 //! `cairn-soak [--seconds N] [--rate PER_SEC]` (defaults: 60 s at 1000/s).
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -88,17 +89,44 @@ fn snapshot(client: &ureq::Agent, port: u16) -> Option<serde_json::Value> {
     serde_json::from_str(&answer.body_mut().read_to_string().ok()?).ok()
 }
 
+/// Deliveries the host did not acknowledge, by answer ("HTTP 503", "no answer"): how many,
+/// and the first answer's text.
+#[derive(Default)]
+struct Refusals(Mutex<BTreeMap<String, (u64, String)>>);
+
+impl Refusals {
+    fn note(&self, kind: String, answer: String) {
+        let mut seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.entry(kind).or_insert((0, answer)).0 += 1;
+    }
+
+    /// One line per kind of refusal, or none.
+    fn report(&self) -> Vec<String> {
+        let seen = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        seen.iter()
+            .map(|(kind, (count, first))| format!("{count} × {kind}, the first: {}", first.trim()))
+            .collect()
+    }
+}
+
+/// What the senders count.
+#[derive(Default)]
+struct Tally {
+    sent: AtomicU64,
+    acknowledged: AtomicU64,
+    refusals: Refusals,
+}
+
 /// Send deliveries at `rate` per second (over [`SENDERS`] threads) until `stop`.
 fn spawn_senders(
     port: u16,
     rate: u64,
     stop: Arc<AtomicBool>,
-    sent: Arc<AtomicU64>,
-    acknowledged: Arc<AtomicU64>,
+    tally: Arc<Tally>,
 ) -> Vec<std::thread::JoinHandle<()>> {
     (0..SENDERS)
         .map(|sender| {
-            let (stop, sent, acknowledged) = (stop.clone(), sent.clone(), acknowledged.clone());
+            let (stop, tally) = (stop.clone(), tally.clone());
             std::thread::spawn(move || {
                 let client = http_client();
                 let spacing = Duration::from_secs_f64(SENDERS as f64 / rate as f64);
@@ -120,10 +148,14 @@ fn spawn_senders(
                     }))
                     .expect("serialise");
                     let signature = github_signature(SECRET.as_bytes(), &body);
-                    sent.fetch_add(1, Ordering::Relaxed);
+                    tally.sent.fetch_add(1, Ordering::Relaxed);
                     let delivery = format!("soak-{i}");
-                    if let Ok((202, _)) = post_webhook(&client, port, "pull_request", &delivery, &body, Some(&signature)) {
-                        acknowledged.fetch_add(1, Ordering::Relaxed);
+                    match post_webhook(&client, port, "pull_request", &delivery, &body, Some(&signature)) {
+                        Ok((202, _)) => {
+                            tally.acknowledged.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok((status, answer)) => tally.refusals.note(format!("HTTP {status}"), answer),
+                        Err(error) => tally.refusals.note("no answer".into(), error.to_string()),
                     }
                 }
             })
@@ -185,8 +217,8 @@ fn main() -> Result<()> {
     let pid = host.pid();
     let client = http_client();
     let stop = Arc::new(AtomicBool::new(false));
-    let (sent, acknowledged) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
-    let senders = spawn_senders(port, rate, stop.clone(), sent.clone(), acknowledged.clone());
+    let tally = Arc::new(Tally::default());
+    let senders = spawn_senders(port, rate, stop.clone(), tally.clone());
     let started = Instant::now();
     let checkpoints: Vec<u64> = [60, 600, 1800]
         .into_iter()
@@ -206,8 +238,8 @@ fn main() -> Result<()> {
         let seen = snapshot(&client, console).unwrap_or_default();
         samples.push(Sample {
             at: started.elapsed(),
-            sent: sent.load(Ordering::Relaxed),
-            acknowledged: acknowledged.load(Ordering::Relaxed),
+            sent: tally.sent.load(Ordering::Relaxed),
+            acknowledged: tally.acknowledged.load(Ordering::Relaxed),
             rss_mib,
             fds,
             wal_kib: wal_sizes(&data),
@@ -224,12 +256,15 @@ fn main() -> Result<()> {
         let _ = sender.join();
     }
     print_table(&samples, rate);
+    for refusal in tally.refusals.report() {
+        println!("not acknowledged: {refusal}");
+    }
     settle(&mut host, &data)?;
     let (exit, log) = host.stop();
     if !exit.success() {
         bail!("the host did not stop cleanly:\n{log}");
     }
-    check(&samples, &data, acknowledged.load(Ordering::Relaxed))
+    check(&samples, &data, tally.acknowledged.load(Ordering::Relaxed))
 }
 
 /// Wait until every message is routed and every main batch finished.
@@ -246,7 +281,12 @@ fn settle(host: &mut Host, data: &Path) -> Result<()> {
             return Ok(());
         }
         if Instant::now() > deadline || !host.is_running() {
-            bail!("the host did not settle: {status}");
+            let log = host.log();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            bail!(
+                "the host did not settle: {status}\nthe end of its log:\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         std::thread::sleep(Duration::from_millis(200));
     }

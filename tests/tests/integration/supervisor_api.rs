@@ -11,10 +11,9 @@ use cairn::plugin::capabilities::HostServices;
 use cairn::plugin::kv::PluginKv;
 use cairn::plugin::resolve;
 use cairn::plugin::runtime::{CallError, FaultKind};
-use cairn::plugin::status::StatusLog;
+use cairn::plugin::status::{PluginState, StatusLog};
 use cairn::store::host::SqliteHost;
 use cairn_tests::{PluginDir, shared_cache_dir};
-use cairn_vocab::ErrorKind;
 use cairn_vocab::channel::OutboundMessage;
 use cairn_vocab::event::Event;
 
@@ -99,13 +98,12 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
         Err(CallError::Fault(fault)) => assert_eq!(fault.kind, FaultKind::Trap),
         other => panic!("expected a trap, got {other:?}"),
     }
-    // ...and while it waits out its backoff, calls answer `unavailable` at once.
+    // ...and while it waits out its backoff, calls answer "restarting" at once.
     let during_backoff = hostile.call(|instance| instance.on_event(event(2))).await;
     assert!(
-        matches!(
-            &during_backoff,
-            Err(CallError::Plugin(e)) if e.kind == ErrorKind::Unavailable
-        ),
+        during_backoff
+            .as_ref()
+            .is_err_and(CallError::is_restarting),
         "{during_backoff:?}"
     );
     // After the backoff a fresh instance serves calls again (and traps again: budget 1 → quarantine).
@@ -120,7 +118,10 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     assert!(
         matches!(
             &quarantined,
-            Err(CallError::Plugin(e)) if e.kind == ErrorKind::Unavailable
+            Err(CallError::NotRunning {
+                state: PluginState::Quarantined,
+                ..
+            })
         ),
         "{quarantined:?}"
     );

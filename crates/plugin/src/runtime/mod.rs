@@ -128,6 +128,30 @@ pub enum CallError {
     /// The plugin's world has no such export.
     #[error("a {0:?} plugin does not export this function")]
     NotExported(World),
+    /// The plugin is not running — restarting after a fault, quarantined or stopped — so
+    /// the call was not made. Only `restarting` passes: see [`CallError::is_restarting`].
+    #[error("plugin {plugin} is {state}")]
+    NotRunning {
+        /// The plugin's id.
+        plugin: String,
+        /// Its state when the call came.
+        state: cairn_vocab::plugin::PluginState,
+    },
+}
+
+impl CallError {
+    /// Whether the call was not made only because the plugin is waiting out its backoff
+    /// before a restart: the same call may succeed in a moment, and a caller that can wait
+    /// (an event delivery) should not count it as a try.
+    pub fn is_restarting(&self) -> bool {
+        matches!(
+            self,
+            CallError::NotRunning {
+                state: cairn_vocab::plugin::PluginState::Restarting,
+                ..
+            }
+        )
+    }
 }
 
 /// Settings of a plugin's calls derived from the runtime config and its manifest.
