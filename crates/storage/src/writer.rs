@@ -420,7 +420,8 @@ mod tests {
         let path = dir.path().join("t.db");
         let open = || {
             let conn = Connection::open(&path).expect("open");
-            conn.pragma_update(None, "journal_mode", "WAL").expect("wal");
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .expect("wal");
             conn.busy_timeout(std::time::Duration::from_secs(5))
                 .expect("busy timeout");
             conn

@@ -679,7 +679,6 @@ mod tests {
             asked: AtomicUsize::new(0),
             taken: Mutex::new(Vec::new()),
         });
-        append_work(&journal, 3).await;
         let (stop, stopped) = watch::channel(false);
         let task = tokio::spawn(serve(
             journal.clone(),
@@ -687,6 +686,9 @@ mod tests {
             vec!["work.*".to_string()],
             stopped,
         ));
+        // A new subscriber starts at the journal's end: subscribe first.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        append_work(&journal, 3).await;
         for _ in 0..600 {
             if restarting.taken.lock().expect("lock").len() >= 3 {
                 break;

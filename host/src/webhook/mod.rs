@@ -170,10 +170,9 @@ async fn forward(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", error.message),
         ),
-        Err(not_running @ CallError::NotRunning { .. }) => plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{not_running}\n"),
-        ),
+        Err(not_running @ CallError::NotRunning { .. }) => {
+            plain(StatusCode::SERVICE_UNAVAILABLE, format!("{not_running}\n"))
+        }
         Err(error) => {
             tracing::warn!(channel = %id, "webhook call failed: {error}");
             plain(

@@ -101,9 +101,7 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     // ...and while it waits out its backoff, calls answer "restarting" at once.
     let during_backoff = hostile.call(|instance| instance.on_event(event(2))).await;
     assert!(
-        during_backoff
-            .as_ref()
-            .is_err_and(CallError::is_restarting),
+        during_backoff.as_ref().is_err_and(CallError::is_restarting),
         "{during_backoff:?}"
     );
     // After the backoff a fresh instance serves calls again (and traps again: budget 1 → quarantine).
