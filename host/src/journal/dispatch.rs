@@ -543,6 +543,34 @@ mod tests {
         }
     }
 
+    /// Serve `subscriber` on `work.*`, append `events` once it has subscribed (a new
+    /// subscriber starts at the journal's end), wait (up to 30 s) until `done`, then stop
+    /// serving.
+    async fn serve_work<S: Subscriber>(
+        journal: &Arc<Journal>,
+        subscriber: &Arc<S>,
+        events: usize,
+        done: impl Fn() -> bool,
+    ) {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            subscriber.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        append_work(journal, events).await;
+        for _ in 0..600 {
+            if done() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+    }
+
     fn seen(recorder: &Recorder) -> Vec<i64> {
         recorder.taken.lock().expect("lock").clone()
     }
@@ -611,23 +639,10 @@ mod tests {
             bad: 5,
             tries_of_bad: AtomicUsize::new(0),
         });
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            picky.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        append_work(&journal, 20).await;
-        for _ in 0..600 {
-            if picky.taken.lock().expect("lock").len() >= 19 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop.send(true).expect("stop");
-        task.await.expect("stops");
+        serve_work(&journal, &picky, 20, || {
+            picky.taken.lock().expect("lock").len() >= 19
+        })
+        .await;
         let expected: Vec<i64> = (1..=20).filter(|seq| *seq != 5).collect();
         assert_eq!(
             *picky.taken.lock().expect("lock"),
@@ -679,24 +694,10 @@ mod tests {
             asked: AtomicUsize::new(0),
             taken: Mutex::new(Vec::new()),
         });
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            restarting.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        // A new subscriber starts at the journal's end: subscribe first.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        append_work(&journal, 3).await;
-        for _ in 0..600 {
-            if restarting.taken.lock().expect("lock").len() >= 3 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop.send(true).expect("stop");
-        task.await.expect("stops");
+        serve_work(&journal, &restarting, 3, || {
+            restarting.taken.lock().expect("lock").len() >= 3
+        })
+        .await;
         assert_eq!(
             *restarting.taken.lock().expect("lock"),
             vec![1, 2, 3],

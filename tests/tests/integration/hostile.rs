@@ -328,8 +328,12 @@ fn a_plugin_trapping_on_every_event_for_an_hour_of_restarts_leaks_nothing_and_st
             host.log()
         );
         assert!(host.is_running(), "{}", host.log());
-        // A message makes the source emit the next thousand ticks.
-        if journal_json(data.path(), "churn.tick").len() as u64 == messages * PER_MESSAGE {
+        // A message makes the source emit the next thousand ticks, once the churner has
+        // dealt with the last thousand (each is one trap and one restart: no backlog).
+        let sent = messages * PER_MESSAGE;
+        if journal_json(data.path(), "churn.tick").len() as u64 == sent
+            && dead_letters_of(data.path(), "churner") as u64 == sent
+        {
             messages += 1;
             host.type_line(&format!("tick {messages}"));
         }
