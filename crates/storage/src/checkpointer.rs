@@ -72,22 +72,24 @@ fn run(path: &std::path::Path, commits: &Receiver<()>) {
         std::thread::sleep(GATHER);
         while commits.try_recv().is_ok() {}
         match checkpoint(&conn, "PASSIVE") {
-            Ok((_, wal_pages, copied)) if wal_pages >= RESTART_PAGES => {
-                tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed; truncating the WAL");
-                match checkpoint(&conn, "TRUNCATE") {
-                    Ok((false, _, _)) => tracing::trace!(path = %path.display(), "WAL truncated"),
-                    // Readers or the writer stayed busy: the next checkpoint tries again.
-                    Ok((true, _, _)) => {}
-                    Err(e) => {
-                        tracing::debug!(path = %path.display(), "cannot truncate the WAL yet: {e}")
-                    }
-                }
-            }
             Ok((_, wal_pages, copied)) => {
-                tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed")
+                tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed");
+                if wal_pages >= RESTART_PAGES {
+                    truncate(&conn, path);
+                }
             }
             Err(e) => tracing::warn!(path = %path.display(), "checkpoint failed: {e}"),
         }
+    }
+}
+
+/// Start the WAL over and truncate it; when readers or the writer stay busy past
+/// [`RESTART_WAIT`], the next checkpoint tries again.
+fn truncate(conn: &Connection, path: &std::path::Path) {
+    match checkpoint(conn, "TRUNCATE") {
+        Ok((false, _, _)) => tracing::trace!(path = %path.display(), "WAL truncated"),
+        Ok((true, _, _)) => tracing::trace!(path = %path.display(), "WAL busy; truncating later"),
+        Err(e) => tracing::debug!(path = %path.display(), "cannot truncate the WAL yet: {e}"),
     }
 }
 

@@ -239,10 +239,16 @@ impl LocalMemory {
         seqs.sort_unstable();
         seqs.dedup();
         let vectors = self.vectors_of(&seqs);
-        let cosines = vectors
-            .iter()
-            .map(|(seq, stored)| (*seq, f64::from(embed::cosine(vector, stored))))
+        // The scan scored the nearest already; only the other lexical candidates are new.
+        let mut cosines: HashMap<i64, f64> = nearest
+            .into_iter()
+            .map(|(seq, similarity)| (seq, f64::from(similarity)))
             .collect();
+        for (seq, stored) in &vectors {
+            cosines
+                .entry(*seq)
+                .or_insert_with(|| f64::from(embed::cosine(vector, stored)));
+        }
         (cosines, vectors)
     }
 
