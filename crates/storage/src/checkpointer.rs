@@ -17,7 +17,7 @@ use rusqlite::Connection;
 
 /// WAL pages at which the writer checkpoints by itself (about 40 MiB at 4 KiB pages), in case
 /// the checkpointer cannot keep up or is refused.
-pub(crate) const BACKSTOP_PAGES: i64 = 10_000;
+pub const BACKSTOP_PAGES: i64 = 10_000;
 
 /// WAL pages past which the checkpointer starts the WAL over (about 10 MiB). A passive
 /// checkpoint copies pages but the WAL only restarts from its beginning when, at a commit,

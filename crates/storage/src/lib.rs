@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 
 pub use cairn_vocab::ErrorKind;
 pub use cairn_vocab::time::now_ms;
+pub use checkpointer::BACKSTOP_PAGES;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 

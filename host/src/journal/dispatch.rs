@@ -8,6 +8,7 @@
 //! next start.
 
 use std::future::Future;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -30,7 +31,7 @@ pub trait Subscriber: Send + Sync + 'static {
     /// taken, and the failure of the next one. It may stop early without a failure (having
     /// taken at least one); the rest come in the next run. A subscriber for which one hop
     /// per run costs less than one per event overrides this.
-    fn take_run(&self, events: &[Event]) -> impl Future<Output = Run> + Send {
+    fn take_run(&self, events: EventRun) -> impl Future<Output = Run> + Send {
         async move {
             for (taken, event) in events.iter().enumerate() {
                 if let Err(error) = self.take(event).await {
@@ -45,6 +46,33 @@ pub trait Subscriber: Send + Sync + 'static {
                 failure: None,
             }
         }
+    }
+}
+
+/// A run of events handed to a subscriber: a window on the events read in one round,
+/// shared rather than copied, so a plugin's thread can take it along.
+#[derive(Debug, Clone)]
+pub struct EventRun {
+    round: Arc<[Event]>,
+    window: Range<usize>,
+}
+
+impl EventRun {
+    /// The events of `round` in `window`.
+    ///
+    /// # Panics
+    /// If `window` is not within `round`.
+    pub fn new(round: Arc<[Event]>, window: Range<usize>) -> Self {
+        assert!(window.start <= window.end && window.end <= round.len());
+        Self { round, window }
+    }
+}
+
+impl Deref for EventRun {
+    type Target = [Event];
+
+    fn deref(&self) -> &[Event] {
+        &self.round[self.window.clone()]
     }
 }
 
@@ -109,15 +137,15 @@ impl Subscriber for PluginSubscriber {
     async fn take(&self, event: &Event) -> Result<(), Undelivered> {
         let delivered = event.clone();
         self.0
-            .call(move |instance| instance.on_event(delivered))
+            .call(move |instance| instance.on_event(&delivered))
             .await
             .map_err(describe)
     }
 
     /// The whole run in one call on the plugin's thread (each event under its own epoch
     /// deadline), so the hop to that thread is paid once per run rather than per event.
-    async fn take_run(&self, events: &[Event]) -> Run {
-        let delivered = events.to_vec();
+    async fn take_run(&self, events: EventRun) -> Run {
+        let tried = events.len();
         // Counted as they are taken: a run that faults still says how far it got.
         let taken = Arc::new(AtomicUsize::new(0));
         let counter = taken.clone();
@@ -125,7 +153,7 @@ impl Subscriber for PluginSubscriber {
             .0
             .call(move |instance| {
                 let started = Instant::now();
-                for event in delivered {
+                for event in events.iter() {
                     if counter.load(Ordering::Relaxed) > 0 && started.elapsed() >= RUN_FOR {
                         break;
                     }
@@ -136,7 +164,7 @@ impl Subscriber for PluginSubscriber {
             })
             .await;
         Run {
-            taken: taken.load(Ordering::Relaxed).min(events.len()),
+            taken: taken.load(Ordering::Relaxed).min(tried),
             failure: outcome.err().map(describe),
         }
     }
@@ -155,19 +183,24 @@ fn describe(error: CallError) -> Undelivered {
 /// How many events are read per round.
 const READ_AHEAD: usize = 256;
 
-/// Taken events whose cursor move is committed together: a crash redelivers at most this
-/// many (each is delivered at least once).
+/// Taken events whose cursor move is committed together. A batch's move is committed while
+/// the next run is delivered, so a crash redelivers at most twice this many (each event is
+/// delivered at least once).
 const CURSOR_EVERY: usize = 64;
 
 /// The longest a taken event waits for its cursor move to be committed.
 const CURSOR_AFTER: Duration = Duration::from_millis(100);
 
 /// Events a subscriber took whose cursor move is not committed yet. Committing one cursor
-/// move per batch instead of per event takes a durable commit off each delivery.
+/// move per batch instead of per event takes a durable commit off each delivery; committing
+/// it while the next run is delivered takes the commit's wait off the subscriber's path.
 struct CursorBatch {
-    /// The last event taken, if any since the last commit.
+    /// A batch's last event, sealed when the batch was due: its move is committed beside the
+    /// next run, or with the rest when no run follows.
+    sealed: Option<i64>,
+    /// The last event taken, if any since the last commit or seal.
     taken: Option<i64>,
-    /// How many were taken since the last commit.
+    /// How many were taken since the last commit or seal.
     count: usize,
     /// When the first of them was taken.
     since: Instant,
@@ -176,6 +209,7 @@ struct CursorBatch {
 impl CursorBatch {
     fn new() -> Self {
         Self {
+            sealed: None,
             taken: None,
             count: 0,
             since: Instant::now(),
@@ -195,28 +229,62 @@ impl CursorBatch {
         self.count >= CURSOR_EVERY || (self.count > 0 && self.since.elapsed() >= CURSOR_AFTER)
     }
 
+    /// Set the batch aside for its move to be committed beside the next run; the events
+    /// taken from now on make a new batch.
+    fn seal(&mut self) {
+        if let Some(seq) = self.taken.take() {
+            self.sealed = Some(seq);
+            self.count = 0;
+        }
+    }
+
     /// Drop the batch: a dead letter moved the cursor past it already.
     fn forget(&mut self) {
+        self.sealed = None;
         self.taken = None;
         self.count = 0;
     }
 
-    /// Commit the batch's cursor move and record it in `position`; false (logged) when it
-    /// cannot be recorded.
+    /// Commit the cursor move of everything taken and record it in `position`; false
+    /// (logged) when it cannot be recorded.
     async fn commit(&mut self, journal: &Journal, id: &str, position: &mut Position) -> bool {
-        let Some(seq) = self.taken else {
+        let Some(seq) = self.taken.or(self.sealed) else {
             return true;
         };
-        match journal.advance(id, seq).await {
-            Ok(()) => {
-                position.cursor = seq;
-                self.forget();
-                true
-            }
-            Err(e) => {
-                tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
-                false
-            }
+        let moved = advance(journal, id, seq, position).await;
+        if moved {
+            self.forget();
+        }
+        moved
+    }
+
+    /// Run `run` (the next run's delivery) while the sealed batch's move, if any, is
+    /// committed: its outcome, and false (logged) when the move cannot be recorded.
+    async fn commit_beside<T>(
+        &mut self,
+        journal: &Journal,
+        id: &str,
+        position: &mut Position,
+        run: impl Future<Output = T>,
+    ) -> (bool, T) {
+        match self.sealed.take() {
+            Some(seq) => tokio::join!(advance(journal, id, seq, position), run),
+            None => (true, run.await),
+        }
+    }
+}
+
+/// Move `id`'s durable cursor to `seq` and record it in `position`; false (logged) when it
+/// cannot be recorded.
+async fn advance(journal: &Journal, id: &str, seq: i64, position: &mut Position) -> bool {
+    match journal.advance(id, seq).await {
+        Ok(()) => {
+            position.cursor = seq;
+            true
+        }
+        Err(e) => {
+            tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+            false
         }
     }
 }
@@ -387,7 +455,8 @@ pub async fn serve<S: Subscriber>(
             continue;
         }
         let mut batch = CursorBatch::new();
-        let mut events = pending.events.as_slice();
+        let round: Arc<[Event]> = pending.events.into();
+        let mut events: &[Event] = &round;
         while let Some(first) = events.first() {
             if operator_looked.is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK) {
                 // A long round: look first (renewing this host's hold on a shared journal,
@@ -398,10 +467,18 @@ pub async fn serve<S: Subscriber>(
                 position.searched_to = position.cursor;
                 break;
             }
-            // A run fits in the cursor batch, so a crash still redelivers at most a batch.
+            // A run fits in the cursor batch, so a crash still redelivers at most this batch
+            // and the sealed one committed beside its run.
             let room = CURSOR_EVERY.saturating_sub(batch.count).max(1);
             let tried = room.min(events.len());
-            let run = subscriber.take_run(&events[..tried]).await;
+            let offset = round.len() - events.len();
+            let window = EventRun::new(round.clone(), offset..offset + tried);
+            let (moved, run) = batch
+                .commit_beside(&journal, &id, &mut position, subscriber.take_run(window))
+                .await;
+            if !moved {
+                return;
+            }
             let (taken, rest) = events.split_at(run.taken.min(tried));
             taken.iter().for_each(|event| batch.took(event.seq));
             events = rest;
@@ -427,11 +504,12 @@ pub async fn serve<S: Subscriber>(
                 }
                 events = &events[1..];
             }
-            let stopping = *stop.borrow();
-            let committed =
-                !(batch.due() || stopping) || batch.commit(&journal, &id, &mut position).await;
-            if !committed || stopping {
+            if *stop.borrow() {
+                batch.commit(&journal, &id, &mut position).await;
                 return;
+            }
+            if batch.due() {
+                batch.seal();
             }
         }
         if !batch.commit(&journal, &id, &mut position).await {
@@ -607,7 +685,7 @@ mod tests {
             Ok(())
         }
 
-        async fn take_run(&self, events: &[Event]) -> Run {
+        async fn take_run(&self, events: EventRun) -> Run {
             let mut taken = 0;
             for event in events.iter().take(3) {
                 if let Err(error) = self.take(event).await {

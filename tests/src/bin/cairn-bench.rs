@@ -6,6 +6,8 @@
 //! Comparisons are ratios measured side by side in one run (a WASM call next to the same
 //! function called natively).
 
+#[path = "bench/bare.rs"]
+mod bare;
 #[path = "bench/cognition.rs"]
 mod cognition;
 #[path = "bench/languages.rs"]
@@ -180,10 +182,10 @@ fn plugin_rows(rows: &mut Vec<Row>, scratch: &Path, rust_component: &Path) -> Re
     let (mut base, mut full) = (Duration::MAX, Duration::MAX);
     for _ in 0..3 {
         let started = Instant::now();
-        instance.on_event(empty.clone()).context("llm 0")?;
+        instance.on_event(&empty).context("llm 0")?;
         base = base.min(started.elapsed());
         let started = Instant::now();
-        instance.on_event(many.clone()).context("llm")?;
+        instance.on_event(&many).context("llm")?;
         full = full.min(started.elapsed());
     }
     let per_plugin_call = (full.saturating_sub(base)).as_secs_f64() * 1e6 / asks as f64;
@@ -256,24 +258,30 @@ fn buffer_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     for (producers, per_producer) in [(1usize, 1500usize), (8, 300), (64, 40)] {
         let total = producers * per_producer;
         let (mut ingests, mut raws, mut latencies) = (Vec::new(), Vec::new(), Vec::new());
+        let mut raws_growing = Vec::new();
         for round in 0..INGEST_ROUNDS {
             let (_, buffer) = fresh_buffer(scratch, &format!("ingest-{producers}-{round}"))?;
             let (ingest, acked) = push_all(buffer, producers, per_producer)?;
             ingests.push(ingest);
             latencies.extend(acked);
             let raw_dir = scratch.join(format!("raw-{producers}-{round}"));
-            raws.push(raw_insert_rate(&raw_dir, producers, total)?);
+            raws.push(raw_insert_rate(&raw_dir, producers, total, None)?);
+            let raw_dir = scratch.join(format!("raw-growing-{producers}-{round}"));
+            let backstop = Some(cairn::store::BACKSTOP_PAGES);
+            raws_growing.push(raw_insert_rate(&raw_dir, producers, total, backstop)?);
         }
         latencies.sort_by(|a, b| a.total_cmp(b));
-        let (ingest, raw) = (median(ingests), median(raws));
+        let (ingest, raw, raw_growing) = (median(ingests), median(raws), median(raws_growing));
         rows.push(Row {
             name: format!("durable ingest, {producers} producer(s)"),
             value: ingest,
             unit: "msg/s",
             note: format!(
-                "{}; raw rusqlite FULL, {producers} per commit: {raw:.0} msg/s (ratio {:.2}; medians of {INGEST_ROUNDS} alternating rounds)",
+                "{}; raw rusqlite FULL, {producers} per commit: {raw:.0} msg/s (ratio {:.2}); the same loop with its WAL left to grow as the buffer writer's is (checkpointing only at {} pages): {raw_growing:.0} msg/s (ratio {:.2}); medians of {INGEST_ROUNDS} alternating rounds",
                 acks(&latencies),
-                ingest / raw
+                ingest / raw,
+                cairn::store::BACKSTOP_PAGES,
+                ingest / raw_growing
             ),
         });
         if let Some(cluster) = postgres {
@@ -329,10 +337,19 @@ fn push_all(buffer: Arc<Buffer>, producers: usize, per_producer: usize) -> Resul
     Ok((rate, latencies))
 }
 
-/// Insert `total` rows into a fresh buffer schema, `batch` rows per committed transaction.
-fn raw_insert_rate(dir: &Path, batch: usize, total: usize) -> Result<f64> {
+/// Insert `total` rows into a fresh buffer schema, `batch` rows per committed transaction;
+/// `autocheckpoint` sets the WAL pages at which a commit checkpoints (SQLite's 1,000 if none).
+fn raw_insert_rate(
+    dir: &Path,
+    batch: usize,
+    total: usize,
+    autocheckpoint: Option<i64>,
+) -> Result<f64> {
     std::fs::create_dir_all(dir)?;
     let mut conn = cairn::store::open(&dir.join("buffer.db"), &cairn::buffer::MIGRATIONS)?;
+    if let Some(pages) = autocheckpoint {
+        conn.pragma_update(None, "wal_autocheckpoint", pages)?;
+    }
     let started = Instant::now();
     let mut written = 0;
     while written < total {
@@ -774,6 +791,16 @@ async fn append_all(journal: Arc<Journal>, appenders: usize) -> Result<(f64, Vec
     Ok((rate, latencies))
 }
 
+/// "lowest–highest" of rates, in thousands.
+fn span(rates: &[f64]) -> String {
+    let lowest = rates.iter().copied().fold(f64::INFINITY, f64::min);
+    let highest = rates.iter().copied().fold(0.0, f64::max);
+    format!("{:.0}k–{:.0}k", lowest / 1e3, highest / 1e3)
+}
+
+/// Rounds of each dispatch measurement, native and WASM taking turns.
+const DISPATCH_ROUNDS: usize = 5;
+
 fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -812,32 +839,53 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
         }
 
         for subscribers in [1usize, 10] {
-            let sqlite = |takers: Takers| -> Result<Arc<Journal>> {
-                let dir = scratch.join(format!("dispatch-{subscribers}-{takers:?}"));
-                std::fs::create_dir_all(&dir)?;
-                // The churner's events are dead-lettered at its first failure.
-                let config = JournalConfig {
-                    max_attempts: if takers == Takers::WasmBesideChurner { 1 } else { 5 },
-                    ..JournalConfig::default()
-                };
-                Ok(Arc::new(Journal::open(&dir, config)?))
-            };
-            let rate = async |takers: Takers| -> Result<f64> {
-                eprintln!("bench: journal dispatch, {subscribers} {takers:?}");
-                dispatch_rate(scratch, component, subscribers, takers, sqlite(takers)?).await
-            };
-            let native = rate(Takers::Native).await?;
-            let wasm = rate(Takers::Wasm).await?;
+            // One journal for every round: each round's subscribers are new ids registered
+            // before the events, so each starts from the first.
+            let dir = scratch.join(format!("dispatch-{subscribers}"));
+            std::fs::create_dir_all(&dir)?;
+            let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+            let ids: Vec<String> = (0..DISPATCH_ROUNDS)
+                .flat_map(|round| {
+                    [Takers::Native, Takers::Wasm]
+                        .into_iter()
+                        .flat_map(move |takers| round_ids(round, subscribers, takers))
+                })
+                .collect();
+            let head = fill_journal(&journal, &ids).await?;
+            // Rounds alternate, so a slow spell of the machine falls on both; medians compared.
+            let (mut natives, mut wasms) = (Vec::new(), Vec::new());
+            for round in 0..DISPATCH_ROUNDS {
+                for (takers, rates) in [(Takers::Native, &mut natives), (Takers::Wasm, &mut wasms)] {
+                    eprintln!("bench: journal dispatch, {subscribers} {takers:?}, round {round}");
+                    let shape = (round, subscribers, takers);
+                    rates.push(dispatch_rate(scratch, component, shape, journal.clone(), head).await?);
+                }
+            }
+            let spread = format!("rounds: WASM {}, native {}", span(&wasms), span(&natives));
+            let (native, wasm) = (median(natives), median(wasms));
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s)"),
                 value: wasm,
                 unit: "ev/s",
                 note: format!(
-                    "{subscribers} native Rust subscriber(s) through the same dispatcher: {native:.0} ev/s (ratio {:.2})",
+                    "{subscribers} native Rust subscriber(s) through the same dispatcher: {native:.0} ev/s (ratio {:.2}; medians of {DISPATCH_ROUNDS} alternating rounds of {DISPATCH_EVENTS} events; {spread})",
                     wasm / native
                 ),
             });
-            let churned = rate(Takers::WasmBesideChurner).await?;
+            // The churner's events are dead-lettered at its first failure.
+            let dir = scratch.join(format!("dispatch-{subscribers}-churned"));
+            std::fs::create_dir_all(&dir)?;
+            let config = JournalConfig {
+                max_attempts: 1,
+                ..JournalConfig::default()
+            };
+            let journal = Arc::new(Journal::open(&dir, config)?);
+            let mut ids = round_ids(0, subscribers, Takers::WasmBesideChurner);
+            ids.push("churner".into());
+            let head = fill_journal(&journal, &ids).await?;
+            eprintln!("bench: journal dispatch, {subscribers} beside the churner");
+            let shape = (0, subscribers, Takers::WasmBesideChurner);
+            let churned = dispatch_rate(scratch, component, shape, journal, head).await?;
             rows.push(Row {
                 name: format!("dispatch to {subscribers} WASM subscriber(s) beside a plugin trapping on every event"),
                 value: churned,
@@ -853,9 +901,10 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                     cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
                 )?;
                 let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+                let head = fill_journal(&journal, &round_ids(0, subscribers, Takers::Wasm)).await?;
                 eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
-                let on_postgres =
-                    dispatch_rate(scratch, component, subscribers, Takers::Wasm, journal).await?;
+                let shape = (0, subscribers, Takers::Wasm);
+                let on_postgres = dispatch_rate(scratch, component, shape, journal, head).await?;
                 rows.push(Row {
                     name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
                     value: on_postgres,
@@ -879,12 +928,12 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
     })
 }
 
-/// A plugin host with `count` bench subscribers on `journal` (and, with `churner`, the hostile
-/// plugin trapping on every event beside them).
+/// A plugin host with the bench plugin as each of `ids` on `journal` (and, with `churner`,
+/// the hostile plugin trapping on every event beside them).
 async fn bench_subscribers(
     dir: &Path,
     component: &Path,
-    count: usize,
+    ids: &[String],
     churner: bool,
     journal: Arc<Journal>,
 ) -> Result<(
@@ -893,11 +942,11 @@ async fn bench_subscribers(
 )> {
     let plugins = dir.join("plugins");
     std::fs::create_dir_all(&plugins)?;
-    for i in 0..count {
+    for id in ids {
         std::fs::write(
-            plugins.join(format!("sub{i}.yaml")),
+            plugins.join(format!("{id}.yaml")),
             format!(
-                "id: sub{i}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.2\nevents: {{subscribes: ['bench.*']}}\n",
+                "id: {id}\nversion: 1.0.0\nkind: handler\ncomponent: {}\napi: ^0.2\nevents: {{subscribes: ['bench.*']}}\n",
                 component.display()
             ),
         )?;
@@ -935,8 +984,9 @@ async fn bench_subscribers(
     let status = Arc::new(cairn::plugin::status::StatusLog::new(host_db));
     let host =
         cairn::plugin::PluginHost::start(&set, &config.plugin_host(), services, status).await?;
-    let handles = (0..count)
-        .map(|i| format!("sub{i}"))
+    let handles = ids
+        .iter()
+        .cloned()
         .chain(churner.then(|| "churner".to_string()))
         .filter_map(|id| host.handle(&id).cloned())
         .collect();
@@ -973,53 +1023,75 @@ enum Takers {
     WasmBesideChurner,
 }
 
-/// Events per second delivered in all to `subscribers` subscribers, WASM plugins or native
-/// Rust subscribers doing the same work, all through the journal's dispatcher.
-async fn dispatch_rate(
-    scratch: &Path,
-    component: &Path,
-    subscribers: usize,
-    takers: Takers,
-    journal: Arc<Journal>,
-) -> Result<f64> {
-    let dir = scratch.join(format!("dispatch-{subscribers}-{takers:?}-plugins"));
-    std::fs::create_dir_all(&dir)?;
-    let events = 20_000usize;
-    let (stop, stopping) = tokio::sync::watch::channel(false);
-    let patterns = vec!["bench.*".to_string()];
-    let native = takers == Takers::Native;
-    let plugins = if native { 0 } else { subscribers };
-    let churner = takers == Takers::WasmBesideChurner;
-    let (host, handles) =
-        bench_subscribers(&dir, component, plugins, churner, journal.clone()).await?;
-    let ids: Vec<String> = if native {
-        (0..subscribers).map(|i| format!("native{i}")).collect()
+/// Events each dispatch round delivers to every subscriber.
+const DISPATCH_EVENTS: usize = 50_000;
+
+/// The journal ids of one round's subscribers: `r{round}-native{i}` or `r{round}-sub{i}`
+/// (the bench plugins' ids).
+fn round_ids(round: usize, subscribers: usize, takers: Takers) -> Vec<String> {
+    let kind = if takers == Takers::Native {
+        "native"
     } else {
-        (0..subscribers).map(|i| format!("sub{i}")).collect()
+        "sub"
     };
-    for handle in &handles {
-        journal.subscribe(handle.id(), &patterns).await?;
-    }
-    for id in &ids {
+    (0..subscribers)
+        .map(|i| format!("r{round}-{kind}{i}"))
+        .collect()
+}
+
+/// Register `ids` on `journal` (a new subscriber starts at the end), then append
+/// [`DISPATCH_EVENTS`] bench events for them all; the last event's seq.
+async fn fill_journal(journal: &Arc<Journal>, ids: &[String]) -> Result<i64> {
+    let patterns = vec!["bench.*".to_string()];
+    for id in ids {
         journal.subscribe(id, &patterns).await?;
     }
     let mut appends = tokio::task::JoinSet::new();
-    for i in 0..events {
+    for i in 0..DISPATCH_EVENTS {
         let journal = journal.clone();
         appends.spawn(async move { journal.append(bench_event(i)).await });
+        if appends.len() >= 256
+            && let Some(done) = appends.join_next().await
+        {
+            done??;
+        }
     }
     while let Some(done) = appends.join_next().await {
         done??;
     }
-    let head = journal
+    Ok(journal
         .pending(0, &patterns, usize::MAX)?
         .events
         .last()
         .map(|e| e.seq)
-        .unwrap_or(0);
+        .unwrap_or(0))
+}
+
+/// Events per second delivered in all to round `round`'s subscribers of `journal` (filled
+/// by [`fill_journal`] up to `head`), WASM plugins or native Rust subscribers doing the
+/// same work, all through the journal's dispatcher.
+async fn dispatch_rate(
+    scratch: &Path,
+    component: &Path,
+    (round, subscribers, takers): (usize, usize, Takers),
+    journal: Arc<Journal>,
+    head: i64,
+) -> Result<f64> {
+    let dir = scratch.join(format!("dispatch-{subscribers}-{takers:?}-{round}-plugins"));
+    std::fs::create_dir_all(&dir)?;
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let patterns = vec!["bench.*".to_string()];
+    let ids = round_ids(round, subscribers, takers);
+    let plugins: &[String] = if takers == Takers::Native { &[] } else { &ids };
+    let churner = takers == Takers::WasmBesideChurner;
+    let (host, handles) =
+        bench_subscribers(&dir, component, plugins, churner, journal.clone()).await?;
+    eprintln!(
+        "bench: dispatching {DISPATCH_EVENTS} events to {subscribers} {takers:?} subscriber(s)"
+    );
     let started = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
-    if native {
+    if takers == Takers::Native {
         for id in ids.clone() {
             workers.spawn(cairn::journal::dispatch::serve(
                 journal.clone(),
@@ -1051,7 +1123,7 @@ async fn dispatch_rate(
     let _ = stop.send(true);
     while workers.join_next().await.is_some() {}
     host.stop().await;
-    Ok((events * ids.len()) as f64 / elapsed)
+    Ok((DISPATCH_EVENTS * ids.len()) as f64 / elapsed)
 }
 
 /// Latency from a journal append to the subscriber having taken it, at 1k events/s.
@@ -1059,7 +1131,14 @@ async fn emit_latency(scratch: &Path, component: &Path) -> Result<Vec<f64>> {
     let dir = scratch.join("emit-latency");
     std::fs::create_dir_all(&dir)?;
     let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
-    let (host, handles) = bench_subscribers(&dir, component, 1, false, journal.clone()).await?;
+    let (host, handles) = bench_subscribers(
+        &dir,
+        component,
+        &["sub0".to_string()],
+        false,
+        journal.clone(),
+    )
+    .await?;
     let patterns = vec!["bench.*".to_string()];
     let handle = handles.into_iter().next().context("a subscriber")?;
     journal.subscribe(handle.id(), &patterns).await?;

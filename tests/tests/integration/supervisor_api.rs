@@ -93,26 +93,26 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     );
 
     // The hostile handler traps on every event: the call reports the trap...
-    let trapped = hostile.call(|instance| instance.on_event(event(1))).await;
+    let trapped = hostile.call(|instance| instance.on_event(&event(1))).await;
     match trapped {
         Err(CallError::Fault(fault)) => assert_eq!(fault.kind, FaultKind::Trap),
         other => panic!("expected a trap, got {other:?}"),
     }
     // ...and while it waits out its backoff, calls answer "restarting" at once.
-    let during_backoff = hostile.call(|instance| instance.on_event(event(2))).await;
+    let during_backoff = hostile.call(|instance| instance.on_event(&event(2))).await;
     assert!(
         during_backoff.as_ref().is_err_and(CallError::is_restarting),
         "{during_backoff:?}"
     );
     // After the backoff a fresh instance serves calls again (and traps again: budget 1 → quarantine).
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let fresh = hostile.call(|instance| instance.on_event(event(3))).await;
+    let fresh = hostile.call(|instance| instance.on_event(&event(3))).await;
     assert!(
         matches!(fresh, Err(CallError::Fault(_))),
         "a fresh instance ran the call: {fresh:?}"
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let quarantined = hostile.call(|instance| instance.on_event(event(4))).await;
+    let quarantined = hostile.call(|instance| instance.on_event(&event(4))).await;
     assert!(
         matches!(
             &quarantined,

@@ -21,7 +21,8 @@ use crate::runtime::world_name;
 
 /// What every version module has alike, for the `handler`, `channel` and `memory_backend`
 /// worlds `bindgen!` generated in it: linking its imports, checking that a component
-/// implements one of its worlds, and instantiating it as [`Exports`].
+/// implements one of its worlds, and instantiating it as [`Exports`]. How a handler is
+/// prepared differs by version, so each module has its own `handler_pre`.
 macro_rules! world_glue {
     () => {
         /// Link this version's host interfaces.
@@ -41,7 +42,7 @@ macro_rules! world_glue {
         ) -> wasmtime::Result<Box<dyn ExportsPre>> {
             Ok(match world {
                 World::Channel => Box::new(channel::ChannelPre::new(pre)?),
-                World::Handler => Box::new(handler::HandlerPre::new(pre)?),
+                World::Handler => handler_pre(pre)?,
                 World::MemoryBackend => Box::new(memory_backend::MemoryBackendPre::new(pre)?),
             })
         }
@@ -50,13 +51,6 @@ macro_rules! world_glue {
             fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
                 let instance = channel::ChannelPre::instantiate(self, store)?;
                 Ok(Exports::Channel(Box::new(instance)))
-            }
-        }
-
-        impl ExportsPre for handler::HandlerPre<PluginContext> {
-            fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-                let instance = handler::HandlerPre::instantiate(self, store)?;
-                Ok(Exports::Handler(Box::new(instance)))
             }
         }
 
@@ -72,6 +66,8 @@ macro_rules! world_glue {
 pub mod v0_1;
 pub mod v0_2;
 
+/// A journal event as `on-event` takes it, borrowed rather than copied.
+pub use v0_2::EventView;
 /// The newest API's WIT types, which every call into a plugin speaks.
 pub use v0_2::types as latest;
 
@@ -233,7 +229,7 @@ pub trait HandlerExports: Send {
     /// `init`.
     fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()>;
     /// `on-event`.
-    fn on_event(&self, store: &mut Store<PluginContext>, event: &latest::Event) -> Call<()>;
+    fn on_event(&self, store: &mut Store<PluginContext>, event: &EventView<'_>) -> Call<()>;
 }
 
 /// A memory backend's exports in the newest API's types.

@@ -10,7 +10,8 @@ use wasmtime::Store;
 
 use super::v0_2::handler::cairn::plugin as now;
 use super::{
-    Call, ChannelExports, Exports, ExportsPre, HandlerExports, MemoryBackendExports, latest,
+    Call, ChannelExports, EventView, Exports, ExportsPre, HandlerExports, MemoryBackendExports,
+    latest,
 };
 use crate::capabilities::PluginContext;
 use crate::manifest::World;
@@ -50,6 +51,20 @@ pub use handler::cairn::plugin::types;
 use handler::cairn::plugin as then;
 
 world_glue!();
+
+/// A v0.1 handler is called through its generated bindings.
+fn handler_pre(
+    pre: wasmtime::component::InstancePre<PluginContext>,
+) -> wasmtime::Result<Box<dyn ExportsPre>> {
+    Ok(Box::new(handler::HandlerPre::new(pre)?))
+}
+
+impl ExportsPre for handler::HandlerPre<PluginContext> {
+    fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
+        let instance = handler::HandlerPre::instantiate(self, store)?;
+        Ok(Exports::Handler(Box::new(instance)))
+    }
+}
 
 impl then::types::Host for PluginContext {}
 
@@ -236,8 +251,8 @@ impl HandlerExports for handler::Handler {
             .call_init(store, &config.to_string()))
     }
 
-    fn on_event(&self, store: &mut Store<PluginContext>, event: &latest::Event) -> Call<()> {
-        let event = event.clone().into();
+    fn on_event(&self, store: &mut Store<PluginContext>, event: &EventView<'_>) -> Call<()> {
+        let event = event.into();
         up(self
             .cairn_plugin_handler_plugin()
             .call_on_event(store, &event))

@@ -3,13 +3,13 @@
 //!
 //! The host interfaces are generated once with the `handler` world and shared by the other
 //! two worlds, so each import is implemented once for every kind of plugin (in
-//! `capabilities/`). The exports are called as they are: their types are the newest.
+//! `capabilities/`). The exports are called as they are: their types are the newest. A
+//! handler's `on-event` alone is typed by hand, with a borrowed event (`on_event.rs`), so a
+//! delivery does not copy the event before lowering it.
 
 use wasmtime::Store;
 
-use super::{
-    Call, ChannelExports, Exports, ExportsPre, HandlerExports, MemoryBackendExports, latest,
-};
+use super::{Call, ChannelExports, Exports, ExportsPre, MemoryBackendExports, latest};
 use crate::capabilities::PluginContext;
 use crate::manifest::World;
 
@@ -45,6 +45,10 @@ pub mod memory_backend {
 pub use handler::cairn::plugin::types;
 
 pub mod convert;
+mod on_event;
+
+pub use on_event::EventView;
+use on_event::handler_pre;
 
 world_glue!();
 
@@ -74,18 +78,6 @@ impl ChannelExports for channel::Channel {
     ) -> wasmtime::Result<latest::HttpResponse> {
         self.cairn_plugin_channel_plugin()
             .call_handle_webhook(store, request)
-    }
-}
-
-impl HandlerExports for handler::Handler {
-    fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()> {
-        self.cairn_plugin_handler_plugin()
-            .call_init(store, &config.to_string())
-    }
-
-    fn on_event(&self, store: &mut Store<PluginContext>, event: &latest::Event) -> Call<()> {
-        self.cairn_plugin_handler_plugin()
-            .call_on_event(store, event)
     }
 }
 

@@ -73,13 +73,13 @@ impl PluginInstance {
         })
     }
 
-    /// Call a handler's `on-event`. The event is moved into the call: a caller that needs
-    /// it again (a retry) keeps its own copy.
-    pub fn on_event(&mut self, event: Event) -> Result<(), CallError> {
+    /// Call a handler's `on-event`. The event is borrowed: its strings are copied straight
+    /// into the guest.
+    pub fn on_event(&mut self, event: &Event) -> Result<(), CallError> {
         self.store.data_mut().set_handling_depth(Some(event.depth));
-        let event = convert::into_wit_event(event);
+        let view = convert::event_view(event);
         let outcome = self.run(|exports, store| match exports {
-            Exports::Handler(h) => Some(h.on_event(store, &event)),
+            Exports::Handler(h) => Some(h.on_event(store, &view)),
             _ => None,
         });
         self.store.data_mut().set_handling_depth(None);

@@ -14,6 +14,7 @@ use cairn::plugin::runtime::{CacheOutcome, PluginInstance};
 use cairn_tests::{copy_project_sources, guests_dir, workspace_root};
 use cairn_vocab::event::Event;
 
+use crate::bare::{BareHandler, wit_event};
 use crate::{Row, median, native_on_event, runtime, write_manifest};
 
 /// One language's build of the benchmark handler.
@@ -24,6 +25,8 @@ pub struct Subject {
     pub component: PathBuf,
     /// Cold compiles to take the median of (interpreters compile for many seconds).
     pub compiles: usize,
+    /// Compiled to WebAssembly (Rust, C) rather than an interpreter in a component.
+    pub compiled: bool,
 }
 
 /// The four builds: Rust from the guest workspace, the others built into `scratch` from
@@ -33,11 +36,12 @@ pub fn subjects(scratch: &Path) -> Result<Vec<Subject>> {
         language: "Rust",
         component: guests_dir().join("bench.wasm"),
         compiles: 5,
+        compiled: true,
     }];
-    for (language, project, compiles) in [
-        ("C", "bench-c", 5),
-        ("JavaScript", "bench-js", 2),
-        ("Python", "bench-python", 2),
+    for (language, project, compiles, compiled) in [
+        ("C", "bench-c", 5, true),
+        ("JavaScript", "bench-js", 2, false),
+        ("Python", "bench-python", 2, false),
     ] {
         let dir = scratch.join("projects").join(project);
         copy_project_sources(&workspace_root().join("tests/plugins").join(project), &dir)?;
@@ -47,6 +51,7 @@ pub fn subjects(scratch: &Path) -> Result<Vec<Subject>> {
             language,
             component: built.component,
             compiles,
+            compiled,
         });
     }
     Ok(subjects)
@@ -63,6 +68,9 @@ struct Measured {
     warm_ms: f64,
     instantiate_us: f64,
     call_ns: f64,
+    /// The same call through wasmtime alone, for the compiled languages (the interpreters'
+    /// components import WASI versions the plain linker lacks).
+    bare_call_ns: Option<f64>,
     import_ns: f64,
 }
 
@@ -103,6 +111,12 @@ pub fn language_rows(
                     value(m) / native_ns
                 ));
             }
+            if let (true, Some(bare)) = (name.starts_with("host→guest"), m.bare_call_ns) {
+                note.push_str(&format!(
+                    "; {:.2}x the same call through wasmtime alone ({bare:.0} ns)",
+                    m.call_ns / bare
+                ));
+            }
             rows.push(Row {
                 name: format!("plugin in {}: {name}", m.language),
                 value: value(m),
@@ -141,9 +155,20 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
     );
     let call_ns = per_iteration(Duration::from_secs(2), || {
         instance
-            .on_event(black_box(checksum.clone()))
+            .on_event(black_box(&checksum))
             .context("checksum call")
     })? * 1e9;
+    let bare_call_ns = if subject.compiled {
+        let mut bare = BareHandler::new(&subject.component)?;
+        let bare_checksum = wit_event(&checksum);
+        Some(
+            per_iteration(Duration::from_secs(2), || {
+                bare.on_event(black_box(&bare_checksum))
+            })? * 1e9,
+        )
+    } else {
+        None
+    };
     let import_ns = import_call_ns(&mut instance)?;
     Ok(Measured {
         language: subject.language,
@@ -152,6 +177,7 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
         warm_ms,
         instantiate_us,
         call_ns,
+        bare_call_ns,
         import_ns,
     })
 }
@@ -177,16 +203,19 @@ fn compile_times(scratch: &Path, subject: &Subject) -> Result<(f64, f64)> {
     Ok((median(cold), median(warm)))
 }
 
-/// Seconds per call of `work`, repeated (after a warm-up) until `budget` has passed.
+/// Seconds per call of `work`, repeated (after a warm-up) until `budget` has passed; the
+/// clock is read once per 16 calls, so reading it costs the calls almost nothing.
 fn per_iteration(budget: Duration, mut work: impl FnMut() -> Result<()>) -> Result<f64> {
     for _ in 0..10 {
         work()?;
     }
     let started = Instant::now();
     let mut iterations = 0u64;
-    while started.elapsed() < budget || iterations < 20 {
-        work()?;
-        iterations += 1;
+    while started.elapsed() < budget || iterations < 32 {
+        for _ in 0..16 {
+            work()?;
+        }
+        iterations += 16;
     }
     Ok(started.elapsed().as_secs_f64() / iterations as f64)
 }
@@ -199,10 +228,10 @@ fn import_call_ns(instance: &mut PluginInstance) -> Result<f64> {
         let (mut base, mut full) = (Duration::MAX, Duration::MAX);
         for _ in 0..3 {
             let started = Instant::now();
-            instance.on_event(event("bench.imports", "0".into()))?;
+            instance.on_event(&event("bench.imports", "0".into()))?;
             base = base.min(started.elapsed());
             let started = Instant::now();
-            instance.on_event(event("bench.imports", calls.to_string()))?;
+            instance.on_event(&event("bench.imports", calls.to_string()))?;
             full = full.min(started.elapsed());
         }
         if full >= Duration::from_millis(200) || calls >= 10_000_000 {

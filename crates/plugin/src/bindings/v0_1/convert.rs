@@ -4,6 +4,7 @@
 //! (no `said-at`, no `valid-from`, no `now`, plain text); what v0.2 adds is dropped on the
 //! way down (token usage, typed session states become the v0.1 strings).
 
+use super::super::EventView;
 use super::super::latest as new;
 use super::handler::cairn::plugin::memory::Session as OldSession;
 use super::types as old;
@@ -88,16 +89,21 @@ same_record!(OutboundMessage {
     payload,
     in_reply_to
 });
-same_record!(Event {
-    seq,
-    topic,
-    payload,
-    source,
-    session_id,
-    agent_id,
-    user_id,
-    created_at
-});
+/// v0.1's event record is v0.2's: a v0.1 handler gets its own copy of the borrowed event.
+impl From<&EventView<'_>> for old::Event {
+    fn from(event: &EventView<'_>) -> Self {
+        old::Event {
+            seq: event.seq,
+            topic: event.topic.to_string(),
+            payload: event.payload.to_string(),
+            source: event.source.to_string(),
+            session_id: event.session_id.map(str::to_string),
+            agent_id: event.agent_id.map(str::to_string),
+            user_id: event.user_id.map(str::to_string),
+            created_at: event.created_at,
+        }
+    }
+}
 same_record!(HttpRequest {
     method,
     path,

@@ -58,16 +58,17 @@ pub fn to_wit_error(error: Error) -> wit::Error {
     }
 }
 
-/// A journal event as delivered to a subscriber (moved, not copied).
-pub fn into_wit_event(event: Event) -> wit::Event {
-    wit::Event {
+/// A journal event as delivered to a subscriber, borrowed: its strings are copied only into
+/// the guest.
+pub fn event_view(event: &Event) -> super::EventView<'_> {
+    super::EventView {
         seq: event.seq as u64,
-        topic: event.topic,
-        payload: event.payload,
-        source: event.source,
-        session_id: event.session_id,
-        agent_id: event.agent_id,
-        user_id: event.user_id,
+        topic: &event.topic,
+        payload: &event.payload,
+        source: &event.source,
+        session_id: event.session_id.as_deref(),
+        agent_id: event.agent_id.as_deref(),
+        user_id: event.user_id.as_deref(),
         created_at: event.created_at,
     }
 }
