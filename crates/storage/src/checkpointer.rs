@@ -5,9 +5,11 @@
 //! copied into the database file and it is fsynced (a turn's durable write was seen
 //! waiting 140 ms). Here a thread of its own, on its own connection, checkpoints
 //! passively a moment after writes were committed, beside the writer, and starts the WAL
-//! over (truncating it) once it grew past [`RESTART_PAGES`] because readers never let it
-//! restart by itself; the writer's automatic checkpoint stays as a backstop at a much
-//! larger WAL.
+//! over once it grew past [`RESTART_PAGES`] because readers never let it restart by itself;
+//! the writer's automatic checkpoint stays as a backstop at a much larger WAL. A restarted
+//! WAL is cut back to [`RESTART_PAGES`] by the writer's next commit ([`limit_wal`]), not to
+//! nothing: its blocks stay allocated, and commits write over them instead of growing the
+//! file again (a commit that extends a file costs its fsync more).
 
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
@@ -19,14 +21,15 @@ use rusqlite::Connection;
 /// the checkpointer cannot keep up or is refused.
 pub const BACKSTOP_PAGES: i64 = 10_000;
 
-/// WAL pages past which the checkpointer starts the WAL over (about 10 MiB). A passive
-/// checkpoint copies pages but the WAL only restarts from its beginning when, at a commit,
-/// every page was copied and no reader was using it: under readers that never pause (a
-/// busy host's recalls and routing) that moment may never come, and the file grows. Past
-/// this size a truncating checkpoint waits briefly for the readers and the writer instead.
+/// WAL pages past which the checkpointer starts the WAL over (about 10 MiB), and the size a
+/// restarted WAL is cut back to. A passive checkpoint copies pages but the WAL only restarts
+/// from its beginning when, at a commit, every page was copied and no reader was using it:
+/// under readers that never pause (a busy host's recalls and routing) that moment may never
+/// come, and the file grows. Past this size a restarting checkpoint waits briefly for the
+/// readers and the writer instead.
 const RESTART_PAGES: i64 = 2_500;
 
-/// Longest a truncating checkpoint waits for readers and the writer; if they are still
+/// Longest a restarting checkpoint waits for readers and the writer; if they are still
 /// busy, the next checkpoint tries again.
 const RESTART_WAIT: Duration = Duration::from_millis(100);
 
@@ -75,7 +78,7 @@ fn run(path: &std::path::Path, commits: &Receiver<()>) {
             Ok((_, wal_pages, copied)) => {
                 tracing::trace!(path = %path.display(), wal_pages, copied, "checkpointed");
                 if wal_pages >= RESTART_PAGES {
-                    truncate(&conn, path);
+                    restart(&conn, path);
                 }
             }
             Err(e) => tracing::warn!(path = %path.display(), "checkpoint failed: {e}"),
@@ -83,13 +86,21 @@ fn run(path: &std::path::Path, commits: &Receiver<()>) {
     }
 }
 
-/// Start the WAL over and truncate it; when readers or the writer stay busy past
-/// [`RESTART_WAIT`], the next checkpoint tries again.
-fn truncate(conn: &Connection, path: &std::path::Path) {
-    match checkpoint(conn, "TRUNCATE") {
-        Ok((false, _, _)) => tracing::trace!(path = %path.display(), "WAL truncated"),
-        Ok((true, _, _)) => tracing::trace!(path = %path.display(), "WAL busy; truncating later"),
-        Err(e) => tracing::debug!(path = %path.display(), "cannot truncate the WAL yet: {e}"),
+/// Have the writer cut a restarted WAL back to [`RESTART_PAGES`] pages at its next commit
+/// (SQLite's `journal_size_limit`, applied to the connection that writes).
+pub(crate) fn limit_wal(writer: &Connection) -> rusqlite::Result<()> {
+    let page_size: i64 = writer.pragma_query_value(None, "page_size", |row| row.get(0))?;
+    writer.pragma_update(None, "journal_size_limit", RESTART_PAGES * page_size)
+}
+
+/// Copy every page and make the writer's next commit start the WAL over (cutting it back:
+/// [`limit_wal`]); when readers or the writer stay busy past [`RESTART_WAIT`], the next
+/// checkpoint tries again.
+fn restart(conn: &Connection, path: &std::path::Path) {
+    match checkpoint(conn, "RESTART") {
+        Ok((false, _, _)) => tracing::trace!(path = %path.display(), "WAL restarted"),
+        Ok((true, _, _)) => tracing::trace!(path = %path.display(), "WAL busy; restarting later"),
+        Err(e) => tracing::debug!(path = %path.display(), "cannot restart the WAL yet: {e}"),
     }
 }
 
@@ -114,6 +125,10 @@ mod tests {
         writer
             .pragma_update(None, "wal_autocheckpoint", 0)
             .expect("no automatic checkpoint");
+        // Waits out the checkpointer holding the lock, as the real writer does.
+        writer
+            .busy_timeout(Duration::from_secs(5))
+            .expect("busy timeout");
         writer
     }
 
@@ -139,14 +154,15 @@ mod tests {
     }
 
     #[test]
-    fn a_wal_grown_past_the_restart_size_is_truncated() {
+    fn a_wal_grown_past_the_restart_size_is_started_over_and_cut_back_not_emptied() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("t.db");
         let writer = wal_writer(&path);
+        limit_wal(&writer).expect("limit");
         writer
             .execute_batch("CREATE TABLE t (x BLOB)")
             .expect("create");
-        let pages = RESTART_PAGES + 100;
+        let pages = RESTART_PAGES * 2;
         writer
             .execute(
                 "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
@@ -156,17 +172,30 @@ mod tests {
             .expect("fill");
         let wal = path.with_extension("db-wal");
         let wal_size = || std::fs::metadata(&wal).map_or(0, |m| m.len());
-        assert!(wal_size() > RESTART_PAGES as u64 * 4096, "{}", wal_size());
+        let limit = RESTART_PAGES as u64 * 4096;
+        assert!(wal_size() > limit * 3 / 2, "{}", wal_size());
         let checkpointer = Checkpointer::spawn("test-ckpt".into(), path.clone()).expect("spawn");
         checkpointer.committed();
+        // Small commits until one starts the WAL over, which cuts the file back to the limit.
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while wal_size() > 0 && std::time::Instant::now() < deadline {
+        while wal_size() > limit && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
+            writer
+                .execute("INSERT INTO t VALUES (zeroblob(10))", [])
+                .expect("small write");
         }
-        assert_eq!(wal_size(), 0, "the WAL was started over and truncated");
+        let size = wal_size();
+        assert!(
+            size <= limit,
+            "the WAL was cut back to the limit: {size} bytes"
+        );
+        assert!(
+            size > limit / 2,
+            "the WAL kept its blocks instead of being emptied: {size} bytes"
+        );
         let rows: i64 = writer
             .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
             .expect("count");
-        assert_eq!(rows, pages, "every row is in the database file");
+        assert!(rows > pages, "every row is still there");
     }
 }

@@ -270,6 +270,7 @@ pub(crate) fn start_writer(
     write_conn
         .pragma_update(None, "wal_autocheckpoint", checkpointer::BACKSTOP_PAGES)
         .map_err(|e| StorageError::open(path, e))?;
+    checkpointer::limit_wal(&write_conn).map_err(|e| StorageError::open(path, e))?;
     let reader = open(path, migrations)?;
     let checkpoints =
         checkpointer::Checkpointer::spawn(format!("{writer_name}-ckpt"), path.to_path_buf())
