@@ -798,6 +798,91 @@ fn span(rates: &[f64]) -> String {
     format!("{:.0}k–{:.0}k", lowest / 1e3, highest / 1e3)
 }
 
+/// The dispatch rows for `subscribers` subscribers: WASM next to native (medians of
+/// alternating rounds), WASM beside a churner, and WASM on PostgreSQL when there is one.
+async fn dispatch_rows(
+    rows: &mut Vec<Row>,
+    scratch: &Path,
+    component: &Path,
+    subscribers: usize,
+    postgres: Option<&cairn::store::pg::cluster::TestCluster>,
+) -> Result<()> {
+    // One journal for every round: each round's subscribers are new ids registered
+    // before the events, so each starts from the first.
+    let dir = scratch.join(format!("dispatch-{subscribers}"));
+    std::fs::create_dir_all(&dir)?;
+    let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+    let ids: Vec<String> = (0..DISPATCH_ROUNDS)
+        .flat_map(|round| {
+            [Takers::Native, Takers::Wasm]
+                .into_iter()
+                .flat_map(move |takers| round_ids(round, subscribers, takers))
+        })
+        .collect();
+    let head = fill_journal(&journal, &ids).await?;
+    // Rounds alternate, so a slow spell of the machine falls on both; medians compared.
+    let (mut natives, mut wasms) = (Vec::new(), Vec::new());
+    for round in 0..DISPATCH_ROUNDS {
+        for (takers, rates) in [(Takers::Native, &mut natives), (Takers::Wasm, &mut wasms)] {
+            eprintln!("bench: journal dispatch, {subscribers} {takers:?}, round {round}");
+            let shape = (round, subscribers, takers);
+            rates.push(dispatch_rate(scratch, component, shape, journal.clone(), head).await?);
+        }
+    }
+    let spread = format!("rounds: WASM {}, native {}", span(&wasms), span(&natives));
+    let (native, wasm) = (median(natives), median(wasms));
+    rows.push(Row {
+        name: format!("dispatch to {subscribers} WASM subscriber(s)"),
+        value: wasm,
+        unit: "ev/s",
+        note: format!(
+            "{subscribers} native Rust subscriber(s) through the same dispatcher: {native:.0} ev/s (ratio {:.2}; medians of {DISPATCH_ROUNDS} alternating rounds of {DISPATCH_EVENTS} events; {spread})",
+            wasm / native
+        ),
+    });
+    // The churner's events are dead-lettered at its first failure.
+    let dir = scratch.join(format!("dispatch-{subscribers}-churned"));
+    std::fs::create_dir_all(&dir)?;
+    let config = JournalConfig {
+        max_attempts: 1,
+        ..JournalConfig::default()
+    };
+    let journal = Arc::new(Journal::open(&dir, config)?);
+    let mut ids = round_ids(0, subscribers, Takers::WasmBesideChurner);
+    ids.push("churner".into());
+    let head = fill_journal(&journal, &ids).await?;
+    eprintln!("bench: journal dispatch, {subscribers} beside the churner");
+    let shape = (0, subscribers, Takers::WasmBesideChurner);
+    let churned = dispatch_rate(scratch, component, shape, journal, head).await?;
+    rows.push(Row {
+        name: format!("dispatch to {subscribers} WASM subscriber(s) beside a plugin trapping on every event"),
+        value: churned,
+        unit: "ev/s",
+        note: format!(
+            "the churner restarted after each trap (backoff 1 ms); ratio to the row without it {:.2}",
+            churned / wasm
+        ),
+    });
+    if let Some(cluster) = postgres {
+        let store = cairn::store::pg::journal::PgJournal::connect(
+            &cluster.fresh_database(),
+            cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
+        )?;
+        let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+        let head = fill_journal(&journal, &round_ids(0, subscribers, Takers::Wasm)).await?;
+        eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
+        let shape = (0, subscribers, Takers::Wasm);
+        let on_postgres = dispatch_rate(scratch, component, shape, journal, head).await?;
+        rows.push(Row {
+            name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
+            value: on_postgres,
+            unit: "ev/s",
+            note: format!("ratio to SQLite in this run {:.2}", on_postgres / wasm),
+        });
+    }
+    Ok(())
+}
+
 /// Rounds of each dispatch measurement, native and WASM taking turns.
 const DISPATCH_ROUNDS: usize = 5;
 
@@ -830,88 +915,16 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
                     value: on_postgres,
                     unit: "ev/s",
                     note: format!(
-                    "{}; ratio to SQLite in this run {:.2}",
-                    acks(&latencies),
-                    on_postgres / rate
-                ),
+                        "{}; ratio to SQLite in this run {:.2}",
+                        acks(&latencies),
+                        on_postgres / rate
+                    ),
                 });
             }
         }
 
         for subscribers in [1usize, 10] {
-            // One journal for every round: each round's subscribers are new ids registered
-            // before the events, so each starts from the first.
-            let dir = scratch.join(format!("dispatch-{subscribers}"));
-            std::fs::create_dir_all(&dir)?;
-            let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
-            let ids: Vec<String> = (0..DISPATCH_ROUNDS)
-                .flat_map(|round| {
-                    [Takers::Native, Takers::Wasm]
-                        .into_iter()
-                        .flat_map(move |takers| round_ids(round, subscribers, takers))
-                })
-                .collect();
-            let head = fill_journal(&journal, &ids).await?;
-            // Rounds alternate, so a slow spell of the machine falls on both; medians compared.
-            let (mut natives, mut wasms) = (Vec::new(), Vec::new());
-            for round in 0..DISPATCH_ROUNDS {
-                for (takers, rates) in [(Takers::Native, &mut natives), (Takers::Wasm, &mut wasms)] {
-                    eprintln!("bench: journal dispatch, {subscribers} {takers:?}, round {round}");
-                    let shape = (round, subscribers, takers);
-                    rates.push(dispatch_rate(scratch, component, shape, journal.clone(), head).await?);
-                }
-            }
-            let spread = format!("rounds: WASM {}, native {}", span(&wasms), span(&natives));
-            let (native, wasm) = (median(natives), median(wasms));
-            rows.push(Row {
-                name: format!("dispatch to {subscribers} WASM subscriber(s)"),
-                value: wasm,
-                unit: "ev/s",
-                note: format!(
-                    "{subscribers} native Rust subscriber(s) through the same dispatcher: {native:.0} ev/s (ratio {:.2}; medians of {DISPATCH_ROUNDS} alternating rounds of {DISPATCH_EVENTS} events; {spread})",
-                    wasm / native
-                ),
-            });
-            // The churner's events are dead-lettered at its first failure.
-            let dir = scratch.join(format!("dispatch-{subscribers}-churned"));
-            std::fs::create_dir_all(&dir)?;
-            let config = JournalConfig {
-                max_attempts: 1,
-                ..JournalConfig::default()
-            };
-            let journal = Arc::new(Journal::open(&dir, config)?);
-            let mut ids = round_ids(0, subscribers, Takers::WasmBesideChurner);
-            ids.push("churner".into());
-            let head = fill_journal(&journal, &ids).await?;
-            eprintln!("bench: journal dispatch, {subscribers} beside the churner");
-            let shape = (0, subscribers, Takers::WasmBesideChurner);
-            let churned = dispatch_rate(scratch, component, shape, journal, head).await?;
-            rows.push(Row {
-                name: format!("dispatch to {subscribers} WASM subscriber(s) beside a plugin trapping on every event"),
-                value: churned,
-                unit: "ev/s",
-                note: format!(
-                    "the churner restarted after each trap (backoff 1 ms); ratio to the row without it {:.2}",
-                    churned / wasm
-                ),
-            });
-            if let Some(cluster) = postgres {
-                let store = cairn::store::pg::journal::PgJournal::connect(
-                    &cluster.fresh_database(),
-                    cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
-                )?;
-                let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
-                let head = fill_journal(&journal, &round_ids(0, subscribers, Takers::Wasm)).await?;
-                eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
-                let shape = (0, subscribers, Takers::Wasm);
-                let on_postgres = dispatch_rate(scratch, component, shape, journal, head).await?;
-                rows.push(Row {
-                    name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
-                    value: on_postgres,
-                    unit: "ev/s",
-                    note: format!("ratio to SQLite in this run {:.2}", on_postgres / wasm),
-                });
-            }
+            dispatch_rows(rows, scratch, component, subscribers, postgres).await?;
         }
         eprintln!("bench: journal emit latency");
         let latencies = emit_latency(scratch, component).await?;

@@ -9,7 +9,7 @@
 use wasmtime::Store;
 use wasmtime::component::{ComponentExportIndex, ComponentType, InstancePre, Lower, TypedFunc};
 
-use super::handler::{Handler, HandlerPre};
+use super::handler::{Handler, HandlerIndices};
 use super::{Call, Exports, ExportsPre, latest};
 use crate::bindings::{ApiVersion, HandlerExports};
 use crate::capabilities::PluginContext;
@@ -45,10 +45,11 @@ pub struct EventView<'a> {
 /// function takes views of any lifetime.
 type OnEvent = TypedFunc<(EventView<'static>,), (Result<(), latest::Error>,)>;
 
-/// A v0.2 handler component checked to export the handler world, with where its
-/// `on-event` is.
+/// A v0.2 handler component checked to export the handler world, with where its exports
+/// are (looked up once, not per instance).
 struct V0_2HandlerPre {
-    bindings: HandlerPre<PluginContext>,
+    pre: InstancePre<PluginContext>,
+    bindings: HandlerIndices,
     on_event: ComponentExportIndex,
 }
 
@@ -57,19 +58,23 @@ pub(super) fn handler_pre(
     pre: InstancePre<PluginContext>,
 ) -> wasmtime::Result<Box<dyn ExportsPre>> {
     let interface = ApiVersion::V0_2.export_name(World::Handler);
-    let component = pre.component().clone();
-    let bindings = HandlerPre::new(pre)?;
+    let bindings = HandlerIndices::new(&pre)?;
+    let component = pre.component();
     let on_event = component
         .get_export_index(None, &interface)
         .and_then(|exported| component.get_export_index(Some(&exported), "on-event"))
         .ok_or_else(|| wasmtime::format_err!("no `on-event` exported in `{interface}`"))?;
-    Ok(Box::new(V0_2HandlerPre { bindings, on_event }))
+    Ok(Box::new(V0_2HandlerPre {
+        pre,
+        bindings,
+        on_event,
+    }))
 }
 
 impl ExportsPre for V0_2HandlerPre {
     fn instantiate(&self, store: &mut Store<PluginContext>) -> wasmtime::Result<Exports> {
-        let instance = self.bindings.instance_pre().instantiate(&mut *store)?;
-        let bindings = Handler::new(&mut *store, &instance)?;
+        let instance = self.pre.instantiate(&mut *store)?;
+        let bindings = self.bindings.load(&mut *store, &instance)?;
         let on_event = instance.get_typed_func(&mut *store, self.on_event)?;
         Ok(Exports::Handler(Box::new(V0_2Handler {
             bindings,
