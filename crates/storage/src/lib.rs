@@ -261,20 +261,20 @@ pub(crate) fn start_writer(
     path: &Path,
     migrations: &Migrations,
     writer_name: &str,
-    write_conn: Connection,
+    mut write_conn: Connection,
 ) -> Result<(writer::GroupWriter, Connection), StorageError> {
     let spawn_error = |e: std::io::Error| StorageError::Spawn {
         path: path.to_path_buf(),
         message: e.to_string(),
     };
-    write_conn
-        .pragma_update(None, "wal_autocheckpoint", checkpointer::BACKSTOP_PAGES)
-        .map_err(|e| StorageError::open(path, e))?;
     checkpointer::limit_wal(&write_conn).map_err(|e| StorageError::open(path, e))?;
     let reader = open(path, migrations)?;
     let checkpoints =
         checkpointer::Checkpointer::spawn(format!("{writer_name}-ckpt"), path.to_path_buf())
             .map_err(spawn_error)?;
+    checkpoints
+        .watch(&mut write_conn)
+        .map_err(|e| StorageError::open(path, e))?;
     let writer = writer::GroupWriter::spawn(writer_name, write_conn, Some(checkpoints))
         .map_err(spawn_error)?;
     Ok((writer, reader))

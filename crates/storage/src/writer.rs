@@ -72,7 +72,7 @@ impl Shared {
         }
         commit_group(conn, group);
         if let Some(checkpoints) = &self.checkpoints {
-            checkpoints.committed();
+            checkpoints.committed(conn);
         }
         if more {
             self.arrived.notify_one();

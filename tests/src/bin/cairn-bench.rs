@@ -933,8 +933,9 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
             value: percentile(&latencies, 0.5),
             unit: "ms",
             note: format!(
-                "p50; p99 {:.2} ms; until the subscriber's cursor passed the event",
-                percentile(&latencies, 0.99)
+                "p50; p99 {:.2} ms, max {:.1} ms; until the subscriber's cursor passed the event",
+                percentile(&latencies, 0.99),
+                percentile(&latencies, 1.0)
             ),
         });
         anyhow::Ok(())
