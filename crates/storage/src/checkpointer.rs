@@ -283,17 +283,8 @@ mod tests {
         let path = dir.path().join("t.db");
         let writer = wal_writer(&path);
         limit_wal(&writer).expect("limit");
-        writer
-            .execute_batch("CREATE TABLE t (x BLOB)")
-            .expect("create");
         let pages = RESTART_PAGES * 2;
-        writer
-            .execute(
-                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
-                 INSERT INTO t SELECT zeroblob(4000) FROM n",
-                [pages],
-            )
-            .expect("fill");
+        fill(&writer, pages);
         let wal = path.with_extension("db-wal");
         let wal_size = || std::fs::metadata(&wal).map_or(0, |m| m.len());
         let limit = RESTART_PAGES as u64 * 4096;
