@@ -11,7 +11,7 @@
 //! moment a write begins, and under a steady stream of commits a checkpoint beside the
 //! writer never catches up: the commits made while it copied are left. So once the WAL
 //! holds [`FINISH_PAGES`] the writer finishes the job after its next commit — a passive
-//! checkpoint of the few frames committed meanwhile ([`Checkpointer::committed`]) — and its
+//! checkpoint of the few frames committed meanwhile ([`Checkpointer::finish_if_asked`]) — and its
 //! next write starts the WAL over, as SQLite's own checkpoint would, without the copy of the
 //! whole WAL on the commit path. Readers may still keep it from starting over (a reader
 //! that began before the finish); past [`RESTART_PAGES`] the checkpointer starts it over
@@ -85,16 +85,25 @@ impl Shared {
         self.signals.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A commit left the WAL at `wal_pages`.
+    /// A commit left the WAL at `wal_pages`. The thread is woken only when this changes
+    /// what it waits for (the first commit, or the WAL grown), not by every commit.
     fn committed(&self, wal_pages: i64) {
         let at = self.checkpointed_at.load(Ordering::Relaxed);
         // A WAL smaller than at the last checkpoint was started over since.
-        let grown = wal_pages - if wal_pages >= at { at } else { 0 } >= FINISH_PAGES;
+        let since_checkpoint = if wal_pages >= at {
+            wal_pages - at
+        } else {
+            wal_pages
+        };
+        let grown = since_checkpoint >= FINISH_PAGES;
         let mut signals = self.signals();
+        let wake = !signals.committed || (grown && !signals.grown);
         signals.committed = true;
         signals.grown |= grown;
         drop(signals);
-        self.changed.notify_one();
+        if wake {
+            self.changed.notify_one();
+        }
     }
 
     /// Wait for a commit, then let commits gather for [`GATHER`] or until the WAL grew;
@@ -164,7 +173,7 @@ impl Checkpointer {
     /// After a group was committed on `writer` and answered: when the thread asked for it,
     /// copy the frames committed since its checkpoint, so that the next write starts the
     /// WAL over.
-    pub(crate) fn committed(&self, writer: &Connection) {
+    pub(crate) fn finish_if_asked(&self, writer: &Connection) {
         if self.shared.finish.swap(false, Ordering::AcqRel) {
             match checkpoint(writer, "PASSIVE") {
                 Ok((_, wal_pages, copied)) => {
@@ -373,7 +382,7 @@ mod tests {
             shared: Arc::default(),
         };
         checkpointer.shared.finish.store(true, Ordering::Release);
-        checkpointer.committed(&writer);
+        checkpointer.finish_if_asked(&writer);
         writer
             .execute("INSERT INTO t VALUES (zeroblob(10))", [])
             .expect("small write");

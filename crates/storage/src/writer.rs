@@ -49,7 +49,7 @@ struct Shared {
     /// is dropped.
     arrived: Condvar,
     conn: Mutex<Connection>,
-    /// Told of every commit; checkpoints the WAL beside the writer.
+    /// Checkpoints the WAL beside the writer; asked after each commit whether to finish a copy.
     checkpoints: Option<Checkpointer>,
 }
 
@@ -72,7 +72,7 @@ impl Shared {
         }
         commit_group(conn, group);
         if let Some(checkpoints) = &self.checkpoints {
-            checkpoints.committed(conn);
+            checkpoints.finish_if_asked(conn);
         }
         if more {
             self.arrived.notify_one();
