@@ -188,12 +188,15 @@ const READ_AHEAD: usize = 256;
 /// delivered at least once).
 const CURSOR_EVERY: usize = 64;
 
-/// The longest a taken event waits for its cursor move to be committed.
+/// The longest a taken event waits for its cursor move to be committed, also when no event
+/// follows it.
 const CURSOR_AFTER: Duration = Duration::from_millis(100);
 
 /// Events a subscriber took whose cursor move is not committed yet. Committing one cursor
 /// move per batch instead of per event takes a durable commit off each delivery; committing
-/// it while the next run is delivered takes the commit's wait off the subscriber's path.
+/// it while the next run is delivered takes the commit's wait off the subscriber's path. A
+/// batch outlives the round that read its events: events that trickle in one at a time share
+/// a commit too, made when the batch is due or [`CURSOR_AFTER`] after its first event.
 struct CursorBatch {
     /// A batch's last event, sealed when the batch was due: its move is committed beside the
     /// next run, or with the rest when no run follows.
@@ -227,6 +230,12 @@ impl CursorBatch {
     /// Whether enough were taken, or the first waited long enough, to commit now.
     fn due(&self) -> bool {
         self.count >= CURSOR_EVERY || (self.count > 0 && self.since.elapsed() >= CURSOR_AFTER)
+    }
+
+    /// How long an idle subscriber may wait for more events before this batch's move must be
+    /// committed; `None` when nothing waits for a commit.
+    fn wait_left(&self) -> Option<Duration> {
+        (self.count > 0).then(|| CURSOR_AFTER.saturating_sub(self.since.elapsed()))
     }
 
     /// Set the batch aside for its move to be committed beside the next run; the events
@@ -390,12 +399,22 @@ pub async fn serve<S: Subscriber>(
     let appended = journal.watch(&patterns);
     let mut at: Option<Position> = None;
     let mut operator_looked: Option<Instant> = None;
+    let mut batch = CursorBatch::new();
     loop {
         if *stop.borrow() {
+            if let Some(position) = at.as_mut() {
+                batch.commit(&journal, &id, position).await;
+            }
             return;
         }
         if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
             operator_looked = Some(Instant::now());
+            // What the stored cursor says is then this host's own doing or an operator's.
+            if let Some(position) = at.as_mut()
+                && !batch.commit(&journal, &id, position).await
+            {
+                return;
+            }
             // On a journal several hosts share, one delivers to each subscriber: another
             // host holds it, so look again in a while, from the cursor as it is then.
             let held = journal.hold(&id).await.unwrap_or_else(|e| {
@@ -438,23 +457,31 @@ pub async fn serve<S: Subscriber>(
         };
         position.searched_to = position.searched_to.max(pending.searched_to);
         if pending.events.is_empty() {
-            // Far behind on events it never takes: move the durable cursor past them, so
-            // retention can prune them.
+            if (batch.sealed.is_some() || batch.due())
+                && !batch.commit(&journal, &id, &mut position).await
+            {
+                return;
+            }
+            // Far behind on events it never takes: move the durable cursor past them (and
+            // past those it took), so retention can prune them.
             if position.searched_to - position.cursor >= READ_AHEAD as i64 {
                 match journal.advance(&id, position.searched_to).await {
-                    Ok(()) => position.cursor = position.searched_to,
+                    Ok(()) => {
+                        position.cursor = position.searched_to;
+                        batch.forget();
+                    }
                     Err(e) => tracing::warn!(subscriber = %id, "cannot move the cursor: {e}"),
                 }
             }
             at = Some(position);
+            let wait = batch.wait_left().unwrap_or(OPERATOR_LOOK);
             tokio::select! {
                 _ = appended.notified() => {}
-                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = stop.changed() => {}
             }
             continue;
         }
-        let mut batch = CursorBatch::new();
         let round: Arc<[Event]> = pending.events.into();
         let mut events: &[Event] = &round;
         while let Some(first) = events.first() {
@@ -511,9 +538,6 @@ pub async fn serve<S: Subscriber>(
             if batch.due() {
                 batch.seal();
             }
-        }
-        if !batch.commit(&journal, &id, &mut position).await {
-            return;
         }
         at = Some(position);
     }
@@ -662,6 +686,87 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("{count} deliveries never happened: {:?}", hosts.map(seen));
+    }
+
+    /// Records, for each event it takes, the subscriber's cursor as stored at that moment.
+    struct CursorWatcher {
+        journal: Arc<Journal>,
+        stored_at_take: Mutex<Vec<i64>>,
+    }
+
+    impl Subscriber for CursorWatcher {
+        fn id(&self) -> &str {
+            "cursor-watcher"
+        }
+
+        async fn take(&self, _event: &Event) -> Result<(), Undelivered> {
+            let stored = self
+                .journal
+                .cursor(self.id())
+                .map_err(|e| e.to_string())?
+                .unwrap_or(0);
+            self.stored_at_take
+                .lock()
+                .map_err(|_| "poisoned".to_string())?
+                .push(stored);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_taken_one_at_a_time_share_a_cursor_commit_made_without_a_next_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Arc::new(Journal::open(dir.path(), JournalConfig::default()).expect("open"));
+        let watcher = Arc::new(CursorWatcher {
+            journal: journal.clone(),
+            stored_at_take: Mutex::new(Vec::new()),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            watcher.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let taken = || watcher.stored_at_take.lock().expect("lock").len();
+        // A trickle: each event is appended once the one before was taken, so each is read
+        // and delivered in a round of its own.
+        let events = 10;
+        let started = Instant::now();
+        for n in 1..=events {
+            append_work(&journal, 1).await;
+            while taken() < n {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let trickle = started.elapsed();
+        // Not stopped: the last moves are committed once the batch waited long enough.
+        let mut stored = 0;
+        for _ in 0..600 {
+            stored = journal
+                .cursor("cursor-watcher")
+                .expect("cursor")
+                .unwrap_or(0);
+            if stored == events as i64 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+        assert_eq!(stored, events as i64, "every move committed without a stop");
+        // A commit per event would show a new cursor at every take after the first; a commit
+        // per batch, at most one per CURSOR_AFTER of the trickle (plus the one in flight).
+        let mut seen = watcher.stored_at_take.lock().expect("lock").clone();
+        seen.dedup();
+        let commits_seen = seen.iter().filter(|c| **c > 0).count();
+        let allowed = (trickle.as_millis() / CURSOR_AFTER.as_millis()) as usize + 1;
+        assert!(
+            commits_seen <= allowed,
+            "{commits_seen} cursor commits during a {trickle:?} trickle of {events} events \
+             (cursor at each take: {seen:?})"
+        );
     }
 
     /// Takes events in runs of at most three and never takes `bad`.
