@@ -37,21 +37,33 @@ struct Sample {
     turn_p99_ms: u64,
 }
 
-fn options() -> Result<(u64, u64)> {
+/// How the harness is called.
+const USAGE: &str = "usage: cairn-soak [--seconds N] [--rate PER_SEC] (defaults: 60 s at 1000/s)";
+
+/// The run's length in seconds and the deliveries per second, from the command line; `None`
+/// when `--help` asked for the usage.
+fn options() -> Result<Option<(u64, u64)>> {
     let (mut seconds, mut rate) = (60, 1000);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        let value: u64 = args
+        if flag == "--help" || flag == "-h" {
+            return Ok(None);
+        }
+        if flag != "--seconds" && flag != "--rate" {
+            bail!("unknown argument `{flag}`; expected --seconds N or --rate PER_SEC");
+        }
+        let value = args
             .next()
-            .and_then(|v| v.parse().ok())
             .with_context(|| format!("{flag}: expected a number"))?;
+        let value: u64 = value
+            .parse()
+            .with_context(|| format!("{flag}: expected a number, got `{value}`"))?;
         match flag.as_str() {
             "--seconds" => seconds = value,
-            "--rate" => rate = value.max(1),
-            other => bail!("unknown argument `{other}`; expected --seconds N or --rate PER_SEC"),
+            _ => rate = value.max(1),
         }
     }
-    Ok((seconds, rate))
+    Ok(Some((seconds, rate)))
 }
 
 /// Resident memory (MiB) and open file descriptors of process `pid`.
@@ -190,8 +202,30 @@ fn print_table(samples: &[Sample], rate: u64) {
     }
 }
 
-fn main() -> Result<()> {
-    let (seconds, rate) = options()?;
+fn main() -> std::process::ExitCode {
+    let (seconds, rate) = match options() {
+        Ok(Some(options)) => options,
+        Ok(None) => {
+            println!("{USAGE}");
+            return std::process::ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("cairn-soak: {e:#}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match soak(seconds, rate) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cairn-soak: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Run the soak for `seconds` at `rate` deliveries a second, print its table and check that
+/// every acknowledged delivery was stored and answered.
+fn soak(seconds: u64, rate: u64) -> Result<()> {
     let scratch = tempfile::tempdir()?;
     let data = scratch.path().join("data");
     let plugins = workspace_root().join("target/plugins");
