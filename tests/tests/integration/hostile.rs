@@ -377,6 +377,95 @@ fn a_plugin_trapping_on_every_event_for_an_hour_of_restarts_leaks_nothing_and_st
     );
 }
 
+/// A plugin that traps on a few events of a burst, each part-way through a run of the events
+/// queued for it: after each trap its instance is replaced, the event that faulted is tried
+/// alone until dead-lettered, and every other event is taken exactly once, in order.
+#[test]
+fn a_plugin_faulting_part_way_through_a_run_loses_and_doubles_no_other_event() {
+    const TICKS: u64 = 300;
+    const TRAPS: [u64; 5] = [0, 100, 101, 170, 299];
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    source_and_neighbour(&dir, "burst", TICKS);
+    dir.plugin(
+        "faulty",
+        "handler",
+        "hostile",
+        &format!(
+            "limits: {{emits_per_sec: 100000}}\nconfig: {{event: echo-or-trap, echo: faulty.took, trap: {TRAPS:?}}}\nevents: {{subscribes: [burst.tick], emits: [faulty.took]}}\n"
+        ),
+    );
+    let data = tempfile::tempdir().expect("data");
+    // The first trap's restart waits 200 ms, so the rest of the burst is queued by then and
+    // later traps fall inside runs (of up to 64 events) rather than at their start.
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[
+            ("CAIRN_SUPERVISOR_RESTART_BUDGET", "1000"),
+            ("CAIRN_SUPERVISOR_BACKOFF_INITIAL_MS", "200"),
+            ("CAIRN_SUPERVISOR_BACKOFF_MAX_MS", "200"),
+            ("CAIRN_JOURNAL_MAX_ATTEMPTS", "2"),
+            ("CAIRN_JOURNAL_BACKOFF_INITIAL_MS", "1"),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    host.type_line("burst");
+    let expected_taken = TICKS as usize - TRAPS.len();
+    host.wait_until(LONG, "every tick taken or dead-lettered", |_| {
+        journal_json(data.path(), "faulty.took").len() == expected_taken
+            && dead_letters_of(data.path(), "faulty") == TRAPS.len()
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+
+    let ticks = journal_json(data.path(), "burst.tick");
+    let seq_of = |e: &serde_json::Value| e["seq"].as_i64().expect("seq");
+    let i_of = |e: &serde_json::Value| -> u64 {
+        let payload: serde_json::Value =
+            serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
+        payload["i"].as_u64().expect("i")
+    };
+    let (trapped, kept): (Vec<_>, Vec<_>) = ticks.iter().partition(|t| TRAPS.contains(&i_of(t)));
+    let took: Vec<i64> = journal_json(data.path(), "faulty.took")
+        .iter()
+        .map(|e| {
+            let payload: serde_json::Value =
+                serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
+            payload["after"].as_i64().expect("after")
+        })
+        .collect();
+    assert_eq!(
+        took,
+        kept.iter().map(|t| seq_of(t)).collect::<Vec<_>>(),
+        "every tick but the trapping ones taken once, in order"
+    );
+    let out = cairn(&[
+        "journal",
+        "dead-letters",
+        "--json",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let letters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
+    let mut dead: Vec<(i64, i64)> = letters
+        .iter()
+        .filter(|l| l["subscriber"] == "faulty")
+        .map(|l| (seq_of(l), l["attempts"].as_i64().expect("attempts")))
+        .collect();
+    dead.sort_unstable();
+    assert_eq!(
+        dead,
+        trapped.iter().map(|t| (seq_of(t), 2)).collect::<Vec<_>>(),
+        "each trapping tick dead-lettered after its two attempts"
+    );
+    assert_eq!(
+        journal_json(data.path(), "burst.echo").len() as u64,
+        TICKS,
+        "the neighbour took the whole burst"
+    );
+}
+
 /// A plugin whose `on-event` blocks in a host call for an hour: each call is answered with a
 /// timeout fault once `limits.timeout_ms` and the grace have passed, the plugin is restarted
 /// and then quarantined by its budget, the neighbour takes every event meanwhile, and the

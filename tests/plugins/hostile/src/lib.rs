@@ -19,7 +19,9 @@
 //! until its deadline, `interrupted` logs `lifecycle.interrupted()` and succeeds, `echo`
 //! emits `config.echo` (two echoing plugins answer each other's events), `huge-error` fails
 //! with an 8 MiB error message, `flood` emits `config.count` events on `config.topic` (as
-//! `emit-flood` does), `hold` blocks in a WASI sleep (a host call) for an hour.
+//! `emit-flood` does), `hold` blocks in a WASI sleep (a host call) for an hour,
+//! `echo-or-trap` traps on the events whose payload's `i` is in `config.trap` and echoes the
+//! others (a fault part-way through a run of events).
 //!
 //! Every probe logs `probe <name>: ok <detail>` or `probe <name>: denied <error>`, which the
 //! integration tests read from the host's log.
@@ -37,8 +39,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use cairn::plugin::{journal, kv, lifecycle, log};
 
 /// What `on-event` does: 0 trap, 1 hang, 2 report the interrupt flag, 3 echo, 4 fail
-/// hugely, 5 flood, 6 hold a host call.
+/// hugely, 5 flood, 6 hold a host call, 7 echo or trap.
 static ON_EVENT: AtomicU8 = AtomicU8::new(0);
+
+/// The payload `i`s `echo-or-trap` traps on.
+static TRAP: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 
 /// What `flood` emits on each event: the topic and how many.
 static FLOOD: std::sync::Mutex<(String, u64)> = std::sync::Mutex::new((String::new(), 0));
@@ -161,6 +166,14 @@ fn log_flood() {
     }
 }
 
+/// Whether `echo-or-trap` traps on `event`: its payload's `i` is in [`TRAP`].
+fn trap_on(event: &Event) -> bool {
+    let i = serde_json::from_str::<serde_json::Value>(&event.payload)
+        .ok()
+        .and_then(|payload| payload.get("i")?.as_u64());
+    i.is_some_and(|i| TRAP.lock().unwrap_or_else(|p| p.into_inner()).contains(&i))
+}
+
 impl Guest for Hostile {
     fn init(config: String) -> Result<(), Error> {
         let config: serde_json::Value =
@@ -173,6 +186,7 @@ impl Guest for Hostile {
             Some("huge-error") => 4,
             Some("flood") => 5,
             Some("hold") => 6,
+            Some("echo-or-trap") => 7,
             _ => 0,
         };
         let topic = config.get("topic").and_then(|t| t.as_str()).unwrap_or("flood.tick");
@@ -180,6 +194,9 @@ impl Guest for Hostile {
         *FLOOD.lock().unwrap_or_else(|p| p.into_inner()) = (topic.to_string(), count);
         if let Some(topic) = config.get("echo").and_then(|t| t.as_str()) {
             *ECHO.lock().unwrap_or_else(|p| p.into_inner()) = topic.to_string();
+        }
+        if let Some(trap) = config.get("trap").and_then(|t| t.as_array()) {
+            *TRAP.lock().unwrap_or_else(|p| p.into_inner()) = trap.iter().filter_map(|i| i.as_u64()).collect();
         }
         ON_EVENT.store(on_event, Ordering::Relaxed);
         say(&format!("hostile: init in mode {mode}"));
@@ -235,7 +252,8 @@ impl Guest for Hostile {
                 std::thread::sleep(std::time::Duration::from_secs(3600));
                 Ok(())
             }
-            3 => {
+            7 if trap_on(&event) => panic!("hostile: trapping on event {} as configured", event.seq),
+            3 | 7 => {
                 let topic = ECHO.lock().unwrap_or_else(|p| p.into_inner()).clone();
                 let payload = format!("{{\"after\":{}}}", event.seq);
                 probe(&format!("echo {topic} after {}", event.topic), journal::emit(&topic, &payload).map_err(|e| format!("{e:?}")));
