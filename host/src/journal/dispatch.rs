@@ -654,14 +654,7 @@ mod tests {
         events: usize,
         done: impl Fn() -> bool,
     ) {
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            subscriber.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (stop, task) = start_serving(journal, subscriber).await;
         append_work(journal, events).await;
         for _ in 0..600 {
             if done() {
@@ -671,6 +664,23 @@ mod tests {
         }
         stop.send(true).expect("stop");
         task.await.expect("stops");
+    }
+
+    /// Serve `subscriber` on `work.*` until the returned sender says stop; returns once it
+    /// has had time to subscribe.
+    async fn start_serving<S: Subscriber>(
+        journal: &Arc<Journal>,
+        subscriber: &Arc<S>,
+    ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            subscriber.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (stop, task)
     }
 
     fn seen(recorder: &Recorder) -> Vec<i64> {
@@ -721,14 +731,7 @@ mod tests {
             journal: journal.clone(),
             stored_at_take: Mutex::new(Vec::new()),
         });
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            watcher.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (stop, task) = start_serving(&journal, &watcher).await;
         let taken = || watcher.stored_at_take.lock().expect("lock").len();
         // A trickle: each event is appended once the one before was taken, so each is read
         // and delivered in a round of its own.

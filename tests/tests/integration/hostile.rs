@@ -238,6 +238,11 @@ fn thread_names(pid: u32) -> Vec<String> {
 
 /// How many dead letters `subscriber` has.
 fn dead_letters_of(data: &std::path::Path, subscriber: &str) -> usize {
+    dead_letters(data, subscriber).len()
+}
+
+/// `subscriber`'s dead letters, as `cairn journal dead-letters --json` lists them.
+fn dead_letters(data: &std::path::Path, subscriber: &str) -> Vec<serde_json::Value> {
     let out = cairn(&[
         "journal",
         "dead-letters",
@@ -250,9 +255,18 @@ fn dead_letters_of(data: &std::path::Path, subscriber: &str) -> usize {
     assert!(out.status.success());
     let letters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     letters
-        .iter()
+        .into_iter()
         .filter(|l| l["subscriber"] == subscriber)
-        .count()
+        .collect()
+}
+
+/// The number `key` of a journal event's JSON payload.
+fn payload_number(event: &serde_json::Value, key: &str) -> i64 {
+    let payload: serde_json::Value =
+        serde_json::from_str(event["payload"].as_str().expect("payload")).expect("json");
+    payload[key]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no {key} in {payload}"))
 }
 
 /// Milliseconds from each `tick_topic` event to the `echo_topic` event echoing it, sorted.
@@ -269,10 +283,7 @@ fn echo_lags(data: &std::path::Path, tick_topic: &str, echo_topic: &str) -> Vec<
     let mut lags: Vec<i64> = journal_json(data, echo_topic)
         .iter()
         .map(|echo| {
-            let payload: serde_json::Value =
-                serde_json::from_str(echo["payload"].as_str().expect("payload")).expect("json");
-            let tick = payload["after"].as_i64().expect("after");
-            echo["created_at"].as_i64().expect("at") - ticks[&tick]
+            echo["created_at"].as_i64().expect("at") - ticks[&payload_number(echo, "after")]
         })
         .collect();
     lags.sort_unstable();
@@ -421,36 +432,20 @@ fn a_plugin_faulting_part_way_through_a_run_loses_and_doubles_no_other_event() {
 
     let ticks = journal_json(data.path(), "burst.tick");
     let seq_of = |e: &serde_json::Value| e["seq"].as_i64().expect("seq");
-    let i_of = |e: &serde_json::Value| -> u64 {
-        let payload: serde_json::Value =
-            serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
-        payload["i"].as_u64().expect("i")
-    };
-    let (trapped, kept): (Vec<_>, Vec<_>) = ticks.iter().partition(|t| TRAPS.contains(&i_of(t)));
+    let (trapped, kept): (Vec<_>, Vec<_>) = ticks
+        .iter()
+        .partition(|t| TRAPS.contains(&(payload_number(t, "i") as u64)));
     let took: Vec<i64> = journal_json(data.path(), "faulty.took")
         .iter()
-        .map(|e| {
-            let payload: serde_json::Value =
-                serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
-            payload["after"].as_i64().expect("after")
-        })
+        .map(|e| payload_number(e, "after"))
         .collect();
     assert_eq!(
         took,
         kept.iter().map(|t| seq_of(t)).collect::<Vec<_>>(),
         "every tick but the trapping ones taken once, in order"
     );
-    let out = cairn(&[
-        "journal",
-        "dead-letters",
-        "--json",
-        "--data",
-        &data.path().display().to_string(),
-    ]);
-    let letters: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
-    let mut dead: Vec<(i64, i64)> = letters
+    let mut dead: Vec<(i64, i64)> = dead_letters(data.path(), "faulty")
         .iter()
-        .filter(|l| l["subscriber"] == "faulty")
         .map(|l| (seq_of(l), l["attempts"].as_i64().expect("attempts")))
         .collect();
     dead.sort_unstable();
