@@ -254,8 +254,9 @@ impl CursorBatch {
         self.count = 0;
     }
 
-    /// Commit the cursor move of everything taken and record it in `position`; false
-    /// (logged) when it cannot be recorded.
+    /// Commit the cursor move of everything taken and record it in `position` (or drop it,
+    /// when the cursor was moved elsewhere meanwhile); false (logged) when it cannot be
+    /// recorded.
     async fn commit(&mut self, journal: &Journal, id: &str, position: &mut Position) -> bool {
         let Some(seq) = self.taken.or(self.sealed) else {
             return true;
@@ -283,12 +284,18 @@ impl CursorBatch {
     }
 }
 
-/// Move `id`'s durable cursor to `seq` and record it in `position`; false (logged) when it
-/// cannot be recorded.
+/// Move `id`'s durable cursor from `position` to `seq` and record it there; false (logged)
+/// when it cannot be recorded. When someone else moved the cursor meanwhile (an operator's
+/// replay, another host) nothing is moved and `position` is marked stale, to be read again.
 async fn advance(journal: &Journal, id: &str, seq: i64, position: &mut Position) -> bool {
-    match journal.advance(id, seq).await {
-        Ok(()) => {
+    match journal.advance(id, position.cursor, seq).await {
+        Ok(true) => {
             position.cursor = seq;
+            true
+        }
+        Ok(false) => {
+            tracing::info!(subscriber = %id, "its cursor was moved elsewhere (a replay?); reading it again");
+            position.stale = true;
             true
         }
         Err(e) => {
@@ -377,6 +384,20 @@ struct Position {
     cursor: i64,
     /// Every event up to here was searched and none after `cursor` matched.
     searched_to: i64,
+    /// The stored cursor was moved by someone else (an operator's replay, another host):
+    /// read it again before delivering on.
+    stale: bool,
+}
+
+impl Position {
+    /// At the stored cursor `stored`, nothing searched beyond it.
+    fn at(stored: i64) -> Self {
+        Self {
+            cursor: stored,
+            searched_to: stored,
+            stale: false,
+        }
+    }
 }
 
 /// Deliver matching events to `subscriber` until `stop` turns true; an event in flight when
@@ -407,7 +428,8 @@ pub async fn serve<S: Subscriber>(
             }
             return;
         }
-        if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
+        let look_due = operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK);
+        if look_due || at.is_some_and(|at| at.stale) {
             operator_looked = Some(Instant::now());
             // What the stored cursor says is then this host's own doing or an operator's.
             if let Some(position) = at.as_mut()
@@ -432,14 +454,12 @@ pub async fn serve<S: Subscriber>(
             if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;
             }
-            match journal.cursor(&id) {
-                Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
-                    at = Some(Position {
-                        cursor: stored,
-                        searched_to: stored,
-                    });
+            match stored_position(&journal, &id, at).await {
+                Ok(Some(Stored::Moved(position))) => {
+                    batch.forget();
+                    at = Some(position);
                 }
-                Ok(Some(_)) => {}
+                Ok(Some(Stored::AsKnown)) => {}
                 Ok(None) => return,
                 Err(e) => {
                     tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
@@ -464,16 +484,16 @@ pub async fn serve<S: Subscriber>(
             }
             // Far behind on events it never takes: move the durable cursor past them (and
             // past those it took), so retention can prune them.
-            if position.searched_to - position.cursor >= READ_AHEAD as i64 {
-                match journal.advance(&id, position.searched_to).await {
-                    Ok(()) => {
-                        position.cursor = position.searched_to;
-                        batch.forget();
-                    }
-                    Err(e) => tracing::warn!(subscriber = %id, "cannot move the cursor: {e}"),
+            if !position.stale && position.searched_to - position.cursor >= READ_AHEAD as i64 {
+                let to = position.searched_to;
+                if advance(&journal, &id, to, &mut position).await && position.cursor == to {
+                    batch.forget();
                 }
             }
             at = Some(position);
+            if position.stale {
+                continue;
+            }
             let wait = batch.wait_left().unwrap_or(OPERATOR_LOOK);
             tokio::select! {
                 _ = appended.notified() => {}
@@ -538,9 +558,37 @@ pub async fn serve<S: Subscriber>(
             if batch.due() {
                 batch.seal();
             }
+            if position.stale {
+                break;
+            }
         }
         at = Some(position);
     }
+}
+
+/// What a subscriber's stored cursor says, against where it knows it is.
+enum Stored {
+    /// Where it knows it is.
+    AsKnown,
+    /// Moved: by an operator (`cairn journal replay`), by another host, or not known yet.
+    Moved(Position),
+}
+
+/// Read `id`'s stored cursor, taking notice of an operator's rewind: `None` when the
+/// subscriber is gone.
+async fn stored_position(
+    journal: &Journal,
+    id: &str,
+    known: Option<Position>,
+) -> Result<Option<Stored>, super::JournalError> {
+    if let Some(rewound) = journal.take_rewind(id).await? {
+        tracing::info!(subscriber = %id, cursor = rewound, "its cursor was moved by an operator");
+        return Ok(Some(Stored::Moved(Position::at(rewound))));
+    }
+    Ok(journal.cursor(id)?.map(|stored| match known {
+        Some(known) if known.cursor == stored && !known.stale => Stored::AsKnown,
+        _ => Stored::Moved(Position::at(stored)),
+    }))
 }
 
 /// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.
@@ -770,6 +818,47 @@ mod tests {
             "{commits_seen} cursor commits during a {trickle:?} trickle of {events} events \
              (cursor at each take: {seen:?})"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replay_made_while_a_cursor_batch_waits_is_not_overridden_by_it() {
+        use crate::journal::{JournalAdmin, JournalOperator};
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Arc::new(Journal::open(dir.path(), JournalConfig::default()).expect("open"));
+        let recorder = Arc::new(Recorder {
+            taken: Mutex::new(Vec::new()),
+        });
+        let (stop, task) = start_serving(&journal, &recorder).await;
+        append_work(&journal, 3).await;
+        for _ in 0..600 {
+            if journal.cursor("recorder").expect("cursor") == Some(3) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        append_work(&journal, 3).await;
+        while seen(&recorder).len() < 6 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        // An operator's `cairn journal replay --from 4`, from another connection, most
+        // likely while the move past events 4 to 6 still waits in its batch (up to 100 ms):
+        // the cursor it sets is the one stored, yet the host takes notice.
+        let operator = JournalAdmin::open(dir.path()).expect("operator");
+        assert!(operator.replay_from("recorder", 4).expect("replay"));
+        for _ in 0..600 {
+            if seen(&recorder).len() >= 9 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+        assert_eq!(
+            seen(&recorder),
+            [1, 2, 3, 4, 5, 6, 4, 5, 6],
+            "the replay delivered everything again"
+        );
+        assert_eq!(journal.cursor("recorder").expect("cursor"), Some(6));
     }
 
     /// Takes events in runs of at most three and never takes `bad`.
