@@ -22,7 +22,6 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../migrations/journal/0001_init.sql"),
         include_str!("../../../migrations/journal/0002_event_depth.sql"),
-        include_str!("../../../migrations/journal/0003_rewound.sql"),
     ],
 };
 
@@ -48,9 +47,6 @@ pub trait JournalStore: Send + Sync {
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64>;
     /// A subscriber's cursor as stored (an operator may have rewound it).
     fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError>;
-    /// The cursor an operator moved `subscriber`'s to (`replay_from`) since the last call,
-    /// if they did; the delivering host's own moves are refused until it has asked.
-    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>>;
     /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
     fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError>;
     /// Settle a retried dead letter: delete it when delivered, else record the new failure.
@@ -82,14 +78,9 @@ pub trait JournalStore: Send + Sync {
         field: &str,
         value: i64,
     ) -> Result<Option<Event>, StorageError>;
-    /// Move a subscriber's cursor from `from` to `to` if it is still at `from` and no
-    /// operator moved it since the last [`JournalStore::take_rewind`]: false, with nothing
-    /// changed, otherwise (an operator's `cairn journal replay`, or another host that took
-    /// the subscription over), so that a move decided on what the cursor was never
-    /// overrides theirs.
-    fn advance(&self, subscriber: &str, from: i64, to: i64) -> Receipt<bool>;
-    /// Record that a subscriber gave up on an event and move its cursor past it (unless an
-    /// operator moved it since the last [`JournalStore::take_rewind`]), atomically.
+    /// Move a subscriber's cursor past `seq` (never backwards).
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
+    /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
     fn dead_letter(
         &self,
         subscriber: &str,
@@ -176,17 +167,6 @@ impl JournalStore for SqliteJournal {
         })
     }
 
-    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>> {
-        let subscriber = subscriber.to_string();
-        self.db.submit(move |conn| {
-            conn.prepare_cached(
-                "UPDATE subscribers SET rewound = 0 WHERE id = ?1 AND rewound = 1 RETURNING cursor",
-            )?
-            .query_row(params![subscriber], |r| r.get(0))
-            .optional()
-        })
-    }
-
     fn find_event(
         &self,
         topic: &str,
@@ -268,15 +248,14 @@ impl JournalStore for SqliteJournal {
         })
     }
 
-    fn advance(&self, subscriber: &str, from: i64, to: i64) -> Receipt<bool> {
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
         let subscriber = subscriber.to_string();
         self.db.submit(move |conn| {
             conn.prepare_cached(
-                "UPDATE subscribers SET cursor = ?3, updated_at = ?4
-                  WHERE id = ?1 AND cursor = ?2 AND rewound = 0",
+                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
             )?
-            .execute(params![subscriber, from, to, now_ms()])
-            .map(|changed| changed == 1)
+            .execute(params![subscriber, seq, now_ms()])
+            .map(|_| ())
         })
     }
 
@@ -296,7 +275,7 @@ impl JournalStore for SqliteJournal {
         self.db.submit(move |conn| {
             conn.prepare_cached("INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?.execute(params![subscriber, seq, topic, error, attempts, now_ms()])?;
-            conn.prepare_cached("UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1 AND rewound = 0")?.execute(params![subscriber, seq, now_ms()])
+            conn.prepare_cached("UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1")?.execute(params![subscriber, seq, now_ms()])
             .map(|_| ())
         })
     }
@@ -319,9 +298,8 @@ pub trait JournalOperator: Send {
         patterns: &[String],
         limit: usize,
     ) -> Result<Vec<Event>, StorageError>;
-    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`, marked
-    /// for the delivering host to take notice ([`JournalStore::take_rewind`]); whether the
-    /// subscriber exists.
+    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
+    /// whether the subscriber exists.
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError>;
     /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
     fn retry_dead_letters(
@@ -433,9 +411,7 @@ impl JournalOperator for JournalAdmin {
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError> {
         let conn = &self.conn;
         let changed = conn
-            .prepare_cached(
-                "UPDATE subscribers SET cursor = ?2, rewound = 1, updated_at = ?3 WHERE id = ?1",
-            )?
+            .prepare_cached("UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1")?
             .execute(params![subscriber, (from_seq - 1).max(0), now_ms()])?;
         Ok(changed == 1)
     }

@@ -188,15 +188,12 @@ const READ_AHEAD: usize = 256;
 /// delivered at least once).
 const CURSOR_EVERY: usize = 64;
 
-/// The longest a taken event waits for its cursor move to be committed, also when no event
-/// follows it.
+/// The longest a taken event waits for its cursor move to be committed.
 const CURSOR_AFTER: Duration = Duration::from_millis(100);
 
 /// Events a subscriber took whose cursor move is not committed yet. Committing one cursor
 /// move per batch instead of per event takes a durable commit off each delivery; committing
-/// it while the next run is delivered takes the commit's wait off the subscriber's path. A
-/// batch outlives the round that read its events: events that trickle in one at a time share
-/// a commit too, made when the batch is due or [`CURSOR_AFTER`] after its first event.
+/// it while the next run is delivered takes the commit's wait off the subscriber's path.
 struct CursorBatch {
     /// A batch's last event, sealed when the batch was due: its move is committed beside the
     /// next run, or with the rest when no run follows.
@@ -232,12 +229,6 @@ impl CursorBatch {
         self.count >= CURSOR_EVERY || (self.count > 0 && self.since.elapsed() >= CURSOR_AFTER)
     }
 
-    /// How long an idle subscriber may wait for more events before this batch's move must be
-    /// committed; `None` when nothing waits for a commit.
-    fn wait_left(&self) -> Option<Duration> {
-        (self.count > 0).then(|| CURSOR_AFTER.saturating_sub(self.since.elapsed()))
-    }
-
     /// Set the batch aside for its move to be committed beside the next run; the events
     /// taken from now on make a new batch.
     fn seal(&mut self) {
@@ -254,9 +245,8 @@ impl CursorBatch {
         self.count = 0;
     }
 
-    /// Commit the cursor move of everything taken and record it in `position` (or drop it,
-    /// when the cursor was moved elsewhere meanwhile); false (logged) when it cannot be
-    /// recorded.
+    /// Commit the cursor move of everything taken and record it in `position`; false
+    /// (logged) when it cannot be recorded.
     async fn commit(&mut self, journal: &Journal, id: &str, position: &mut Position) -> bool {
         let Some(seq) = self.taken.or(self.sealed) else {
             return true;
@@ -284,18 +274,12 @@ impl CursorBatch {
     }
 }
 
-/// Move `id`'s durable cursor from `position` to `seq` and record it there; false (logged)
-/// when it cannot be recorded. When someone else moved the cursor meanwhile (an operator's
-/// replay, another host) nothing is moved and `position` is marked stale, to be read again.
+/// Move `id`'s durable cursor to `seq` and record it in `position`; false (logged) when it
+/// cannot be recorded.
 async fn advance(journal: &Journal, id: &str, seq: i64, position: &mut Position) -> bool {
-    match journal.advance(id, position.cursor, seq).await {
-        Ok(true) => {
+    match journal.advance(id, seq).await {
+        Ok(()) => {
             position.cursor = seq;
-            true
-        }
-        Ok(false) => {
-            tracing::info!(subscriber = %id, "its cursor was moved elsewhere (a replay?); reading it again");
-            position.stale = true;
             true
         }
         Err(e) => {
@@ -384,20 +368,6 @@ struct Position {
     cursor: i64,
     /// Every event up to here was searched and none after `cursor` matched.
     searched_to: i64,
-    /// The stored cursor was moved by someone else (an operator's replay, another host):
-    /// read it again before delivering on.
-    stale: bool,
-}
-
-impl Position {
-    /// At the stored cursor `stored`, nothing searched beyond it.
-    fn at(stored: i64) -> Self {
-        Self {
-            cursor: stored,
-            searched_to: stored,
-            stale: false,
-        }
-    }
 }
 
 /// Deliver matching events to `subscriber` until `stop` turns true; an event in flight when
@@ -420,23 +390,12 @@ pub async fn serve<S: Subscriber>(
     let appended = journal.watch(&patterns);
     let mut at: Option<Position> = None;
     let mut operator_looked: Option<Instant> = None;
-    let mut batch = CursorBatch::new();
     loop {
         if *stop.borrow() {
-            if let Some(position) = at.as_mut() {
-                batch.commit(&journal, &id, position).await;
-            }
             return;
         }
-        let look_due = operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK);
-        if look_due || at.is_some_and(|at| at.stale) {
+        if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
             operator_looked = Some(Instant::now());
-            // What the stored cursor says is then this host's own doing or an operator's.
-            if let Some(position) = at.as_mut()
-                && !batch.commit(&journal, &id, position).await
-            {
-                return;
-            }
             // On a journal several hosts share, one delivers to each subscriber: another
             // host holds it, so look again in a while, from the cursor as it is then.
             let held = journal.hold(&id).await.unwrap_or_else(|e| {
@@ -454,12 +413,14 @@ pub async fn serve<S: Subscriber>(
             if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;
             }
-            match stored_position(&journal, &id, at).await {
-                Ok(Some(Stored::Moved(position))) => {
-                    batch.forget();
-                    at = Some(position);
+            match journal.cursor(&id) {
+                Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
+                    at = Some(Position {
+                        cursor: stored,
+                        searched_to: stored,
+                    });
                 }
-                Ok(Some(Stored::AsKnown)) => {}
+                Ok(Some(_)) => {}
                 Ok(None) => return,
                 Err(e) => {
                     tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
@@ -477,31 +438,23 @@ pub async fn serve<S: Subscriber>(
         };
         position.searched_to = position.searched_to.max(pending.searched_to);
         if pending.events.is_empty() {
-            if (batch.sealed.is_some() || batch.due())
-                && !batch.commit(&journal, &id, &mut position).await
-            {
-                return;
-            }
-            // Far behind on events it never takes: move the durable cursor past them (and
-            // past those it took), so retention can prune them.
-            if !position.stale && position.searched_to - position.cursor >= READ_AHEAD as i64 {
-                let to = position.searched_to;
-                if advance(&journal, &id, to, &mut position).await && position.cursor == to {
-                    batch.forget();
+            // Far behind on events it never takes: move the durable cursor past them, so
+            // retention can prune them.
+            if position.searched_to - position.cursor >= READ_AHEAD as i64 {
+                match journal.advance(&id, position.searched_to).await {
+                    Ok(()) => position.cursor = position.searched_to,
+                    Err(e) => tracing::warn!(subscriber = %id, "cannot move the cursor: {e}"),
                 }
             }
             at = Some(position);
-            if position.stale {
-                continue;
-            }
-            let wait = batch.wait_left().unwrap_or(OPERATOR_LOOK);
             tokio::select! {
                 _ = appended.notified() => {}
-                _ = tokio::time::sleep(wait) => {}
+                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
                 _ = stop.changed() => {}
             }
             continue;
         }
+        let mut batch = CursorBatch::new();
         let round: Arc<[Event]> = pending.events.into();
         let mut events: &[Event] = &round;
         while let Some(first) = events.first() {
@@ -558,37 +511,12 @@ pub async fn serve<S: Subscriber>(
             if batch.due() {
                 batch.seal();
             }
-            if position.stale {
-                break;
-            }
+        }
+        if !batch.commit(&journal, &id, &mut position).await {
+            return;
         }
         at = Some(position);
     }
-}
-
-/// What a subscriber's stored cursor says, against where it knows it is.
-enum Stored {
-    /// Where it knows it is.
-    AsKnown,
-    /// Moved: by an operator (`cairn journal replay`), by another host, or not known yet.
-    Moved(Position),
-}
-
-/// Read `id`'s stored cursor, taking notice of an operator's rewind: `None` when the
-/// subscriber is gone.
-async fn stored_position(
-    journal: &Journal,
-    id: &str,
-    known: Option<Position>,
-) -> Result<Option<Stored>, super::JournalError> {
-    if let Some(rewound) = journal.take_rewind(id).await? {
-        tracing::info!(subscriber = %id, cursor = rewound, "its cursor was moved by an operator");
-        return Ok(Some(Stored::Moved(Position::at(rewound))));
-    }
-    Ok(journal.cursor(id)?.map(|stored| match known {
-        Some(known) if known.cursor == stored && !known.stale => Stored::AsKnown,
-        _ => Stored::Moved(Position::at(stored)),
-    }))
 }
 
 /// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.
@@ -702,7 +630,14 @@ mod tests {
         events: usize,
         done: impl Fn() -> bool,
     ) {
-        let (stop, task) = start_serving(journal, subscriber).await;
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            subscriber.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
         append_work(journal, events).await;
         for _ in 0..600 {
             if done() {
@@ -712,23 +647,6 @@ mod tests {
         }
         stop.send(true).expect("stop");
         task.await.expect("stops");
-    }
-
-    /// Serve `subscriber` on `work.*` until the returned sender says stop; returns once it
-    /// has had time to subscribe.
-    async fn start_serving<S: Subscriber>(
-        journal: &Arc<Journal>,
-        subscriber: &Arc<S>,
-    ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            subscriber.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        (stop, task)
     }
 
     fn seen(recorder: &Recorder) -> Vec<i64> {
@@ -744,121 +662,6 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("{count} deliveries never happened: {:?}", hosts.map(seen));
-    }
-
-    /// Records, for each event it takes, the subscriber's cursor as stored at that moment.
-    struct CursorWatcher {
-        journal: Arc<Journal>,
-        stored_at_take: Mutex<Vec<i64>>,
-    }
-
-    impl Subscriber for CursorWatcher {
-        fn id(&self) -> &str {
-            "cursor-watcher"
-        }
-
-        async fn take(&self, _event: &Event) -> Result<(), Undelivered> {
-            let stored = self
-                .journal
-                .cursor(self.id())
-                .map_err(|e| e.to_string())?
-                .unwrap_or(0);
-            self.stored_at_take
-                .lock()
-                .map_err(|_| "poisoned".to_string())?
-                .push(stored);
-            Ok(())
-        }
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn events_taken_one_at_a_time_share_a_cursor_commit_made_without_a_next_event() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let journal = Arc::new(Journal::open(dir.path(), JournalConfig::default()).expect("open"));
-        let watcher = Arc::new(CursorWatcher {
-            journal: journal.clone(),
-            stored_at_take: Mutex::new(Vec::new()),
-        });
-        let (stop, task) = start_serving(&journal, &watcher).await;
-        let taken = || watcher.stored_at_take.lock().expect("lock").len();
-        // A trickle: each event is appended once the one before was taken, so each is read
-        // and delivered in a round of its own.
-        let events = 10;
-        let started = Instant::now();
-        for n in 1..=events {
-            append_work(&journal, 1).await;
-            while taken() < n {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-        }
-        let trickle = started.elapsed();
-        // Not stopped: the last moves are committed once the batch waited long enough.
-        let mut stored = 0;
-        for _ in 0..600 {
-            stored = journal
-                .cursor("cursor-watcher")
-                .expect("cursor")
-                .unwrap_or(0);
-            if stored == events as i64 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop.send(true).expect("stop");
-        task.await.expect("stops");
-        assert_eq!(stored, events as i64, "every move committed without a stop");
-        // A commit per event would show a new cursor at every take after the first; a commit
-        // per batch, at most one per CURSOR_AFTER of the trickle (plus the one in flight).
-        let mut seen = watcher.stored_at_take.lock().expect("lock").clone();
-        seen.dedup();
-        let commits_seen = seen.iter().filter(|c| **c > 0).count();
-        let allowed = (trickle.as_millis() / CURSOR_AFTER.as_millis()) as usize + 1;
-        assert!(
-            commits_seen <= allowed,
-            "{commits_seen} cursor commits during a {trickle:?} trickle of {events} events \
-             (cursor at each take: {seen:?})"
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_replay_made_while_a_cursor_batch_waits_is_not_overridden_by_it() {
-        use crate::journal::{JournalAdmin, JournalOperator};
-        let dir = tempfile::tempdir().expect("tempdir");
-        let journal = Arc::new(Journal::open(dir.path(), JournalConfig::default()).expect("open"));
-        let recorder = Arc::new(Recorder {
-            taken: Mutex::new(Vec::new()),
-        });
-        let (stop, task) = start_serving(&journal, &recorder).await;
-        append_work(&journal, 3).await;
-        for _ in 0..600 {
-            if journal.cursor("recorder").expect("cursor") == Some(3) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        append_work(&journal, 3).await;
-        while seen(&recorder).len() < 6 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        // An operator's `cairn journal replay --from 4`, from another connection, most
-        // likely while the move past events 4 to 6 still waits in its batch (up to 100 ms):
-        // the cursor it sets is the one stored, yet the host takes notice.
-        let operator = JournalAdmin::open(dir.path()).expect("operator");
-        assert!(operator.replay_from("recorder", 4).expect("replay"));
-        for _ in 0..600 {
-            if seen(&recorder).len() >= 9 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        stop.send(true).expect("stop");
-        task.await.expect("stops");
-        assert_eq!(
-            seen(&recorder),
-            [1, 2, 3, 4, 5, 6, 4, 5, 6],
-            "the replay delivered everything again"
-        );
-        assert_eq!(journal.cursor("recorder").expect("cursor"), Some(6));
     }
 
     /// Takes events in runs of at most three and never takes `bad`.

@@ -345,22 +345,9 @@ impl Journal {
         Ok(self.store.hold(subscriber).await?)
     }
 
-    /// Move a subscriber's cursor from `from` to `to` if it is still at `from`; false, with
-    /// nothing changed, when an operator or another host moved it meanwhile (see
-    /// [`Journal::take_rewind`]).
-    pub async fn advance(
-        &self,
-        subscriber: &str,
-        from: i64,
-        to: i64,
-    ) -> Result<bool, JournalError> {
-        Ok(self.store.advance(subscriber, from, to).await?)
-    }
-
-    /// The cursor an operator moved `subscriber`'s to since the last call, if they did; this
-    /// host's own moves of it are refused until it asked.
-    pub async fn take_rewind(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {
-        Ok(self.store.take_rewind(subscriber).await?)
+    /// Move a subscriber's cursor past `seq` (never backwards).
+    pub async fn advance(&self, subscriber: &str, seq: i64) -> Result<(), JournalError> {
+        Ok(self.store.advance(subscriber, seq).await?)
     }
 
     /// Record that a subscriber gave up on an event, and move its cursor past it, atomically.
@@ -465,23 +452,18 @@ mod tests {
             ["a.one", "b_c.exact", "a.two"],
             "`_` is literal, not a wildcard"
         );
-        assert!(
-            journal
-                .advance("sub", cursor, pending[1].seq)
-                .await
-                .expect("advance")
-        );
+        journal
+            .advance("sub", pending[1].seq)
+            .await
+            .expect("advance");
         journal
             .dead_letter("sub", &pending[2], "boom", 5)
             .await
             .expect("dead letter");
-        assert!(
-            !journal
-                .advance("sub", pending[1].seq, pending[0].seq)
-                .await
-                .expect("advance"),
-            "a move from where the cursor no longer is changes nothing"
-        );
+        journal
+            .advance("sub", pending[0].seq)
+            .await
+            .expect("never backwards");
         let admin = JournalAdmin::open_read_only(dir.path())
             .expect("open")
             .expect("exists");
@@ -568,16 +550,14 @@ mod tests {
         };
         let journal = journal_on(&place, config);
         let all = vec!["*".to_string()];
-        let start = journal.subscribe("fast", &all).await.expect("subscribe");
+        journal.subscribe("fast", &all).await.expect("subscribe");
         journal.subscribe("slow", &all).await.expect("subscribe");
         let mut seqs = Vec::new();
         for topic in ["a.one", "a.two", "a.three", "a.four"] {
             seqs.push(journal.append(event(topic)).await.expect("append"));
         }
-        for (subscriber, to) in [("fast", seqs[3]), ("slow", seqs[2])] {
-            let moved = journal.advance(subscriber, start, to).await;
-            assert!(moved.expect("advance"), "{subscriber} moved");
-        }
+        journal.advance("fast", seqs[3]).await.expect("advance");
+        journal.advance("slow", seqs[2]).await.expect("advance");
         let events = journal.pending(0, &all, 10).expect("read").events;
         journal
             .dead_letter("slow", &events[0], "boom", 1)

@@ -30,7 +30,6 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../../migrations/postgres/journal/0001_init.sql"),
         include_str!("../../../../migrations/postgres/journal/0002_event_depth.sql"),
-        include_str!("../../../../migrations/postgres/journal/0003_rewound.sql"),
     ],
 };
 
@@ -101,19 +100,6 @@ impl JournalStore for PgJournal {
             Ok(client
                 .query_opt(
                     "SELECT cursor FROM journal_subscribers WHERE id = $1",
-                    &[&subscriber],
-                )?
-                .map(|row| row.get(0)))
-        })
-    }
-
-    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>> {
-        let subscriber = subscriber.to_string();
-        self.pool.submit(move |tx| {
-            Ok(tx
-                .query_opt(
-                    "UPDATE journal_subscribers SET rewound = 0
-                      WHERE id = $1 AND rewound = 1 RETURNING cursor",
                     &[&subscriber],
                 )?
                 .map(|row| row.get(0)))
@@ -224,15 +210,15 @@ impl JournalStore for PgJournal {
         })
     }
 
-    fn advance(&self, subscriber: &str, from: i64, to: i64) -> Receipt<bool> {
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
         let subscriber = subscriber.to_string();
         self.pool.submit(move |tx| {
-            let changed = tx.execute(
-                "UPDATE journal_subscribers SET cursor = $3, updated_at = $4
-                  WHERE id = $1 AND cursor = $2 AND rewound = 0",
-                &[&subscriber, &from, &to, &now_ms()],
+            tx.execute(
+                "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
+                  WHERE id = $1",
+                &[&subscriber, &seq, &now_ms()],
             )?;
-            Ok(changed == 1)
+            Ok(())
         })
     }
 
@@ -260,7 +246,7 @@ impl JournalStore for PgJournal {
             )?;
             tx.execute(
                 "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
-                  WHERE id = $1 AND rewound = 0",
+                  WHERE id = $1",
                 &[&subscriber, &seq, &now],
             )?;
             Ok(())

@@ -1,3 +1,0 @@
--- An operator's move of the cursor not yet seen by the delivering host (see the SQLite
--- journal's 0003).
-ALTER TABLE journal_subscribers ADD COLUMN rewound integer NOT NULL DEFAULT 0;
