@@ -383,8 +383,7 @@ pub async fn serve<S: Subscriber>(
     mut stop: watch::Receiver<bool>,
 ) {
     let id = subscriber.id().to_string();
-    if let Err(e) = journal.subscribe(&id, &patterns).await {
-        tracing::error!(subscriber = %id, "cannot subscribe: {e}");
+    if !subscribe(&journal, &id, &patterns, &mut stop).await {
         return;
     }
     let appended = journal.watch(&patterns);
@@ -517,6 +516,34 @@ pub async fn serve<S: Subscriber>(
         }
         at = Some(position);
     }
+}
+
+/// Register `id` on `patterns`, trying again while the store refuses (hosts starting at the
+/// same moment on a shared journal can deadlock each other's registrations), so a passing
+/// error never leaves a subscriber unserved; false when the host stops first.
+async fn subscribe(
+    journal: &Journal,
+    id: &str,
+    patterns: &[String],
+    stop: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut wait = Duration::from_millis(50);
+    for attempt in 1u32.. {
+        match journal.subscribe(id, patterns).await {
+            Ok(_) => return true,
+            // Logged at the 1st, 2nd, 4th, 8th... failure: a lasting one is not a flood.
+            Err(e) if attempt.is_power_of_two() => {
+                tracing::warn!(subscriber = %id, attempt, "cannot subscribe yet: {e}");
+            }
+            Err(_) => {}
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = stop.changed() => return false,
+        }
+        wait = (wait * 2).min(OPERATOR_LOOK);
+    }
+    false
 }
 
 /// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.

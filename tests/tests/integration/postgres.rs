@@ -266,14 +266,19 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
     std::thread::sleep(Duration::from_millis(300));
     finished.store(true, Ordering::SeqCst);
     let (_, acknowledged) = sender.join().expect("sender");
-    let db = std::sync::Mutex::new(client(&storage));
-    let waiter = hosts[0].as_mut().expect("host");
-    waiter.wait_until(
-        LONG,
-        "every message answered and every event delivered",
-        |_| settled(&mut db.lock().expect("client")),
-    );
-    let mut db = db.into_inner().expect("client");
+    let mut db = client(&storage);
+    let deadline = std::time::Instant::now() + LONG;
+    while !settled(&mut db) {
+        if std::time::Instant::now() > deadline {
+            logs.extend(hosts.iter().flatten().map(Host::log));
+            panic!(
+                "timed out waiting for every message answered and every event delivered; \
+                 the hosts' logs are in {}",
+                keep_logs(&logs).display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
     for host in hosts.into_iter().flatten() {
         let (exit, log) = host.stop();
         assert!(exit.success(), "{log}");
@@ -351,6 +356,20 @@ fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
     assert_eq!(unanswered, 0, "a batch never answered");
     assert!(
         skipped.is_empty(),
-        "events the subscriber never got: {skipped:?}"
+        "events the subscriber never got: {skipped:?}; the hosts' logs are in {}",
+        keep_logs(&logs).display()
     );
+}
+
+/// Keep the logs of a failed cluster run (each host's, in the order they ended) where a
+/// person can read them: `target/test-logs/three-hosts-<pid>/`.
+fn keep_logs(logs: &[String]) -> std::path::PathBuf {
+    let dir = cairn_tests::workspace_root()
+        .join("target/test-logs")
+        .join(format!("three-hosts-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory for the logs");
+    for (i, log) in logs.iter().enumerate() {
+        std::fs::write(dir.join(format!("host-{i}.log")), log).expect("a log written");
+    }
+    dir
 }
