@@ -528,7 +528,9 @@ async fn subscribe(
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let mut wait = Duration::from_millis(50);
-    for attempt in 1u32.. {
+    let mut attempt = 0u32;
+    loop {
+        attempt = attempt.saturating_add(1);
         match journal.subscribe(id, patterns).await {
             Ok(_) => return true,
             // Logged at the 1st, 2nd, 4th, 8th... failure: a lasting one is not a flood.
@@ -543,7 +545,6 @@ async fn subscribe(
         }
         wait = (wait * 2).min(OPERATOR_LOOK);
     }
-    false
 }
 
 /// An event delivered on its own, after a run stopped at it: `failed` is the run's attempt.

@@ -46,24 +46,20 @@ fn options() -> Result<Option<(u64, u64)>> {
     let (mut seconds, mut rate) = (60, 1000);
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
-        if flag == "--help" || flag == "-h" {
-            return Ok(None);
-        }
-        if flag != "--seconds" && flag != "--rate" {
-            bail!("unknown argument `{flag}`; expected --seconds N or --rate PER_SEC");
-        }
+        let slot = match flag.as_str() {
+            "--help" | "-h" => return Ok(None),
+            "--seconds" => &mut seconds,
+            "--rate" => &mut rate,
+            other => bail!("unknown argument `{other}`; expected --seconds N or --rate PER_SEC"),
+        };
         let value = args
             .next()
             .with_context(|| format!("{flag}: expected a number"))?;
-        let value: u64 = value
+        *slot = value
             .parse()
             .with_context(|| format!("{flag}: expected a number, got `{value}`"))?;
-        match flag.as_str() {
-            "--seconds" => seconds = value,
-            _ => rate = value.max(1),
-        }
     }
-    Ok(Some((seconds, rate)))
+    Ok(Some((seconds, rate.max(1))))
 }
 
 /// Resident memory (MiB) and open file descriptors of process `pid`.
