@@ -34,6 +34,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../../migrations/postgres/buffer/0001_init.sql"),
         include_str!("../../../../migrations/postgres/buffer/0002_batch_attempts.sql"),
+        include_str!("../../../../migrations/postgres/buffer/0003_conversation_heads.sql"),
     ],
 };
 
@@ -488,19 +489,26 @@ fn claim_main(
     let now = now_ms();
     Ok(tx
         .query_opt(
-            "UPDATE buffer_batches
+            // The head of each conversation (its oldest unfinished main batch) is found by
+            // stepping through the conversations on `buffer_batches_conversation_heads`;
+            // only a head that is queued, or whose claim lapsed, may be taken.
+            "WITH RECURSIVE heads AS (
+                (SELECT channel, conversation, id FROM buffer_batches
+                  WHERE route = 'main' AND status IN ('queued', 'running')
+                  ORDER BY channel, conversation, id LIMIT 1)
+                UNION ALL
+                SELECT next.channel, next.conversation, next.id FROM heads, LATERAL (
+                    SELECT channel, conversation, id FROM buffer_batches
+                     WHERE route = 'main' AND status IN ('queued', 'running')
+                       AND (channel, conversation) > (heads.channel, heads.conversation)
+                     ORDER BY channel, conversation, id LIMIT 1) AS next
+             )
+             UPDATE buffer_batches
                 SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
                     attempts = attempts + 1
               WHERE id = (
-                SELECT b.id FROM buffer_batches b
-                 WHERE b.route = 'main'
-                   AND (b.status = 'queued' OR (b.status = 'running' AND b.lease_until < $1))
-                   AND NOT EXISTS (
-                       SELECT 1 FROM buffer_batches o
-                        WHERE o.channel = b.channel AND o.conversation = b.conversation
-                          AND o.route = 'main' AND o.id <> b.id
-                          AND ((o.status = 'running' AND o.lease_until >= $1)
-                               OR (o.id < b.id AND o.status IN ('queued', 'running'))))
+                SELECT b.id FROM heads JOIN buffer_batches b ON b.id = heads.id
+                 WHERE b.status = 'queued' OR b.lease_until < $1
                  ORDER BY b.priority, b.id LIMIT 1)
               RETURNING id",
             &[&now, &holder, &(now + lease)],

@@ -74,6 +74,51 @@ fn one_conversation_runs_one_turn_at_a_time_in_order_across_hosts() {
 }
 
 #[test]
+fn a_backlog_is_claimed_head_of_each_conversation_first_most_urgent_first() {
+    let Some(url) = database() else { return };
+    let a = PgBuffer::connect(&url, DEFAULT_LEASE).expect("host a");
+    let b = PgBuffer::connect(&url, DEFAULT_LEASE).expect("host b");
+    // Three conversations' turns interleaved, the last conversation's more urgent.
+    let mut queued: Vec<(String, i64)> = Vec::new();
+    for round in 0..4 {
+        for conversation in ["c1", "c2", "c3"] {
+            let id = if conversation == "c3" {
+                let message_id = a.insert(message(conversation)).wait().expect("insert");
+                a.route(NewBatch {
+                    channel: "hook".into(),
+                    conversation: conversation.into(),
+                    priority: 1,
+                    route: Route::Main,
+                    rule: None,
+                    message_ids: vec![message_id],
+                })
+                .wait()
+                .expect("route")
+            } else {
+                queue_turn(&a, conversation)
+            };
+            queued.push((format!("{conversation}/{round}"), id));
+        }
+    }
+    let id_of = |name: &str| queued.iter().find(|(n, _)| n == name).expect("queued").1;
+    // c3 is the most urgent: its head goes first; c1 and c2 follow in age; each
+    // conversation then waits for its running turn, whichever host asks.
+    assert_eq!(a.claim_main().wait().expect("claim"), Some(id_of("c3/0")));
+    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c1/0")));
+    assert_eq!(a.claim_main().wait().expect("claim"), Some(id_of("c2/0")));
+    assert_eq!(b.claim_main().wait().expect("claim"), None);
+    a.finish_batch(id_of("c2/0"), BatchStatus::Done, None, None)
+        .wait()
+        .expect("finish");
+    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c2/1")));
+    a.finish_batch(id_of("c3/0"), BatchStatus::Failed, None, Some("no".into()))
+        .wait()
+        .expect("finish");
+    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c3/1")));
+    assert_eq!(a.claim_main().wait().expect("claim"), None);
+}
+
+#[test]
 fn a_dead_hosts_claim_is_taken_over_once_its_lease_lapses() {
     let Some(url) = database() else { return };
     // Long enough that a loaded machine renews in time (every third of it).

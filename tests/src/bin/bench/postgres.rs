@@ -72,9 +72,28 @@ fn copy_vectors(memory: &LocalMemory, from: &dyn MemoryStore, to: &dyn MemorySto
 /// Deliveries sent in each host-count run.
 const DELIVERIES: usize = 400;
 
+/// Conversations the backlog row spreads its deliveries over.
+const BACKLOG_CONVERSATIONS: usize = 7;
+
+/// How the bench's deliveries are spread over conversations.
+#[derive(Clone, Copy)]
+enum Conversations {
+    /// Each delivery its own conversation: every queued turn may be taken at once.
+    EachOwn,
+    /// Deliveries spread round-robin over this many conversations: a backlog builds up in
+    /// each, taken one turn at a time in order.
+    Few(usize),
+}
+
 /// Turns answered per second by `hosts` hosts on `storage` (`sqlite` for one host on its
-/// data dir), each delivery its own conversation, sent as fast as the hosts take them.
-fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> {
+/// data dir), the deliveries spread over `conversations`, sent as fast as the hosts take
+/// them.
+fn turns_per_second(
+    scratch: &Path,
+    storage: &str,
+    hosts: usize,
+    conversations: Conversations,
+) -> Result<f64> {
     let plugins = cairn_tests::workspace_root().join("target/plugins");
     let secret = "bench-hosts";
     let env = [
@@ -93,12 +112,16 @@ fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> 
         .collect();
     let ports: Vec<u16> = running.iter_mut().map(Host::webhook_port).collect();
     let client = cairn_tests::http_client();
+    let conversation = |i: usize| match conversations {
+        Conversations::EachOwn => i,
+        Conversations::Few(n) => i % n,
+    };
     let started = Instant::now();
     for i in 0..DELIVERIES {
         let body = serde_json::to_vec(&serde_json::json!({
             "action": "opened",
             "repository": {"full_name": "octo/hosts"},
-            "pull_request": {"number": i, "title": "bench"},
+            "pull_request": {"number": conversation(i), "title": "bench"},
             "sender": {"login": "octocat"},
         }))?;
         let signature = cairn_tests::github_signature(secret.as_bytes(), &body);
@@ -156,7 +179,7 @@ fn answered_counter(storage: &str, data: &Path) -> Result<Box<dyn FnMut() -> Res
 /// Turns per second with one host on SQLite, then 1, 2 and 3 hosts on one PostgreSQL
 /// database (a fresh one each), through the real binary with the offline model.
 pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
-    let sqlite = turns_per_second(scratch, "sqlite", 1)?;
+    let sqlite = turns_per_second(scratch, "sqlite", 1, Conversations::EachOwn)?;
     rows.push(Row {
         name: "turns answered, 1 host on SQLite".into(),
         value: sqlite,
@@ -168,7 +191,7 @@ pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     };
     for hosts in 1..=3 {
         let storage = cluster.fresh_database().redacted().to_string();
-        let rate = turns_per_second(scratch, &storage, hosts)?;
+        let rate = turns_per_second(scratch, &storage, hosts, Conversations::EachOwn)?;
         rows.push(Row {
             name: format!("turns answered, {hosts} host(s) on one PostgreSQL database"),
             value: rate,
@@ -179,5 +202,23 @@ pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             ),
         });
     }
+    let storage = cluster.fresh_database().redacted().to_string();
+    let rate = turns_per_second(
+        scratch,
+        &storage,
+        3,
+        Conversations::Few(BACKLOG_CONVERSATIONS),
+    )?;
+    rows.push(Row {
+        name: format!(
+            "turns answered, 3 hosts on one PostgreSQL database, {BACKLOG_CONVERSATIONS} conversations"
+        ),
+        value: rate,
+        unit: "turns/s",
+        note: format!(
+            "the same deliveries queued in {BACKLOG_CONVERSATIONS} conversations (each taken a turn at a time, in order); ratio to 1 host on SQLite {:.2}",
+            rate / sqlite
+        ),
+    });
     Ok(())
 }
