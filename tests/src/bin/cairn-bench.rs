@@ -111,7 +111,7 @@ fn main() -> Result<()> {
     );
 
     // `cargo xtask bench SECTION` runs one section: plugins, buffer, route, e2e, journal,
-    // hosts, cognition, memory.
+    // hosts, claim, cognition, memory.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -137,6 +137,10 @@ fn main() -> Result<()> {
     if wanted("hosts") {
         eprintln!("bench: hosts");
         on_postgres::hosts_rows(&mut rows, scratch.path())?;
+    }
+    if wanted("claim") {
+        eprintln!("bench: claim");
+        on_postgres::claim_rows(&mut rows)?;
     }
     if wanted("cognition") {
         eprintln!("bench: cognition");

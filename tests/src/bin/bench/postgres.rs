@@ -1,7 +1,7 @@
 //! The PostgreSQL rows that need more than a store swapped in: memory at 100k entries on
 //! the shared database (the same entries and vectors as the SQLite rows beside it), and
 //! turns answered per second by 1, 2 and 3 hosts sharing one database, next to one host on
-//! SQLite, through the real binary.
+//! SQLite, through the real binary; and how long claiming a turn takes behind a backlog.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use cairn::memory::{LocalMemory, MemoryConfig};
+use cairn::store::buffer::BufferStore;
 use cairn::store::memory::MemoryStore;
+use cairn::store::pg::buffer::{DEFAULT_LEASE, PgBuffer};
 use cairn::store::pg::cluster::TestCluster;
 use cairn::store::pg::memory::PgMemory;
 use cairn_tests::Host;
+use cairn_vocab::buffer::BatchStatus;
 
 use super::Row;
 
@@ -72,28 +75,9 @@ fn copy_vectors(memory: &LocalMemory, from: &dyn MemoryStore, to: &dyn MemorySto
 /// Deliveries sent in each host-count run.
 const DELIVERIES: usize = 400;
 
-/// Conversations the backlog row spreads its deliveries over.
-const BACKLOG_CONVERSATIONS: usize = 7;
-
-/// How the bench's deliveries are spread over conversations.
-#[derive(Clone, Copy)]
-enum Conversations {
-    /// Each delivery its own conversation: every queued turn may be taken at once.
-    EachOwn,
-    /// Deliveries spread round-robin over this many conversations: a backlog builds up in
-    /// each, taken one turn at a time in order.
-    Few(usize),
-}
-
 /// Turns answered per second by `hosts` hosts on `storage` (`sqlite` for one host on its
-/// data dir), the deliveries spread over `conversations`, sent as fast as the hosts take
-/// them.
-fn turns_per_second(
-    scratch: &Path,
-    storage: &str,
-    hosts: usize,
-    conversations: Conversations,
-) -> Result<f64> {
+/// data dir), each delivery its own conversation, sent as fast as the hosts take them.
+fn turns_per_second(scratch: &Path, storage: &str, hosts: usize) -> Result<f64> {
     let plugins = cairn_tests::workspace_root().join("target/plugins");
     let secret = "bench-hosts";
     let env = [
@@ -112,16 +96,12 @@ fn turns_per_second(
         .collect();
     let ports: Vec<u16> = running.iter_mut().map(Host::webhook_port).collect();
     let client = cairn_tests::http_client();
-    let conversation = |i: usize| match conversations {
-        Conversations::EachOwn => i,
-        Conversations::Few(n) => i % n,
-    };
     let started = Instant::now();
     for i in 0..DELIVERIES {
         let body = serde_json::to_vec(&serde_json::json!({
             "action": "opened",
             "repository": {"full_name": "octo/hosts"},
-            "pull_request": {"number": conversation(i), "title": "bench"},
+            "pull_request": {"number": i, "title": "bench"},
             "sender": {"login": "octocat"},
         }))?;
         let signature = cairn_tests::github_signature(secret.as_bytes(), &body);
@@ -179,7 +159,7 @@ fn answered_counter(storage: &str, data: &Path) -> Result<Box<dyn FnMut() -> Res
 /// Turns per second with one host on SQLite, then 1, 2 and 3 hosts on one PostgreSQL
 /// database (a fresh one each), through the real binary with the offline model.
 pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
-    let sqlite = turns_per_second(scratch, "sqlite", 1, Conversations::EachOwn)?;
+    let sqlite = turns_per_second(scratch, "sqlite", 1)?;
     rows.push(Row {
         name: "turns answered, 1 host on SQLite".into(),
         value: sqlite,
@@ -191,7 +171,7 @@ pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
     };
     for hosts in 1..=3 {
         let storage = cluster.fresh_database().redacted().to_string();
-        let rate = turns_per_second(scratch, &storage, hosts, Conversations::EachOwn)?;
+        let rate = turns_per_second(scratch, &storage, hosts)?;
         rows.push(Row {
             name: format!("turns answered, {hosts} host(s) on one PostgreSQL database"),
             value: rate,
@@ -202,23 +182,56 @@ pub fn hosts_rows(rows: &mut Vec<Row>, scratch: &Path) -> Result<()> {
             ),
         });
     }
-    let storage = cluster.fresh_database().redacted().to_string();
-    let rate = turns_per_second(
-        scratch,
-        &storage,
-        3,
-        Conversations::Few(BACKLOG_CONVERSATIONS),
-    )?;
-    rows.push(Row {
-        name: format!(
-            "turns answered, 3 hosts on one PostgreSQL database, {BACKLOG_CONVERSATIONS} conversations"
-        ),
-        value: rate,
-        unit: "turns/s",
-        note: format!(
-            "the same deliveries queued in {BACKLOG_CONVERSATIONS} conversations (each taken a turn at a time, in order); ratio to 1 host on SQLite {:.2}",
-            rate / sqlite
-        ),
-    });
+    Ok(())
+}
+
+/// Turns claimed (and finished) at each backlog size.
+const CLAIMS: usize = 40;
+
+/// Claiming a turn on PostgreSQL behind a backlog of queued main batches (after a burst or
+/// an outage), spread over a few conversations (a deep queue in each) or each its own: a
+/// claim must find the oldest unfinished batch of a conversation nobody works on.
+pub fn claim_rows(rows: &mut Vec<Row>) -> Result<()> {
+    let Some(cluster) = TestCluster::shared() else {
+        return Ok(());
+    };
+    for (backlog, conversations) in [(1_000i64, 7i64), (10_000, 7), (10_000, 10_000)] {
+        let url = cluster.fresh_database();
+        let buffer = PgBuffer::connect(&url, DEFAULT_LEASE)?;
+        // The rows a router would write, in bulk: the claim reads only the batches.
+        let mut client = url.config().connect(postgres::NoTls)?;
+        client.execute(
+            "INSERT INTO buffer_batches
+                 (channel, conversation, priority, route, message_count, status, created_at)
+             SELECT 'bench', 'c' || (i % $1::BIGINT), 100, 'main', 1, 'queued', i
+               FROM generate_series(1, $2::BIGINT) AS i",
+            &[&conversations, &backlog],
+        )?;
+        client.execute("ANALYZE buffer_batches", &[])?;
+        let mut latencies = Vec::with_capacity(CLAIMS);
+        for _ in 0..CLAIMS {
+            let started = Instant::now();
+            let id = buffer
+                .claim_main()
+                .wait()?
+                .ok_or_else(|| anyhow::anyhow!("nothing to claim behind a backlog"))?;
+            latencies.push(started.elapsed().as_secs_f64() * 1e3);
+            buffer
+                .finish_batch(id, BatchStatus::Done, None, None)
+                .wait()?;
+        }
+        latencies.sort_by(|a, b| a.total_cmp(b));
+        rows.push(Row {
+            name: format!(
+                "claim a turn on PostgreSQL, {backlog} queued in {conversations} conversations"
+            ),
+            value: latencies[CLAIMS / 2],
+            unit: "ms p50",
+            note: format!(
+                "{CLAIMS} claims, each finished before the next; max {:.1} ms",
+                latencies[CLAIMS - 1]
+            ),
+        });
+    }
     Ok(())
 }
