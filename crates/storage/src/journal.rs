@@ -22,6 +22,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../migrations/journal/0001_init.sql"),
         include_str!("../../../migrations/journal/0002_event_depth.sql"),
+        include_str!("../../../migrations/journal/0003_rewound.sql"),
     ],
 };
 
@@ -47,6 +48,10 @@ pub trait JournalStore: Send + Sync {
     fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64>;
     /// A subscriber's cursor as stored (an operator may have rewound it).
     fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError>;
+    /// The cursor an operator moved `subscriber`'s to (`replay_from`) since the last call,
+    /// if they did. Until the delivering host has asked, its own moves of the cursor are
+    /// refused: they were decided before it knew of the replay.
+    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>>;
     /// Dead-lettered events an operator asked to retry for `subscriber`, oldest first.
     fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError>;
     /// Settle a retried dead letter: delete it when delivered, else record the new failure.
@@ -78,9 +83,11 @@ pub trait JournalStore: Send + Sync {
         field: &str,
         value: i64,
     ) -> Result<Option<Event>, StorageError>;
-    /// Move a subscriber's cursor past `seq` (never backwards).
+    /// Move a subscriber's cursor past `seq` (never backwards; not at all while an
+    /// operator's move waits for [`JournalStore::take_rewind`]).
     fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()>;
-    /// Record that a subscriber gave up on an event and move its cursor past it, atomically.
+    /// Record that a subscriber gave up on an event and move its cursor past it (unless an
+    /// operator's move waits for [`JournalStore::take_rewind`]), atomically.
     fn dead_letter(
         &self,
         subscriber: &str,
@@ -164,6 +171,29 @@ impl JournalStore for SqliteJournal {
             conn.prepare_cached("SELECT cursor FROM subscribers WHERE id = ?1")?
                 .query_row(params![subscriber], |r| r.get(0))
                 .optional()
+        })
+    }
+
+    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>> {
+        // Asked every second per subscriber: a read settles the usual answer (no replay)
+        // without a write.
+        let marked = self.db.read(|conn| {
+            conn.prepare_cached("SELECT rewound FROM subscribers WHERE id = ?1")?
+                .query_row(params![subscriber], |r| r.get::<_, i64>(0))
+                .optional()
+        });
+        match marked {
+            Ok(Some(1)) => {}
+            Ok(_) => return Receipt::ready(Ok(None)),
+            Err(e) => return Receipt::ready(Err(e)),
+        }
+        let subscriber = subscriber.to_string();
+        self.db.submit(move |conn| {
+            conn.prepare_cached(
+                "UPDATE subscribers SET rewound = 0 WHERE id = ?1 AND rewound = 1 RETURNING cursor",
+            )?
+            .query_row(params![subscriber], |r| r.get(0))
+            .optional()
         })
     }
 
@@ -252,7 +282,8 @@ impl JournalStore for SqliteJournal {
         let subscriber = subscriber.to_string();
         self.db.submit(move |conn| {
             conn.prepare_cached(
-                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1",
+                "UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3
+                  WHERE id = ?1 AND rewound = 0",
             )?
             .execute(params![subscriber, seq, now_ms()])
             .map(|_| ())
@@ -275,7 +306,7 @@ impl JournalStore for SqliteJournal {
         self.db.submit(move |conn| {
             conn.prepare_cached("INSERT OR REPLACE INTO dead_letters (subscriber, seq, topic, error, attempts, created_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?.execute(params![subscriber, seq, topic, error, attempts, now_ms()])?;
-            conn.prepare_cached("UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1")?.execute(params![subscriber, seq, now_ms()])
+            conn.prepare_cached("UPDATE subscribers SET cursor = max(cursor, ?2), updated_at = ?3 WHERE id = ?1 AND rewound = 0")?.execute(params![subscriber, seq, now_ms()])
             .map(|_| ())
         })
     }
@@ -298,8 +329,9 @@ pub trait JournalOperator: Send {
         patterns: &[String],
         limit: usize,
     ) -> Result<Vec<Event>, StorageError>;
-    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`;
-    /// whether the subscriber exists.
+    /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`, marked
+    /// for the delivering host to take notice ([`JournalStore::take_rewind`]); whether the
+    /// subscriber exists.
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError>;
     /// Ask for one more delivery of dead letters (a subscriber's, or one by id); how many.
     fn retry_dead_letters(
@@ -411,7 +443,9 @@ impl JournalOperator for JournalAdmin {
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError> {
         let conn = &self.conn;
         let changed = conn
-            .prepare_cached("UPDATE subscribers SET cursor = ?2, updated_at = ?3 WHERE id = ?1")?
+            .prepare_cached(
+                "UPDATE subscribers SET cursor = ?2, rewound = 1, updated_at = ?3 WHERE id = ?1",
+            )?
             .execute(params![subscriber, (from_seq - 1).max(0), now_ms()])?;
         Ok(changed == 1)
     }

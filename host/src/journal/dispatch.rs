@@ -412,6 +412,12 @@ pub async fn serve<S: Subscriber>(
             if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
                 return;
             }
+            if let Some(cursor) = take_rewind(&journal, &id).await {
+                at = Some(Position {
+                    cursor,
+                    searched_to: cursor,
+                });
+            }
             match journal.cursor(&id) {
                 Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
                     at = Some(Position {
@@ -521,6 +527,25 @@ pub async fn serve<S: Subscriber>(
 /// Register `id` on `patterns`, trying again while the store refuses (hosts starting at the
 /// same moment on a shared journal can deadlock each other's registrations), so a passing
 /// error never leaves a subscriber unserved; false when the host stops first.
+/// Where an operator moved `id`'s cursor (`cairn journal replay`) since the last look, if
+/// they did. Until this host has taken notice, its own cursor moves are refused (they were
+/// decided before it knew), so a replay is never overridden by the commit that follows it.
+async fn take_rewind(journal: &Journal, id: &str) -> Option<i64> {
+    match journal.take_rewind(id).await {
+        Ok(Some(cursor)) => {
+            tracing::info!(subscriber = %id, cursor, "an operator moved its cursor; delivering from there");
+            Some(cursor)
+        }
+        Ok(None) => None,
+        Err(e) => {
+            // The move stays marked: this host's commits are refused until the next look,
+            // so what it delivers meanwhile is delivered again, never skipped.
+            tracing::warn!(subscriber = %id, "cannot look for an operator's replay: {e}");
+            None
+        }
+    }
+}
+
 async fn subscribe(
     journal: &Journal,
     id: &str,
@@ -613,7 +638,7 @@ mod tests {
     use cairn_storage::pg::journal::PgJournal;
 
     use super::*;
-    use crate::journal::{JournalConfig, NewEvent};
+    use crate::journal::{JournalAdmin, JournalConfig, JournalOperator, NewEvent};
 
     /// Records the events it takes, as one host's instance of a plugin would.
     struct Recorder {
@@ -690,6 +715,65 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         panic!("{count} deliveries never happened: {:?}", hosts.map(seen));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replay_on_a_busy_subscriber_is_not_overridden_by_its_own_cursor_moves() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = Arc::new(Journal::open(dir.path(), JournalConfig::default()).expect("open"));
+        let recorder = Arc::new(Recorder {
+            taken: Mutex::new(Vec::new()),
+        });
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            recorder.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        // A steady stream, so the host commits its cursor many times between two looks at
+        // what an operator did.
+        let appender = {
+            let journal = journal.clone();
+            tokio::spawn(async move {
+                let mut last = 0;
+                for _ in 0..300 {
+                    append_work(&journal, 1).await;
+                    last += 1;
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+                last
+            })
+        };
+        while seen(&recorder).len() < 40 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let first = seen(&recorder)[0];
+        let operator = JournalAdmin::open(dir.path()).expect("operator");
+        assert!(operator.replay_from("recorder", first).expect("replay"));
+        let last = first - 1 + appender.await.expect("appender");
+        let replayed = |seen: &[i64]| seen.iter().filter(|s| **s == first).count() == 2;
+        for _ in 0..600 {
+            let now = seen(&recorder);
+            if replayed(&now) && now.last() == Some(&last) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+        let taken = seen(&recorder);
+        assert!(
+            replayed(&taken),
+            "the replay from {first} was never delivered: {taken:?}"
+        );
+        let again = taken.iter().rposition(|s| *s == first).expect("replayed");
+        assert_eq!(
+            taken[again..],
+            (first..=last).collect::<Vec<_>>(),
+            "everything from the replay on, once, in order"
+        );
     }
 
     /// Takes events in runs of at most three and never takes `bad`.

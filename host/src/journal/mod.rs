@@ -345,7 +345,14 @@ impl Journal {
         Ok(self.store.hold(subscriber).await?)
     }
 
-    /// Move a subscriber's cursor past `seq` (never backwards).
+    /// The cursor an operator moved `subscriber`'s to (`cairn journal replay`) since the last
+    /// call, if they did; this host's own moves of it are refused until it asked.
+    pub async fn take_rewind(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {
+        Ok(self.store.take_rewind(subscriber).await?)
+    }
+
+    /// Move a subscriber's cursor past `seq` (never backwards; not at all while an
+    /// operator's move waits for [`Journal::take_rewind`]).
     pub async fn advance(&self, subscriber: &str, seq: i64) -> Result<(), JournalError> {
         Ok(self.store.advance(subscriber, seq).await?)
     }
@@ -389,7 +396,7 @@ mod tests {
     use crate::backends::{Place, on_each_backend};
     use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
 
-    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async host_events_emitted_together_land_in_order_and_wake_watchers, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed);
+    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async host_events_emitted_together_land_in_order_and_wake_watchers, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed, async a_replay_holds_off_the_hosts_cursor_moves_until_it_takes_notice);
 
     /// A journal on `place`, as a host opens it.
     fn journal_on(place: &Place, config: JournalConfig) -> Journal {
@@ -400,6 +407,53 @@ mod tests {
                 Journal::over(Box::new(store), config)
             }
         }
+    }
+
+    /// An operator's connection to the journal on `place`, as `cairn journal` opens it.
+    fn operator_on(place: &Place) -> Box<dyn JournalOperator> {
+        match place {
+            Place::Sqlite(dir) => Box::new(JournalAdmin::open(dir.path()).expect("open")),
+            Place::Postgres(url) => Box::new(
+                cairn_storage::pg::journal_admin::PgJournalAdmin::connect(url).expect("connect"),
+            ),
+        }
+    }
+
+    async fn a_replay_holds_off_the_hosts_cursor_moves_until_it_takes_notice(place: Place) {
+        let journal = journal_on(&place, JournalConfig::default());
+        let all = ["*".to_string()];
+        journal.subscribe("sub", &all).await.expect("subscribe");
+        let mut seqs = Vec::new();
+        for _ in 0..5 {
+            seqs.push(journal.append(event("work.item")).await.expect("append"));
+        }
+        journal.advance("sub", seqs[3]).await.expect("advance");
+        assert_eq!(journal.take_rewind("sub").await.expect("look"), None);
+        assert!(
+            operator_on(&place)
+                .replay_from("sub", seqs[1])
+                .expect("replay")
+        );
+        // A move decided before the host knew of the replay changes nothing...
+        journal.advance("sub", seqs[4]).await.expect("advance");
+        journal
+            .dead_letter(
+                "sub",
+                &journal.pending(seqs[3], &all, 1).expect("read").events[0],
+                "boom",
+                1,
+            )
+            .await
+            .expect("dead letter");
+        assert_eq!(journal.cursor("sub").expect("cursor"), Some(seqs[0]));
+        // ...until it has taken notice, once.
+        assert_eq!(
+            journal.take_rewind("sub").await.expect("look"),
+            Some(seqs[0])
+        );
+        assert_eq!(journal.take_rewind("sub").await.expect("look"), None);
+        journal.advance("sub", seqs[2]).await.expect("advance");
+        assert_eq!(journal.cursor("sub").expect("cursor"), Some(seqs[2]));
     }
 
     fn head(admin: &JournalAdmin) -> Option<i64> {

@@ -529,3 +529,77 @@ fn a_sleep_handler_sees_the_interrupt_flag() {
     let (exit, _) = host.stop();
     assert!(exit.success());
 }
+
+#[test]
+fn a_replay_on_a_running_host_under_load_redelivers_from_where_it_was_asked() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU16};
+
+    const SECRET: &str = "journal-replay-secret";
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    dir.plugin(
+        "counter",
+        "handler",
+        "counter",
+        "events: {subscribes: ['message.received']}\ncapabilities: {kv: true}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_WEBHOOK_SECRET", SECRET),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+        // Deliveries are counted from the counter's log lines: none may be rate-limited.
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = Arc::new(vec![AtomicU16::new(host.webhook_port())]);
+    let finished = Arc::new(AtomicBool::new(false));
+    let sender =
+        cairn_tests::spawn_webhook_sender(port, finished.clone(), SECRET, Duration::from_millis(5));
+    host.wait_until(LONG, "the counter is busy", |log| {
+        cairn_tests::delivered_seqs(log, "counter").len() >= 40
+    });
+    // While deliveries and the counter's cursor commits go on, an operator replays from
+    // the counter's first event, from another process.
+    let first = cairn_tests::delivered_seqs(&host.log(), "counter")[0];
+    let data_arg = data.path().display().to_string();
+    let replay = cairn(&[
+        "journal",
+        "replay",
+        "--subscriber",
+        "counter",
+        "--from",
+        &first.to_string(),
+        "--data",
+        &data_arg,
+    ]);
+    assert!(replay.status.success(), "{replay:?}");
+    std::thread::sleep(Duration::from_secs(2));
+    finished.store(true, std::sync::atomic::Ordering::SeqCst);
+    sender.join().expect("sender");
+    let data_path = data.path().to_path_buf();
+    host.wait_until(LONG, "the counter caught up after the replay", |_| {
+        status_json(&data_path)["subscribers"]
+            .as_array()
+            .is_some_and(|s| s.iter().all(|s| s["lag"] == 0))
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    let seqs = cairn_tests::delivered_seqs(&log, "counter");
+    let again = seqs
+        .iter()
+        .rposition(|s| *s == first)
+        .filter(|at| *at > 0)
+        .unwrap_or_else(|| panic!("the replay from {first} was lost: {seqs:?}"));
+    let received: Vec<i64> = journal_events(data.path())
+        .iter()
+        .filter(|e| e["topic"] == "message.received")
+        .filter_map(|e| e["seq"].as_i64())
+        .collect();
+    assert_eq!(
+        seqs[again..],
+        received[..],
+        "from the replay on, every event once, in order"
+    );
+}

@@ -30,6 +30,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../../migrations/postgres/journal/0001_init.sql"),
         include_str!("../../../../migrations/postgres/journal/0002_event_depth.sql"),
+        include_str!("../../../../migrations/postgres/journal/0003_rewound.sql"),
     ],
 };
 
@@ -100,6 +101,37 @@ impl JournalStore for PgJournal {
             Ok(client
                 .query_opt(
                     "SELECT cursor FROM journal_subscribers WHERE id = $1",
+                    &[&subscriber],
+                )?
+                .map(|row| row.get(0)))
+        })
+    }
+
+    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>> {
+        let subscriber = subscriber.to_string();
+        // Asked every second per subscriber: a read settles the usual answer (no replay)
+        // without a write.
+        let marked = {
+            let subscriber = subscriber.clone();
+            self.pool.read(move |client| {
+                Ok(client
+                    .query_opt(
+                        "SELECT rewound FROM journal_subscribers WHERE id = $1",
+                        &[&subscriber],
+                    )?
+                    .map(|row| row.get::<_, i32>(0)))
+            })
+        };
+        match marked {
+            Ok(Some(1)) => {}
+            Ok(_) => return Receipt::ready(Ok(None)),
+            Err(e) => return Receipt::ready(Err(e)),
+        }
+        self.pool.submit(move |tx| {
+            Ok(tx
+                .query_opt(
+                    "UPDATE journal_subscribers SET rewound = 0
+                      WHERE id = $1 AND rewound = 1 RETURNING cursor",
                     &[&subscriber],
                 )?
                 .map(|row| row.get(0)))
@@ -215,7 +247,7 @@ impl JournalStore for PgJournal {
         self.pool.submit(move |tx| {
             tx.execute(
                 "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
-                  WHERE id = $1",
+                  WHERE id = $1 AND rewound = 0",
                 &[&subscriber, &seq, &now_ms()],
             )?;
             Ok(())
@@ -246,7 +278,7 @@ impl JournalStore for PgJournal {
             )?;
             tx.execute(
                 "UPDATE journal_subscribers SET cursor = greatest(cursor, $2), updated_at = $3
-                  WHERE id = $1",
+                  WHERE id = $1 AND rewound = 0",
                 &[&subscriber, &seq, &now],
             )?;
             Ok(())

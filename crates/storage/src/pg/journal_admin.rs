@@ -129,7 +129,8 @@ impl JournalOperator for PgJournalAdmin {
             .pool
             .submit(move |tx| {
                 Ok(tx.execute(
-                    "UPDATE journal_subscribers SET cursor = $2, updated_at = $3 WHERE id = $1",
+                    "UPDATE journal_subscribers SET cursor = $2, rewound = 1, updated_at = $3
+                      WHERE id = $1",
                     &[&subscriber, &(from_seq - 1).max(0), &now_ms()],
                 )?)
             })
