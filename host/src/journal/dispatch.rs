@@ -524,9 +524,6 @@ pub async fn serve<S: Subscriber>(
     }
 }
 
-/// Register `id` on `patterns`, trying again while the store refuses (hosts starting at the
-/// same moment on a shared journal can deadlock each other's registrations), so a passing
-/// error never leaves a subscriber unserved; false when the host stops first.
 /// Where an operator moved `id`'s cursor (`cairn journal replay`) since the last look, if
 /// they did. Until this host has taken notice, its own cursor moves are refused (they were
 /// decided before it knew), so a replay is never overridden by the commit that follows it.
@@ -546,6 +543,9 @@ async fn take_rewind(journal: &Journal, id: &str) -> Option<i64> {
     }
 }
 
+/// Register `id` on `patterns`, trying again while the store refuses (hosts starting at the
+/// same moment on a shared journal can deadlock each other's registrations), so a passing
+/// error never leaves a subscriber unserved; false when the host stops first.
 async fn subscribe(
     journal: &Journal,
     id: &str,
