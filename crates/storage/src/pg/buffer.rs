@@ -489,27 +489,35 @@ fn claim_main(
     let now = now_ms();
     Ok(tx
         .query_opt(
-            // The head of each conversation (its oldest unfinished main batch) is found by
-            // stepping through the conversations on `buffer_batches_conversation_heads`;
-            // only a head that is queued, or whose claim lapsed, may be taken.
-            "WITH RECURSIVE heads AS (
-                (SELECT channel, conversation, id FROM buffer_batches
-                  WHERE route = 'main' AND status IN ('queued', 'running')
-                  ORDER BY channel, conversation, id LIMIT 1)
-                UNION ALL
-                SELECT next.channel, next.conversation, next.id FROM heads, LATERAL (
-                    SELECT channel, conversation, id FROM buffer_batches
-                     WHERE route = 'main' AND status IN ('queued', 'running')
-                       AND (channel, conversation) > (heads.channel, heads.conversation)
-                     ORDER BY channel, conversation, id LIMIT 1) AS next
-             )
-             UPDATE buffer_batches
+            // Queued batches are tried most urgent first, each checked on
+            // `buffer_batches_conversation_heads` for an older unfinished batch of its
+            // conversation, so the search stops at the first one that may run (instead of
+            // comparing every queued batch with every other); a lapsed claim is the oldest of
+            // its conversation already.
+            "UPDATE buffer_batches
                 SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
                     attempts = attempts + 1
               WHERE id = (
-                SELECT b.id FROM heads JOIN buffer_batches b ON b.id = heads.id
-                 WHERE b.status = 'queued' OR b.lease_until < $1
-                 ORDER BY b.priority, b.id LIMIT 1)
+                SELECT id FROM (
+                    (SELECT b.id, b.priority FROM buffer_batches b
+                      WHERE b.route = 'main' AND b.status = 'queued'
+                        AND NOT EXISTS (
+                            SELECT 1 FROM buffer_batches o
+                             WHERE o.channel = b.channel AND o.conversation = b.conversation
+                               AND o.route = 'main' AND o.status IN ('queued', 'running')
+                               AND o.id < b.id)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM buffer_batches r
+                             WHERE r.channel = b.channel AND r.conversation = b.conversation
+                               AND r.route = 'main' AND r.status = 'running'
+                               AND r.lease_until >= $1)
+                      ORDER BY b.priority, b.id LIMIT 1)
+                    UNION ALL
+                    (SELECT l.id, l.priority FROM buffer_batches l
+                      WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
+                      ORDER BY l.priority, l.id LIMIT 1)
+                ) AS candidates
+                ORDER BY priority, id LIMIT 1)
               RETURNING id",
             &[&now, &holder, &(now + lease)],
         )?
