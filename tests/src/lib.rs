@@ -104,6 +104,19 @@ impl PluginDir {
         )
     }
 
+    /// The webhook channel as shipped, and the `counter` handler logging each
+    /// `message.received` it takes (`counter: event #N seq=S`, see [`delivered_seqs`]): a
+    /// load of deliveries whose every event can be counted.
+    pub fn counted_webhook(&self) -> &Self {
+        self.bundled("webhook");
+        self.plugin(
+            "counter",
+            "handler",
+            "counter",
+            "events: {subscribes: ['message.received']}\ncapabilities: {kv: true}\n",
+        )
+    }
+
     /// Add a bundled plugin as shipped: its manifest from `manifests/` and its component.
     pub fn bundled(&self, id: &str) -> &Self {
         self.bundled_with(id, |manifest| manifest)

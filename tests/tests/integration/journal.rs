@@ -537,13 +537,7 @@ fn a_replay_on_a_running_host_under_load_redelivers_from_where_it_was_asked() {
 
     const SECRET: &str = "journal-replay-secret";
     let dir = PluginDir::new();
-    dir.bundled("webhook");
-    dir.plugin(
-        "counter",
-        "handler",
-        "counter",
-        "events: {subscribes: ['message.received']}\ncapabilities: {kv: true}\n",
-    );
+    dir.counted_webhook();
     let data = tempfile::tempdir().expect("data");
     let env = [
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),

@@ -216,13 +216,7 @@ fn settled(db: &mut postgres::Client) -> bool {
 fn three_hosts_on_one_database_lose_double_and_skip_nothing_across_kill_9() {
     let Some(storage) = database() else { return };
     let dir = PluginDir::new();
-    dir.bundled("webhook");
-    dir.plugin(
-        "counter",
-        "handler",
-        "counter",
-        "events: {subscribes: ['message.received']}\ncapabilities: {kv: true}\n",
-    );
+    dir.counted_webhook();
     let env = [
         ("CAIRN_STORAGE", storage.as_str()),
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
