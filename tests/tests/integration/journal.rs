@@ -331,6 +331,19 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
     );
 }
 
+/// Whether the host on `data` has routed every message, finished every main batch and
+/// delivered every event to every subscriber (`cairn status`).
+fn settled(data: &std::path::Path) -> bool {
+    let status = status_json(data);
+    let batches = &status["buffer"]["batches"];
+    status["buffer"]["depth"] == 0
+        && batches.get("main/queued").is_none()
+        && batches.get("main/running").is_none()
+        && status["subscribers"]
+            .as_array()
+            .is_some_and(|s| s.iter().all(|s| s["lag"] == 0))
+}
+
 #[test]
 fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     use std::sync::Arc;
@@ -389,16 +402,7 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
     finished.store(true, Ordering::SeqCst);
     sender.join().expect("sender");
     let data_path = data.path().to_path_buf();
-    host.wait_until(LONG, "every subscriber caught up", |_| {
-        let status = status_json(&data_path);
-        let batches = &status["buffer"]["batches"];
-        status["buffer"]["depth"] == 0
-            && batches.get("main/queued").is_none()
-            && batches.get("main/running").is_none()
-            && status["subscribers"]
-                .as_array()
-                .is_some_and(|s| s.iter().all(|s| s["lag"] == 0))
-    });
+    host.wait_until(LONG, "every subscriber caught up", |_| settled(&data_path));
     let (exit, last) = host.stop();
     assert!(exit.success());
     logs.push(last);
@@ -574,9 +578,7 @@ fn a_replay_on_a_running_host_under_load_redelivers_from_where_it_was_asked() {
     sender.join().expect("sender");
     let data_path = data.path().to_path_buf();
     host.wait_until(LONG, "the counter caught up after the replay", |_| {
-        status_json(&data_path)["subscribers"]
-            .as_array()
-            .is_some_and(|s| s.iter().all(|s| s["lag"] == 0))
+        settled(&data_path)
     });
     let (exit, log) = host.stop();
     assert!(exit.success(), "{log}");
