@@ -683,14 +683,7 @@ mod tests {
         events: usize,
         done: impl Fn() -> bool,
     ) {
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            subscriber.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (stop, task) = start_serving(journal, subscriber).await;
         append_work(journal, events).await;
         for _ in 0..600 {
             if done() {
@@ -700,6 +693,23 @@ mod tests {
         }
         stop.send(true).expect("stop");
         task.await.expect("stops");
+    }
+
+    /// Serve `subscriber` on `work.*` until the returned sender says stop; returns once it
+    /// has had time to subscribe.
+    async fn start_serving<S: Subscriber>(
+        journal: &Arc<Journal>,
+        subscriber: &Arc<S>,
+    ) -> (watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+        let (stop, stopped) = watch::channel(false);
+        let task = tokio::spawn(serve(
+            journal.clone(),
+            subscriber.clone(),
+            vec!["work.*".to_string()],
+            stopped,
+        ));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        (stop, task)
     }
 
     fn seen(recorder: &Recorder) -> Vec<i64> {
@@ -724,14 +734,7 @@ mod tests {
         let recorder = Arc::new(Recorder {
             taken: Mutex::new(Vec::new()),
         });
-        let (stop, stopped) = watch::channel(false);
-        let task = tokio::spawn(serve(
-            journal.clone(),
-            recorder.clone(),
-            vec!["work.*".to_string()],
-            stopped,
-        ));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        let (stop, task) = start_serving(&journal, &recorder).await;
         // A steady stream, so the host commits its cursor many times between two looks at
         // what an operator did.
         let appender = {

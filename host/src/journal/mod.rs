@@ -411,12 +411,17 @@ mod tests {
 
     /// An operator's connection to the journal on `place`, as `cairn journal` opens it.
     fn operator_on(place: &Place) -> Box<dyn JournalOperator> {
-        match place {
-            Place::Sqlite(dir) => Box::new(JournalAdmin::open(dir.path()).expect("open")),
-            Place::Postgres(url) => Box::new(
-                cairn_storage::pg::journal_admin::PgJournalAdmin::connect(url).expect("connect"),
+        let (storage, data_dir) = match place {
+            Place::Sqlite(dir) => (crate::config::Storage::Sqlite, dir.path()),
+            Place::Postgres(url) => (
+                crate::config::Storage::Postgres(url.clone()),
+                std::path::Path::new(""),
             ),
-        }
+        };
+        storage
+            .journal_operator_for(data_dir, true)
+            .expect("open")
+            .expect("a writable journal")
     }
 
     async fn a_replay_holds_off_the_hosts_cursor_moves_until_it_takes_notice(place: Place) {
