@@ -337,6 +337,19 @@ pub fn normalise(vector: &mut [f32]) {
     }
 }
 
+/// `vector` less `weight` times `mean`, scaled back to unit length: a sentence model's
+/// vectors all lean one common way, so two unrelated sentences still look somewhat alike;
+/// with that direction taken out, what sets a memory apart decides its likeness.
+pub fn centre(vector: &[f32], mean: &[f32], weight: f32) -> Vec<f32> {
+    let mut centred: Vec<f32> = vector
+        .iter()
+        .zip(mean)
+        .map(|(value, common)| value - weight * common)
+        .collect();
+    normalise(&mut centred);
+    centred
+}
+
 /// Cosine similarity of two unit vectors (their dot product); 0 when dimensions differ.
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
@@ -400,6 +413,19 @@ impl EmbedSignal {
 mod tests {
     use super::*;
 
+    #[test]
+    fn centring_takes_out_what_every_vector_shares() {
+        let common = [0.8, 0.0, 0.0];
+        let mut a = vec![0.8, 0.6, 0.0];
+        let mut b = vec![0.8, 0.0, 0.6];
+        normalise(&mut a);
+        normalise(&mut b);
+        assert!(cosine(&a, &b) > 0.6, "alike through what they share");
+        let (a, b) = (centre(&a, &common, 1.0), centre(&b, &common, 1.0));
+        assert!(cosine(&a, &b).abs() < 1e-6, "unrelated once it is out");
+        assert!((cosine(&a, &a) - 1.0).abs() < 1e-6, "still unit length");
+        assert_eq!(centre(&[0.5, 0.5], &[0.0, 0.0], 1.0)[0], 0.5f32.sqrt());
+    }
     #[test]
     fn hash_vectors_are_deterministic_and_lexical() {
         let embedder = HashEmbedder::new(256);

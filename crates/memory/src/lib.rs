@@ -250,6 +250,9 @@ impl MemoryConfig {
                 ));
             }
         }
+        if !(recall.centring_count.is_finite() && recall.centring_count >= 0.0) {
+            return Err("memory.recall.centring_count: expected a number of at least 0".into());
+        }
         if recall.scan_limit == 0 {
             return Err("memory.recall.scan_limit: expected at least 1".into());
         }

@@ -69,6 +69,12 @@ pub struct RecallConfig {
     /// month", "in March"; default 0.3): enough to lift it above equally relevant ones
     /// from other times, not enough to lift what is unrelated.
     pub time_boost: f64,
+    /// With a semantic model, relevance compares vectors with the common direction of the
+    /// memory's vectors taken out (their mean, see [`crate::embed::centre`]), weighted by
+    /// how many there are: `n / (n + centring_count)`, so a few memories are compared
+    /// nearly as they are and many almost fully centred (default 500, set on the dev set).
+    /// The floor and abstention still compare the plain cosine.
+    pub centring_count: f64,
 }
 
 impl Default for RecallConfig {
@@ -92,6 +98,7 @@ impl Default for RecallConfig {
             abstain_below: 0.22,
             diversity_lambda: 0.75,
             time_boost: 0.3,
+            centring_count: 500.0,
         }
     }
 }
@@ -181,6 +188,8 @@ pub struct Signals {
     pub best_bm25: f64,
     /// Cosine similarity to the query, when both have vectors.
     pub cosine: Option<f64>,
+    /// The same with the vectors' common direction taken out, when it was.
+    pub centred_cosine: Option<f64>,
     /// Whether the vectors come from a semantic model (not lexical hashing).
     pub semantic: bool,
 }
@@ -193,6 +202,7 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         bm25_raw,
         best_bm25,
         cosine,
+        centred_cosine,
         semantic,
     } = signals;
     let bm25 = match bm25_raw {
@@ -200,7 +210,9 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         _ => 0.0,
     };
     let relevance = match cosine {
-        Some(cosine) if semantic => (cosine + config.lexical_boost * bm25).clamp(0.0, 1.0),
+        Some(cosine) if semantic => {
+            (centred_cosine.unwrap_or(cosine) + config.lexical_boost * bm25).clamp(0.0, 1.0)
+        }
         _ => {
             let (mut weighted, mut weights) = (config.bm25_weight * bm25, config.bm25_weight);
             if let Some(cosine) = cosine {
@@ -223,6 +235,7 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         bm25_raw,
         bm25,
         cosine,
+        centred_cosine,
         relevance,
         importance,
         recency,
@@ -230,6 +243,17 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         score,
         adjusted: None,
         time: None,
+    }
+}
+
+/// How plainly a hit answers: for a relevance made of the centred cosine, the plain
+/// cosine plus the same share of BM25; otherwise the relevance itself. The floor and
+/// abstention compare this, on the scale they were set on (a centred cosine says which
+/// memory is closest, not how close).
+pub fn plain_relevance(config: &RecallConfig, parts: &ScoreParts) -> f64 {
+    match (parts.cosine, parts.centred_cosine) {
+        (Some(cosine), Some(_)) => (cosine + config.lexical_boost * parts.bm25).clamp(0.0, 1.0),
+        _ => parts.relevance,
     }
 }
 
@@ -324,6 +348,7 @@ mod tests {
             bm25_raw: Some(-4.0),
             best_bm25: 4.0,
             cosine,
+            centred_cosine: None,
             semantic,
         };
         let fresh = score(&config, signals(Some(0.5), false), 10, 0);

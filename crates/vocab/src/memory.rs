@@ -318,7 +318,12 @@ pub struct ScoreParts {
     pub bm25: f64,
     /// Cosine similarity to the query, when both have vectors.
     pub cosine: Option<f64>,
-    /// Weighted mean of the signals present.
+    /// The cosine with the common direction of the memory's vectors taken out, which a
+    /// semantic model's relevance is made of (see `memory.recall.centring_count`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub centred_cosine: Option<f64>,
+    /// With a semantic model, the centred cosine plus a little of BM25; otherwise the
+    /// weighted mean of the signals present.
     pub relevance: f64,
     /// Importance mapped to 0.1–1.
     pub importance: f64,

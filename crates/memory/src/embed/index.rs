@@ -56,9 +56,21 @@ struct IndexData {
     /// Where each indexed entry is: its user's key and its slot on that shelf.
     position: HashMap<i64, (u32, usize)>,
     names: HashMap<String, u32>,
+    /// Sum of the vectors held, per dimension (for their mean, see [`VectorIndex::mean`]).
+    sum: Vec<f64>,
 }
 
 impl IndexData {
+    /// Count `vector` into the sum (`sign` 1) or out of it (-1).
+    fn tally(&mut self, vector: &[f32], sign: f64) {
+        if self.sum.len() != vector.len() {
+            self.sum = vec![0.0; vector.len()];
+        }
+        for (total, value) in self.sum.iter_mut().zip(vector) {
+            *total += sign * f64::from(*value);
+        }
+    }
+
     fn key(&mut self, name: &Option<String>) -> u32 {
         match name {
             None => 0,
@@ -78,7 +90,9 @@ impl IndexData {
     /// shelf holds `window`.
     fn shelve(&mut self, window: usize, seq: i64, scope: IndexedScope, vector: &[f32]) {
         let dims = self.dims;
+        self.tally(vector, 1.0);
         let shelf = self.shelves.entry(scope.user).or_default();
+        let mut pushed_out_vector = None;
         let slot = if shelf.seqs.len() < window {
             shelf.seqs.push(seq);
             shelf.scopes.push(scope);
@@ -92,12 +106,16 @@ impl IndexData {
                 shelf.empty -= 1;
             } else {
                 self.position.remove(&pushed_out);
+                pushed_out_vector = Some(shelf.vector(slot, dims).to_vec());
             }
             shelf.scopes[slot] = scope;
             shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
             slot
         };
         self.position.insert(seq, (scope.user, slot));
+        if let Some(old) = pushed_out_vector {
+            self.tally(&old, -1.0);
+        }
     }
 
     /// Empty the slot of entry `seq`, if indexed; a shelf mostly empty is compacted.
@@ -110,7 +128,10 @@ impl IndexData {
         };
         shelf.seqs[slot] = EMPTY;
         shelf.empty += 1;
-        if shelf.empty * 2 > shelf.seqs.len() {
+        let gone = shelf.vector(slot, self.dims).to_vec();
+        let mostly_empty = shelf.empty * 2 > shelf.seqs.len();
+        self.tally(&gone, -1.0);
+        if mostly_empty {
             self.compact(user);
         }
     }
@@ -214,10 +235,14 @@ impl VectorIndex {
         match data.position.get(&seq).copied() {
             Some((user, slot)) if user == indexed.user => {
                 let dims = data.dims;
-                if let Some(shelf) = data.shelves.get_mut(&user) {
-                    shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
-                    shelf.scopes[slot] = indexed;
-                }
+                let Some(shelf) = data.shelves.get_mut(&user) else {
+                    return;
+                };
+                let replaced = shelf.vector(slot, dims).to_vec();
+                shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
+                shelf.scopes[slot] = indexed;
+                data.tally(&replaced, -1.0);
+                data.tally(vector, 1.0);
             }
             Some(_) => {
                 data.unshelve(seq);
@@ -245,6 +270,19 @@ impl VectorIndex {
     /// Whether the index is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The mean of the vectors held and how many there are (None when empty). Vectors of
+    /// a sentence model share a common direction (any two sentences are somewhat alike);
+    /// recall takes it out before comparing (see [`crate::RecallConfig::centring_count`]).
+    pub fn mean(&self) -> Option<(Vec<f32>, usize)> {
+        let data = self.data.read().unwrap_or_else(|p| p.into_inner());
+        let count = data.position.len();
+        if count == 0 || data.sum.len() != data.dims {
+            return None;
+        }
+        let mean = data.sum.iter().map(|t| (t / count as f64) as f32).collect();
+        Some((mean, count))
     }
 
     /// The vector of entry `seq`, if it is in memory.
@@ -333,6 +371,40 @@ mod tests {
             .collect()
     }
 
+    #[test]
+    fn the_mean_follows_what_the_index_holds() {
+        let index = VectorIndex::new(2);
+        assert!(index.mean().is_none());
+        let mean = |index: &VectorIndex| {
+            let (mean, count) = index.mean().expect("a mean");
+            (
+                mean.iter()
+                    .map(|v| (v * 100.0).round() / 100.0)
+                    .collect::<Vec<_>>(),
+                count,
+            )
+        };
+        index.upsert(1, &scope("ana"), &[1.0, 0.0]);
+        index.upsert(2, &scope("bo"), &[0.0, 1.0]);
+        assert_eq!(mean(&index), (vec![0.5, 0.5], 2));
+        index.upsert(2, &scope("bo"), &[0.0, -1.0]);
+        assert_eq!(
+            mean(&index),
+            (vec![0.5, -0.5], 2),
+            "a replaced vector counts anew"
+        );
+        index.upsert(3, &scope("ana"), &[1.0, 0.0]);
+        index.upsert(4, &scope("ana"), &[0.0, 1.0]);
+        assert_eq!(
+            mean(&index),
+            (vec![0.33, 0.0], 3),
+            "ana's window of 2 pushed her first out"
+        );
+        index.remove(2);
+        assert_eq!(mean(&index), (vec![0.5, 0.5], 2));
+        index.upsert(3, &scope("bo"), &[0.0, 1.0]);
+        assert_eq!(mean(&index), (vec![0.0, 1.0], 2), "moved to another user");
+    }
     #[test]
     fn the_index_scans_only_admitted_scopes() {
         let index = VectorIndex::new(usize::MAX);

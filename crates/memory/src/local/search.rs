@@ -138,6 +138,11 @@ impl LocalMemory {
             Some(vector) => self.semantic_candidates(query, vector, &bm25, nearest),
             None => Default::default(),
         };
+        let semantic = self.embedder.as_ref().is_some_and(|e| e.semantic());
+        let centred = match &query_vector {
+            Some(vector) if semantic => self.centred_cosines(vector, &vectors),
+            _ => HashMap::new(),
+        };
         let mut seqs: Vec<i64> = bm25.keys().chain(cosines.keys()).copied().collect();
         seqs.sort_unstable();
         seqs.dedup();
@@ -148,8 +153,9 @@ impl LocalMemory {
         let signals = Signals {
             bm25: &bm25,
             cosines: query_vector.as_ref().map(|_| &cosines),
+            centred: &centred,
             vectors,
-            semantic: self.embedder.as_ref().is_some_and(|e| e.semantic()),
+            semantic,
         };
         Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
     }
@@ -252,6 +258,32 @@ impl LocalMemory {
         (cosines, vectors)
     }
 
+    /// Cosines of the query and the candidates' `vectors` with the common direction of the
+    /// index's vectors taken out, weighted by how many it holds (see
+    /// [`crate::RecallConfig::centring_count`]); empty when nothing is indexed.
+    fn centred_cosines(
+        &self,
+        query: &[f32],
+        vectors: &HashMap<i64, Vec<f32>>,
+    ) -> HashMap<i64, f64> {
+        let prior = self.config.recall.centring_count;
+        let Some((mean, count)) = self.index().mean() else {
+            return HashMap::new();
+        };
+        if mean.len() != query.len() {
+            return HashMap::new();
+        }
+        let weight = (count as f64 / (count as f64 + prior)) as f32;
+        let query = embed::centre(query, &mean, weight);
+        vectors
+            .iter()
+            .map(|(seq, vector)| {
+                let centred = embed::centre(vector, &mean, weight);
+                (*seq, f64::from(embed::cosine(&query, &centred)))
+            })
+            .collect()
+    }
+
     /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best —
     /// with a semantic model, newer memories on the same subject first and the top k
     /// diversified (see [`crate::rerank`]).
@@ -266,6 +298,8 @@ impl LocalMemory {
         let Ranking { now, frame, limit } = ranking;
         let best_bm25 = signals.bm25.values().map(|b| -b).fold(0.0, f64::max);
         let semantic = signals.semantic && signals.cosines.is_some();
+        // How plainly a hit answers, on the scale the floor and abstention are set on.
+        let relevance = |parts: &recall::ScoreParts| recall::plain_relevance(config, parts);
         let default_floor = if semantic {
             config.min_similarity
         } else {
@@ -280,6 +314,7 @@ impl LocalMemory {
                     bm25_raw: signals.bm25.get(&seq).copied(),
                     best_bm25,
                     cosine,
+                    centred_cosine: signals.centred.get(&seq).copied(),
                     semantic: signals.semantic,
                 };
                 let mut parts =
@@ -294,7 +329,7 @@ impl LocalMemory {
                 };
                 (seq, hit)
             })
-            .filter(|(_, hit)| hit.explain.relevance >= min_relevance)
+            .filter(|(_, hit)| relevance(&hit.explain) >= min_relevance)
             .collect();
         hits.sort_by(|(_, a), (_, b)| {
             b.score
@@ -308,7 +343,7 @@ impl LocalMemory {
         // Nothing said is about the question: answer nothing rather than the least unrelated.
         let best = hits
             .iter()
-            .map(|(_, h)| h.explain.relevance)
+            .map(|(_, h)| relevance(&h.explain))
             .fold(0.0, f64::max);
         if query.min_relevance.is_none() && best < config.abstain_below {
             return Vec::new();
@@ -386,11 +421,12 @@ struct Ranking<'a> {
 }
 
 /// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the
-/// query has a vector (and the candidates' vectors), and whether those vectors carry
-/// meaning.
+/// query has a vector (plain and, with a semantic model, centred; and the candidates'
+/// vectors), and whether those vectors carry meaning.
 struct Signals<'a> {
     bm25: &'a HashMap<i64, f64>,
     cosines: Option<&'a HashMap<i64, f64>>,
+    centred: &'a HashMap<i64, f64>,
     vectors: HashMap<i64, Vec<f32>>,
     semantic: bool,
 }

@@ -102,10 +102,11 @@ pub(super) fn print_hits(hits: &[RecallHit], explain: bool) {
                 .bm25_raw
                 .map(|raw| format!("{:.3} (raw {raw:.3e})", e.bm25))
                 .unwrap_or_else(|| "no match".into());
-            let cosine = e
-                .cosine
-                .map(|c| format!("{c:.3}"))
-                .unwrap_or_else(|| "n/a".into());
+            let cosine = match (e.cosine, e.centred_cosine) {
+                (Some(plain), Some(centred)) => format!("{plain:.3} (centred {centred:.3})"),
+                (Some(plain), None) => format!("{plain:.3}"),
+                _ => "n/a".into(),
+            };
             println!(
                 "      bm25 {bm25} · cosine {cosine} · relevance {:.3} · importance {:.2} · recency {:.3} (age {:.1} h)",
                 e.relevance, e.importance, e.recency, e.age_hours
