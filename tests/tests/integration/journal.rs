@@ -370,16 +370,9 @@ fn every_event_reaches_every_subscriber_in_order_across_kill_9() {
         );
     }
     let data = tempfile::tempdir().expect("data");
-    let env = [
-        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
-        ("CAIRN_WEBHOOK_SECRET", SECRET),
-        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
-        // Deliveries are counted from the subscribers' log lines: none may be dropped by
-        // the log rate limit when a backlog is delivered at once.
-        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
-        // On a shared database a killed host's subscriptions wait for their lease.
-        ("CAIRN_JOURNAL_SUBSCRIPTION_LEASE_MS", "1500"),
-    ];
+    let mut env = webhook_load_env(SECRET);
+    // On a shared database a killed host's subscriptions wait for their lease.
+    env.push(("CAIRN_JOURNAL_SUBSCRIPTION_LEASE_MS", "1500"));
     let kills = 5;
     let mut logs = Vec::new();
     let mut host = Host::start(dir.path(), data.path(), &env);
@@ -543,13 +536,7 @@ fn a_replay_on_a_running_host_under_load_redelivers_from_where_it_was_asked() {
     let dir = PluginDir::new();
     dir.counted_webhook();
     let data = tempfile::tempdir().expect("data");
-    let env = [
-        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
-        ("CAIRN_WEBHOOK_SECRET", SECRET),
-        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
-        // Deliveries are counted from the counter's log lines: none may be rate-limited.
-        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
-    ];
+    let env = webhook_load_env(SECRET);
     let mut host = Host::start(dir.path(), data.path(), &env);
     let port = Arc::new(vec![AtomicU16::new(host.webhook_port())]);
     let finished = Arc::new(AtomicBool::new(false));
@@ -598,4 +585,16 @@ fn a_replay_on_a_running_host_under_load_redelivers_from_where_it_was_asked() {
         received[..],
         "from the replay on, every event once, in order"
     );
+}
+
+/// The environment of a host taking webhook deliveries signed with `secret` under load:
+/// deliveries are counted from the subscribers' log lines, so none may be dropped by the
+/// log rate limit when a backlog is delivered at once.
+fn webhook_load_env(secret: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_WEBHOOK_SECRET", secret),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
+    ]
 }
