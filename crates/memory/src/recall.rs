@@ -54,7 +54,8 @@ pub struct RecallConfig {
     /// Among the hits kept, a lower mutual cosine that is enough when the newer hit is
     /// relevant to the query too (at least `update_relevance_ratio` of the older's
     /// relevance): both answer it, so the newer is the update and goes first (default
-    /// 0.3, set on the dev set). It only reorders the kept hits.
+    /// 0.25, set on the dev set). It compares the centred vectors (see `centring_count`),
+    /// as does `same_subject_similarity` at this step, and only reorders the kept hits.
     pub same_subject_when_both_answer: f64,
     /// See `same_subject_when_both_answer` (default 0.5).
     pub update_relevance_ratio: f64,
@@ -62,8 +63,9 @@ pub struct RecallConfig {
     /// nothing: nothing the user said is about the question (default 0.22, set on the dev
     /// set: balanced accuracy against recall).
     pub abstain_below: f64,
-    /// Weight of a hit's own score against its likeness to better hits when the top k is
-    /// picked (maximal marginal relevance; 1 turns diversification off; default 0.75).
+    /// Weight of a hit's own score against its likeness (centred cosine) to better hits
+    /// when the top k is picked (maximal marginal relevance; 1 turns diversification off;
+    /// default 0.8, set on the dev set).
     pub diversity_lambda: f64,
     /// Added to the score of a memory valid inside the span the query names ("last
     /// month", "in March"; default 0.3): enough to lift it above equally relevant ones
@@ -93,10 +95,10 @@ impl Default for RecallConfig {
             lexical_boost: 0.1,
             min_similarity: 0.15,
             same_subject_similarity: 0.4,
-            same_subject_when_both_answer: 0.3,
+            same_subject_when_both_answer: 0.25,
             update_relevance_ratio: 0.5,
             abstain_below: 0.22,
-            diversity_lambda: 0.75,
+            diversity_lambda: 0.8,
             time_boost: 0.3,
             centring_count: 500.0,
         }

@@ -13,10 +13,32 @@ pub struct Candidate {
     pub hit: RecallHit,
     /// Its vector of the configured model.
     pub vector: Option<Vec<f32>>,
+    /// The same with the memory's common direction taken out (see
+    /// [`crate::embed::centre`]), when it was.
+    pub centred: Option<Vec<f32>>,
 }
 
-fn similarity(a: &Candidate, b: &Candidate) -> f32 {
-    match (&a.vector, &b.vector) {
+/// Which of their vectors two candidates are compared by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Likeness {
+    /// The model's vectors as they are.
+    Plain,
+    /// With the memory's common direction taken out, where it was (else as they are):
+    /// bland sentences then stop looking like everything.
+    Centred,
+}
+
+impl Candidate {
+    fn vector_for(&self, likeness: Likeness) -> Option<&Vec<f32>> {
+        match likeness {
+            Likeness::Plain => self.vector.as_ref(),
+            Likeness::Centred => self.centred.as_ref().or(self.vector.as_ref()),
+        }
+    }
+}
+
+fn similarity(a: &Candidate, b: &Candidate, likeness: Likeness) -> f32 {
+    match (a.vector_for(likeness), b.vector_for(likeness)) {
         (Some(a), Some(b)) => cosine(a, b),
         _ => 0.0,
     }
@@ -33,20 +55,23 @@ pub struct SameSubject {
     pub similarity_when_both_answer: f32,
     /// See `similarity_when_both_answer`.
     pub relevance_ratio: f64,
+    /// Which vectors the mutual similarity compares.
+    pub likeness: Likeness,
 }
 
 impl SameSubject {
-    /// Same subject only when the two are at least `similarity` alike.
+    /// Same subject only when the two are at least `similarity` alike, as they are.
     pub fn alike(similarity: f32) -> Self {
         Self {
             similarity,
             similarity_when_both_answer: similarity,
             relevance_ratio: 1.0,
+            likeness: Likeness::Plain,
         }
     }
 
     fn holds(&self, older: &Candidate, newer: &Candidate) -> bool {
-        let mutual = similarity(older, newer);
+        let mutual = similarity(older, newer, self.likeness);
         let both_answer =
             newer.hit.explain.relevance >= self.relevance_ratio * older.hit.explain.relevance;
         mutual >= self.similarity || (both_answer && mutual >= self.similarity_when_both_answer)
@@ -92,9 +117,15 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
 }
 
 /// Pick `limit` candidates by maximal marginal relevance: each next pick maximises
-/// `lambda · score − (1 − lambda) · (highest similarity to a pick so far)`. Each
-/// candidate's highest similarity is kept up to date pick by pick (linear work per pick).
-pub fn diversify(candidates: Vec<Candidate>, lambda: f64, limit: usize) -> Vec<Candidate> {
+/// `lambda · score − (1 − lambda) · (highest similarity to a pick so far)`, similarity by
+/// `likeness`. Each candidate's highest similarity is kept up to date pick by pick (linear
+/// work per pick).
+pub fn diversify(
+    candidates: Vec<Candidate>,
+    lambda: f64,
+    limit: usize,
+    likeness: Likeness,
+) -> Vec<Candidate> {
     let mut left: Vec<(Candidate, f64)> = candidates.into_iter().map(|c| (c, 0.0)).collect();
     let mut picked: Vec<Candidate> = Vec::with_capacity(limit);
     while picked.len() < limit && !left.is_empty() {
@@ -108,9 +139,55 @@ pub fn diversify(candidates: Vec<Candidate>, lambda: f64, limit: usize) -> Vec<C
             next.hit.explain.adjusted = Some("moved up: unlike the hits above it".into());
         }
         for (candidate, redundancy) in &mut left {
-            *redundancy = redundancy.max(f64::from(similarity(&next, candidate)));
+            *redundancy = redundancy.max(f64::from(similarity(&next, candidate, likeness)));
         }
         picked.push(next);
     }
     picked
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryKind, NewMemory, ScoreParts, record};
+
+    fn candidate(id: &str, score: f64, plain: [f32; 2], centred: Option<[f32; 2]>) -> Candidate {
+        let entry = record(&NewMemory::new(MemoryKind::Episode, id), id.into(), 0);
+        Candidate {
+            hit: RecallHit {
+                entry,
+                score,
+                explain: ScoreParts::default(),
+            },
+            vector: Some(plain.to_vec()),
+            centred: centred.map(|v| v.to_vec()),
+        }
+    }
+
+    fn picked(candidates: Vec<Candidate>, likeness: Likeness) -> Vec<String> {
+        diversify(candidates, 0.5, 2, likeness)
+            .into_iter()
+            .map(|c| c.hit.entry.id)
+            .collect()
+    }
+
+    #[test]
+    fn diversifying_compares_the_vectors_asked_for() {
+        // As they are, a and b are alike; centred, a and c are, and b is unlike a.
+        let three = || {
+            vec![
+                candidate("a", 1.0, [1.0, 0.0], Some([1.0, 0.0])),
+                candidate("b", 0.9, [1.0, 0.0], Some([0.0, 1.0])),
+                candidate("c", 0.8, [0.0, 1.0], Some([1.0, 0.0])),
+            ]
+        };
+        assert_eq!(picked(three(), Likeness::Plain), ["a", "c"]);
+        assert_eq!(picked(three(), Likeness::Centred), ["a", "b"]);
+        // Without centred vectors, centred likeness is plain likeness.
+        let uncentred = three()
+            .into_iter()
+            .map(|c| Candidate { centred: None, ..c })
+            .collect();
+        assert_eq!(picked(uncentred, Likeness::Centred), ["a", "c"]);
+    }
 }

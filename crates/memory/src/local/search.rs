@@ -4,6 +4,7 @@
 //! the best match of each (see [`crate::timeframe`]).
 
 use super::*;
+use crate::rerank::Likeness;
 use crate::timeframe::{self, TimeCue, TimeFrame};
 
 /// Where a query's vector comes from when it is on its way (a turn embeds its question
@@ -139,9 +140,9 @@ impl LocalMemory {
             None => Default::default(),
         };
         let semantic = self.embedder.as_ref().is_some_and(|e| e.semantic());
-        let centred = match &query_vector {
+        let (centred, centred_vectors) = match &query_vector {
             Some(vector) if semantic => self.centred_cosines(vector, &vectors),
-            _ => HashMap::new(),
+            _ => (HashMap::new(), HashMap::new()),
         };
         let mut seqs: Vec<i64> = bm25.keys().chain(cosines.keys()).copied().collect();
         seqs.sort_unstable();
@@ -155,6 +156,7 @@ impl LocalMemory {
             cosines: query_vector.as_ref().map(|_| &cosines),
             centred: &centred,
             vectors,
+            centred_vectors,
             semantic,
         };
         Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
@@ -260,28 +262,31 @@ impl LocalMemory {
 
     /// Cosines of the query and the candidates' `vectors` with the common direction of the
     /// index's vectors taken out, weighted by how many it holds (see
-    /// [`crate::RecallConfig::centring_count`]); empty when nothing is indexed.
+    /// [`crate::RecallConfig::centring_count`]), and those centred vectors (for
+    /// re-ranking); both empty when nothing is indexed.
     fn centred_cosines(
         &self,
         query: &[f32],
         vectors: &HashMap<i64, Vec<f32>>,
-    ) -> HashMap<i64, f64> {
+    ) -> (HashMap<i64, f64>, HashMap<i64, Vec<f32>>) {
         let prior = self.config.recall.centring_count;
         let Some((mean, count)) = self.index().mean() else {
-            return HashMap::new();
+            return Default::default();
         };
         if mean.len() != query.len() {
-            return HashMap::new();
+            return Default::default();
         }
         let weight = (count as f64 / (count as f64 + prior)) as f32;
         let query = embed::centre(query, &mean, weight);
-        vectors
+        let centred: HashMap<i64, Vec<f32>> = vectors
             .iter()
-            .map(|(seq, vector)| {
-                let centred = embed::centre(vector, &mean, weight);
-                (*seq, f64::from(embed::cosine(&query, &centred)))
-            })
-            .collect()
+            .map(|(seq, vector)| (*seq, embed::centre(vector, &mean, weight)))
+            .collect();
+        let cosines = centred
+            .iter()
+            .map(|(seq, vector)| (*seq, f64::from(embed::cosine(&query, vector))))
+            .collect();
+        (cosines, centred)
     }
 
     /// Score the entries, drop the irrelevant, collapse near-duplicates, keep the best —
@@ -352,12 +357,18 @@ impl LocalMemory {
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
                 vector: signals.vectors.get(&seq).cloned(),
+                centred: signals.centred_vectors.get(&seq).cloned(),
                 hit,
             })
             .collect();
         let strict = config.same_subject_similarity as f32;
         rerank::promote_updates(&mut candidates, rerank::SameSubject::alike(strict));
-        let picked = rerank::diversify(candidates, config.diversity_lambda, candidates_len(limit));
+        let picked = rerank::diversify(
+            candidates,
+            config.diversity_lambda,
+            candidates_len(limit),
+            Likeness::Centred,
+        );
         let mut kept = keep_unrepeated(picked, config.duplicate_similarity, limit);
         // Among the hits kept, a newer one that answers nearly as well is the update even
         // when worded unlike the older: reordering them changes nothing else's rank.
@@ -365,6 +376,7 @@ impl LocalMemory {
             similarity: strict,
             similarity_when_both_answer: config.same_subject_when_both_answer as f32,
             relevance_ratio: config.update_relevance_ratio,
+            likeness: Likeness::Centred,
         };
         rerank::promote_updates(&mut kept, both_answer);
         kept.into_iter().map(|c| c.hit).collect()
@@ -422,11 +434,12 @@ struct Ranking<'a> {
 
 /// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the
 /// query has a vector (plain and, with a semantic model, centred; and the candidates'
-/// vectors), and whether those vectors carry meaning.
+/// vectors, plain and centred), and whether those vectors carry meaning.
 struct Signals<'a> {
     bm25: &'a HashMap<i64, f64>,
     cosines: Option<&'a HashMap<i64, f64>>,
     centred: &'a HashMap<i64, f64>,
     vectors: HashMap<i64, Vec<f32>>,
+    centred_vectors: HashMap<i64, Vec<f32>>,
     semantic: bool,
 }
