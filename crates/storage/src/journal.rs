@@ -61,6 +61,12 @@ pub trait JournalStore: Send + Sync {
         seq: i64,
         failure: Option<(String, u32)>,
     ) -> Receipt<()>;
+    /// The highest seq among `subscriber`'s dead letters, if it has any: a delivery at or
+    /// below it may be of an event a replay brought back after it was dead-lettered.
+    fn last_dead_letter(&self, subscriber: &str) -> Result<Option<i64>, StorageError>;
+    /// `subscriber` took the events `seqs` after all (a replay delivered them again): their
+    /// dead letters, if any, no longer hold and are deleted; how many.
+    fn clear_dead_letters(&self, subscriber: &str, seqs: Vec<i64>) -> Receipt<usize>;
     /// Delete events older than `before_ms` every subscriber consumed and no dead letter
     /// refers to; how many.
     fn prune(&self, before_ms: i64) -> Receipt<usize>;
@@ -223,6 +229,26 @@ impl JournalStore for SqliteJournal {
             ))?
             .query_map(params![subscriber], read_event)?
             .collect()
+        })
+    }
+
+    fn last_dead_letter(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
+        self.db.read(|conn| {
+            conn.prepare_cached("SELECT max(seq) FROM dead_letters WHERE subscriber = ?1")?
+                .query_row(params![subscriber], |r| r.get(0))
+        })
+    }
+
+    fn clear_dead_letters(&self, subscriber: &str, seqs: Vec<i64>) -> Receipt<usize> {
+        let subscriber = subscriber.to_string();
+        self.db.submit(move |conn| {
+            let mut delete =
+                conn.prepare_cached("DELETE FROM dead_letters WHERE subscriber = ?1 AND seq = ?2")?;
+            let mut cleared = 0;
+            for seq in &seqs {
+                cleared += delete.execute(params![subscriber, seq])?;
+            }
+            Ok(cleared)
         })
     }
 

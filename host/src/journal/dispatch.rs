@@ -389,6 +389,7 @@ pub async fn serve<S: Subscriber>(
     let appended = journal.watch(&patterns);
     let mut at: Option<Position> = None;
     let mut operator_looked: Option<Instant> = None;
+    let mut dead_letters = DeadLetters::default();
     loop {
         if *stop.borrow() {
             return;
@@ -418,6 +419,7 @@ pub async fn serve<S: Subscriber>(
                     searched_to: cursor,
                 });
             }
+            dead_letters.look(&journal, &id);
             match journal.cursor(&id) {
                 Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
                     at = Some(Position {
@@ -486,6 +488,7 @@ pub async fn serve<S: Subscriber>(
             }
             let (taken, rest) = events.split_at(run.taken.min(tried));
             taken.iter().for_each(|event| batch.took(event.seq));
+            dead_letters.taken(&journal, &id, taken).await;
             events = rest;
             let alone = match (run.failure, events.first()) {
                 (Some(error), Some(failed)) if taken.len() < tried => Some((Some(error), failed)),
@@ -499,6 +502,7 @@ pub async fn serve<S: Subscriber>(
                     &journal,
                     &*subscriber,
                     lone,
+                    &dead_letters,
                     &mut batch,
                     &mut position,
                     &mut stop,
@@ -521,6 +525,46 @@ pub async fn serve<S: Subscriber>(
             return;
         }
         at = Some(position);
+    }
+}
+
+/// How far a subscriber's dead letters reach, as of the last look. An event at or below
+/// that, taken again, was brought back by a replay (`cairn journal replay`), possibly after
+/// it was dead-lettered: its dead letter no longer holds. Past that point (every delivery
+/// outside a replay) taking an event costs no write.
+#[derive(Default)]
+struct DeadLetters {
+    up_to: Option<i64>,
+}
+
+impl DeadLetters {
+    /// Read how far `id`'s dead letters reach now (a dead letter recorded while a replay
+    /// waited is seen at the look that takes notice of the replay).
+    fn look(&mut self, journal: &Journal, id: &str) {
+        self.up_to = journal.last_dead_letter(id).unwrap_or_else(|e| {
+            tracing::warn!(subscriber = %id, "cannot read its dead letters: {e}");
+            None
+        });
+    }
+
+    /// `id` took `events`: delete the dead letters of those a replay brought back.
+    async fn taken(&self, journal: &Journal, id: &str, events: &[Event]) {
+        let Some(up_to) = self.up_to else { return };
+        let again: Vec<i64> = events
+            .iter()
+            .map(|event| event.seq)
+            .take_while(|seq| *seq <= up_to)
+            .collect();
+        if again.is_empty() {
+            return;
+        }
+        match journal.clear_dead_letters(id, again).await {
+            Ok(0) => {}
+            Ok(cleared) => {
+                tracing::info!(subscriber = %id, cleared, "dead letters delivered by a replay cleared")
+            }
+            Err(e) => tracing::warn!(subscriber = %id, "cannot clear replayed dead letters: {e}"),
+        }
     }
 }
 
@@ -585,13 +629,19 @@ async fn deliver_alone<S: Subscriber>(
     journal: &Journal,
     subscriber: &S,
     lone: Lone<'_>,
+    dead_letters: &DeadLetters,
     batch: &mut CursorBatch,
     position: &mut Position,
     stop: &mut watch::Receiver<bool>,
 ) -> bool {
     let (event, id) = (lone.event, subscriber.id());
     match deliver(journal, subscriber, event, lone.failed, stop).await {
-        Delivery::Taken => batch.took(event.seq),
+        Delivery::Taken => {
+            batch.took(event.seq);
+            dead_letters
+                .taken(journal, id, std::slice::from_ref(event))
+                .await;
+        }
         Delivery::GaveUp(error, attempts) => {
             tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
             // Moves the cursor past this event and every one taken before it.
@@ -633,6 +683,7 @@ async fn redeliver_retries<S: Subscriber>(
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
+    use std::sync::atomic::AtomicBool;
 
     use cairn_storage::pg::cluster::TestCluster;
     use cairn_storage::pg::journal::PgJournal;
@@ -777,6 +828,67 @@ mod tests {
             (first..=last).collect::<Vec<_>>(),
             "everything from the replay on, once, in order"
         );
+    }
+
+    /// Fails on `bad` until `healed`, and takes every other event.
+    struct Flaky {
+        taken: Mutex<Vec<i64>>,
+        bad: i64,
+        healed: AtomicBool,
+    }
+
+    impl Subscriber for Flaky {
+        fn id(&self) -> &str {
+            "flaky"
+        }
+
+        async fn take(&self, event: &Event) -> Result<(), Undelivered> {
+            if event.seq == self.bad && !self.healed.load(Ordering::SeqCst) {
+                return Err("not yet".into());
+            }
+            self.taken.lock().expect("lock").push(event.seq);
+            Ok(())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dead_letter_a_replay_delivers_is_cleared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = JournalConfig {
+            max_attempts: 1,
+            backoff_initial_ms: 1,
+            ..JournalConfig::default()
+        };
+        let journal = Arc::new(Journal::open(dir.path(), config).expect("open"));
+        let flaky = Arc::new(Flaky {
+            taken: Mutex::new(Vec::new()),
+            bad: 3,
+            healed: AtomicBool::new(false),
+        });
+        let taken = || flaky.taken.lock().expect("lock").clone();
+        let (stop, task) = start_serving(&journal, &flaky).await;
+        append_work(&journal, 5).await;
+        let operator = JournalAdmin::open(dir.path()).expect("operator");
+        let dead = || operator.dead_letters(10).expect("dead letters");
+        for _ in 0..600 {
+            if taken().len() == 4 && !dead().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(dead().iter().map(|d| d.seq).collect::<Vec<_>>(), [3]);
+        flaky.healed.store(true, Ordering::SeqCst);
+        assert!(operator.replay_from("flaky", 1).expect("replay"));
+        for _ in 0..600 {
+            if taken().len() == 9 && dead().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        stop.send(true).expect("stop");
+        task.await.expect("stops");
+        assert_eq!(taken(), [1, 2, 4, 5, 1, 2, 3, 4, 5]);
+        assert!(dead().is_empty(), "the replay delivered it: {:?}", dead());
     }
 
     /// Takes events in runs of at most three and never takes `bad`.

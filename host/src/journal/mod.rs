@@ -304,6 +304,22 @@ impl Journal {
         Ok(self.store.settle_retry(subscriber, seq, failure).await?)
     }
 
+    /// The highest seq among `subscriber`'s dead letters, if it has any (see
+    /// [`Journal::clear_dead_letters`]).
+    pub fn last_dead_letter(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {
+        Ok(self.store.last_dead_letter(subscriber)?)
+    }
+
+    /// `subscriber` took the events `seqs` after all (a replay delivered them again): delete
+    /// their dead letters, so an operator is not shown a failure that no longer holds.
+    pub async fn clear_dead_letters(
+        &self,
+        subscriber: &str,
+        seqs: Vec<i64>,
+    ) -> Result<usize, JournalError> {
+        Ok(self.store.clear_dead_letters(subscriber, seqs).await?)
+    }
+
     /// Delete events older than `retention_days` that every subscriber has consumed and no
     /// dead letter refers to; returns how many.
     pub async fn prune(&self) -> Result<usize, JournalError> {
@@ -459,6 +475,20 @@ mod tests {
         assert_eq!(journal.take_rewind("sub").await.expect("look"), None);
         journal.advance("sub", seqs[2]).await.expect("advance");
         assert_eq!(journal.cursor("sub").expect("cursor"), Some(seqs[2]));
+        // The replay delivers the dead-lettered event again: its dead letter goes.
+        assert_eq!(
+            journal.last_dead_letter("sub").expect("read"),
+            Some(seqs[4])
+        );
+        let cleared = journal.clear_dead_letters("sub", vec![seqs[3], seqs[4]]);
+        assert_eq!(cleared.await.expect("clear"), 1);
+        assert_eq!(journal.last_dead_letter("sub").expect("read"), None);
+        assert!(
+            operator_on(&place)
+                .dead_letters(10)
+                .expect("list")
+                .is_empty()
+        );
     }
 
     fn head(admin: &JournalAdmin) -> Option<i64> {

@@ -180,6 +180,29 @@ impl JournalStore for PgJournal {
         })
     }
 
+    fn last_dead_letter(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
+        let subscriber = subscriber.to_string();
+        self.pool.read(move |client| {
+            Ok(client
+                .query_one(
+                    "SELECT max(seq) FROM journal_dead_letters WHERE subscriber = $1",
+                    &[&subscriber],
+                )?
+                .get(0))
+        })
+    }
+
+    fn clear_dead_letters(&self, subscriber: &str, seqs: Vec<i64>) -> Receipt<usize> {
+        let subscriber = subscriber.to_string();
+        self.pool.submit(move |tx| {
+            let cleared = tx.execute(
+                "DELETE FROM journal_dead_letters WHERE subscriber = $1 AND seq = ANY($2)",
+                &[&subscriber, &seqs],
+            )?;
+            Ok(cleared as usize)
+        })
+    }
+
     fn settle_retry(
         &self,
         subscriber: &str,
