@@ -2,8 +2,10 @@
 //! tensor operations: the part of `transformers`' `BertModel` a sentence encoder needs (no
 //! pooler, no dropout, token type 0 throughout).
 
-use candle_core::{D, DType, Module, Tensor};
+use candle_core::{CpuStorage, D, DType, InplaceOp1, Layout, Module, Tensor};
 use candle_nn::{Embedding, LayerNorm, VarBuilder};
+use rayon::prelude::*;
+use rten_simd::SimdUnaryOp;
 use serde::Deserialize;
 
 /// The fields of a Hugging Face `config.json` the encoder reads.
@@ -151,9 +153,38 @@ impl Layer {
         let attended = self
             .attention_norm
             .forward(&(self.attention_out.forward(&context)? + x)?)?;
-        let inner = self.intermediate.forward(&attended)?.gelu_erf()?;
+        let inner = self.intermediate.forward(&attended)?.contiguous()?;
+        inner.inplace_op1(&Gelu)?;
         self.output_norm
             .forward(&(self.output.forward(&inner)? + attended)?)
+    }
+}
+
+/// The exact (erf) GELU, in place, on `rten-vecmath`'s SIMD kernel across the thread pool
+/// the encoder runs in. candle's `gelu_erf` evaluates `erf` one element at a time (the `libm`
+/// crate's), which took 12% of the encoder's time; this one agrees with it to within 1e-6
+/// (`the_simd_gelu_agrees_with_candles`).
+struct Gelu;
+
+/// Elements per task of [`Gelu`]: enough that a task's hand-over is small beside its work.
+const GELU_CHUNK: usize = 16 * 1024;
+
+impl InplaceOp1 for Gelu {
+    fn name(&self) -> &'static str {
+        "gelu-erf-simd"
+    }
+
+    fn cpu_fwd(&self, storage: &mut CpuStorage, layout: &Layout) -> candle_core::Result<()> {
+        let CpuStorage::F32(values) = storage else {
+            candle_core::bail!("{} takes f32 tensors", self.name())
+        };
+        let Some((start, end)) = layout.contiguous_offsets() else {
+            candle_core::bail!("{} takes contiguous tensors", self.name())
+        };
+        values[start..end]
+            .par_chunks_mut(GELU_CHUNK)
+            .for_each(|chunk| rten_vecmath::Gelu {}.map_mut(chunk));
+        Ok(())
     }
 }
 
@@ -224,4 +255,27 @@ pub fn mean_pool_normalised(hidden: &Tensor, mask: &Tensor) -> candle_core::Resu
         .sqrt()?
         .clamp(1e-12, f64::MAX)?;
     mean.broadcast_div(&norms)
+}
+
+#[cfg(test)]
+mod tests {
+    use candle_core::Device;
+
+    use super::*;
+
+    #[test]
+    fn the_simd_gelu_agrees_with_candles() {
+        // -8 to 8 in steps of 1/1024, and a length that is no multiple of a SIMD width.
+        let xs: Vec<f32> = (-8192..=8192).map(|i| i as f32 / 1024.0).collect();
+        let input = Tensor::new(xs.as_slice(), &Device::Cpu).expect("tensor");
+        let expected: Vec<f32> = input.gelu_erf().expect("gelu").to_vec1().expect("values");
+        input.inplace_op1(&Gelu).expect("simd gelu");
+        let got: Vec<f32> = input.to_vec1().expect("values");
+        let worst = got
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-6, "largest difference {worst}");
+    }
 }
