@@ -11,10 +11,11 @@ use super::*;
 ///
 /// A search's cost must not grow with the memories it searches: `bm25()` costs FTS5 a
 /// walk of every phrase's whole posting list (to count its documents) and several
-/// microseconds per matching row. So the scope's tokens only serve to count (a count stops
-/// at its cap), the ranked search names the query's words alone (the store's SQL checks the
-/// scope), and the words it ranks by are the rarest ones, together in at most
-/// [`SCORED_MATCHES_MAX`] of the scope's entries (see [`telling_words`]).
+/// microseconds per matching row. So the words it ranks by are the rarest ones, together in
+/// at most [`SCORED_MATCHES_MAX`] of the scope's entries (see [`telling_words`]), and the
+/// ranked search names the scope's tokens only when its words match many entries in all
+/// and the scope is small enough to walk (see [`ranked_expression`]); the store's SQL
+/// checks the scope either way.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FullTextMatch {
     /// The query's words as FTS5 phrases, each already quoted.
@@ -60,6 +61,44 @@ impl FullTextMatch {
     pub fn words_only(phrases: &[String]) -> String {
         format!("{{content tags}} : ({})", phrases.join(" OR "))
     }
+
+    /// The scope's tokens alone as an FTS5 expression, when the scope names a user or a
+    /// session to match (not when it only leaves one out).
+    pub fn scope_only(&self) -> Option<&str> {
+        self.scope.strip_prefix("AND ")
+    }
+}
+
+/// Entries in any scope a ranked search's words may match before it searches within the
+/// scope instead (see [`ranked_expression`]).
+pub(super) const UNSCOPED_MATCHES_MAX: usize = 2 * SCORED_MATCHES_MAX;
+
+/// Entries a scope may hold for a ranked search to match within it (see
+/// [`ranked_expression`]).
+const SCOPED_ENTRIES_MAX: usize = 10_000;
+
+/// The FTS5 expression a ranked search for `phrases` matches. The words alone while they
+/// match few entries in all: each match is looked up in `entries` for the SQL to check the
+/// scope, so with many users sharing words that lookup (a page read each) is the search's
+/// cost, growing with other users' data. Past [`UNSCOPED_MATCHES_MAX`] the words within the
+/// scope, whose tokens `bm25()` then walks (every entry of the scope, to count them; their
+/// weight in the rank is 0, so the rank is the same) — while the scope holds at most
+/// [`SCOPED_ENTRIES_MAX`] entries; a larger scope goes by the words alone.
+pub(super) fn ranked_expression(
+    conn: &Connection,
+    fts: &FullTextMatch,
+    phrases: &[String],
+) -> rusqlite::Result<String> {
+    let words = FullTextMatch::words_only(phrases);
+    let Some(scope) = fts.scope_only() else {
+        return Ok(words);
+    };
+    if count_matches(conn, &words, UNSCOPED_MATCHES_MAX + 1)? <= UNSCOPED_MATCHES_MAX
+        || count_matches(conn, scope, SCOPED_ENTRIES_MAX + 1)? > SCOPED_ENTRIES_MAX
+    {
+        return Ok(words);
+    }
+    Ok(fts.expression(phrases))
 }
 
 impl SqliteMemory {
@@ -81,7 +120,7 @@ impl SqliteMemory {
                      WHERE entries_fts MATCH ? AND {} ORDER BY rank LIMIT {limit}",
                     filters.clause()
                 );
-                let expression = FullTextMatch::words_only(&phrases);
+                let expression = ranked_expression(conn, fts, &phrases)?;
                 matches(conn, &sql, expression, &filters.values, |r| r.get(1))
             }
             TellingWords::Newest(phrase) => {

@@ -322,6 +322,46 @@ fn a_word_in_more_entries_than_a_search_may_rank_finds_its_newest(memory: &dyn S
     );
 }
 
+/// A word many users share is matched within the scope, so the search does not look up
+/// every other user's match; a word few entries hold is matched alone. Either way only the
+/// scope's entries are found (SQLite; PostgreSQL searches its own way).
+#[test]
+fn a_word_many_users_share_is_searched_within_the_scope() {
+    use super::search::{UNSCOPED_MATCHES_MAX, ranked_expression};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let memory = SqliteMemory::open(dir.path()).expect("open");
+    for i in 0..=UNSCOPED_MATCHES_MAX {
+        let entry = episode(
+            &format!("m{i:04}"),
+            &format!("user{}", i % 50),
+            "a kayak trip",
+        );
+        memory.insert(entry, None, "test").wait().expect("stored");
+    }
+    for id in ["o1", "o2"] {
+        let entry = episode(id, "octocat", "my kayak and a lighthouse");
+        memory.insert(entry, None, "test").wait().expect("stored");
+    }
+    let search = |word: &str| FullTextMatch {
+        phrases: vec![format!("\"{word}\"")],
+        scope: format!("AND scope_tokens : (u{} OR unone)", hex::encode("octocat")),
+    };
+    let chosen = |fts: &FullTextMatch| {
+        memory
+            .read(|conn| ranked_expression(conn, fts, &fts.phrases))
+            .expect("chosen")
+    };
+    let shared = search("kayak");
+    assert_eq!(chosen(&shared), shared.expression(&shared.phrases));
+    let rare = search("lighthouse");
+    assert_eq!(chosen(&rare), FullTextMatch::words_only(&rare.phrases));
+    assert_eq!(words_matching(&memory, &["kayak"], "octocat"), ["o1", "o2"]);
+    assert_eq!(
+        words_matching(&memory, &["lighthouse"], "octocat"),
+        ["o1", "o2"]
+    );
+}
+
 /// `count` of octocat's pull-request episodes `b0000`…, stored one at a time (the last
 /// written is the newest).
 fn store_pull_requests(memory: &dyn Stores, count: usize) {
