@@ -159,7 +159,7 @@ impl LocalMemory {
             centred_vectors,
             semantic,
         };
-        Ok(self.rank(query, entries, &signals, Ranking { now, frame, limit }))
+        Ok(self.rank(query, entries, signals, Ranking { now, frame, limit }))
     }
 
     /// Full-text candidates of the query, and of the span it names.
@@ -296,7 +296,7 @@ impl LocalMemory {
         &self,
         query: &RecallQuery,
         entries: Vec<(i64, MemoryEntry)>,
-        signals: &Signals<'_>,
+        mut signals: Signals<'_>,
         ranking: Ranking<'_>,
     ) -> Vec<RecallHit> {
         let config = &self.config.recall;
@@ -356,8 +356,8 @@ impl LocalMemory {
         let mut candidates: Vec<rerank::Candidate> = hits
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
-                vector: signals.vectors.get(&seq).cloned(),
-                centred: signals.centred_vectors.get(&seq).cloned(),
+                vector: signals.vectors.remove(&seq),
+                centred: signals.centred_vectors.remove(&seq),
                 hit,
             })
             .collect();
