@@ -8,6 +8,8 @@ use rayon::prelude::*;
 use rten_simd::SimdUnaryOp;
 use serde::Deserialize;
 
+use crate::linear::Linear;
+
 /// The fields of a Hugging Face `config.json` the encoder reads.
 #[derive(Debug, Clone, Deserialize)]
 pub struct BertConfig {
@@ -71,36 +73,9 @@ impl Embeddings {
     }
 }
 
-/// A dense layer, its weight kept transposed (`[inputs, outputs]`, contiguous) so that a
-/// forward pass is one plain matrix product over all of a batch's tokens.
-struct Linear {
-    weight: Tensor,
-    bias: Tensor,
-}
-
-impl Linear {
-    fn load(inputs: usize, outputs: usize, vb: VarBuilder) -> candle_core::Result<Self> {
-        Ok(Self {
-            weight: vb.get((outputs, inputs), "weight")?.t()?.contiguous()?,
-            bias: vb.get(outputs, "bias")?,
-        })
-    }
-}
-
-impl Module for Linear {
-    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let (batch, tokens, inputs) = x.dims3()?;
-        x.reshape((batch * tokens, inputs))?
-            .matmul(&self.weight)?
-            .broadcast_add(&self.bias)?
-            .reshape((batch, tokens, ()))
-    }
-}
-
 struct Layer {
-    query: Linear,
-    key: Linear,
-    value: Linear,
+    /// The query, key and value projections as one product (`[.., 3 × hidden]`).
+    query_key_value: Linear,
     attention_out: Linear,
     attention_norm: LayerNorm,
     intermediate: Linear,
@@ -118,9 +93,11 @@ impl Layer {
         );
         let attention = vb.pp("attention");
         Ok(Self {
-            query: Linear::load(width, width, attention.pp("self.query"))?,
-            key: Linear::load(width, width, attention.pp("self.key"))?,
-            value: Linear::load(width, width, attention.pp("self.value"))?,
+            query_key_value: Linear::stacked(
+                width,
+                width,
+                &["query", "key", "value"].map(|name| attention.pp("self").pp(name)),
+            )?,
             attention_out: Linear::load(width, width, attention.pp("output.dense"))?,
             attention_norm: candle_nn::layer_norm(width, eps, attention.pp("output.LayerNorm"))?,
             intermediate: Linear::load(width, inner, vb.pp("intermediate.dense"))?,
@@ -140,9 +117,10 @@ impl Layer {
                 .transpose(1, 2)?
                 .contiguous()
         };
-        let query = split(self.query.forward(x)?)?;
-        let key = split(self.key.forward(x)?)?;
-        let value = split(self.value.forward(x)?)?;
+        let projected = self.query_key_value.forward(x)?;
+        let query = split(projected.narrow(2, 0, width)?)?;
+        let key = split(projected.narrow(2, width, width)?)?;
+        let value = split(projected.narrow(2, 2 * width, width)?)?;
         let scale = 1.0 / (head_width as f64).sqrt();
         let scores = (query.matmul(&key.t()?)? * scale)?.broadcast_add(mask_bias)?;
         let weights = candle_nn::ops::softmax_last_dim(&scores)?;

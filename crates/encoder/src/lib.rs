@@ -7,6 +7,7 @@
 //! and a missing or corrupt file is an [`EncoderError`] naming it.
 
 mod bert;
+mod linear;
 
 use std::path::{Path, PathBuf};
 
