@@ -598,3 +598,78 @@ fn webhook_load_env(secret: &'static str) -> Vec<(&'static str, &'static str)> {
         ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
     ]
 }
+
+/// The operator's way out of a dead letter, through the binary: a plugin fails an event
+/// until it is dead-lettered, the operator fixes the plugin, restarts the host and replays
+/// from the event, and once the replay has delivered it the dead letter is gone — listed
+/// neither by `cairn journal dead-letters` nor in the status.
+#[test]
+fn a_replay_that_delivers_a_dead_lettered_event_clears_its_dead_letter() {
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let subscribes = "events: {subscribes: [message.received]}\n";
+    dir.plugin("mender", "handler", "hostile", subscribes);
+    let data = tempfile::tempdir().expect("data");
+    let data_arg = data.path().display().to_string();
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "100"),
+        ("CAIRN_JOURNAL_MAX_ATTEMPTS", "2"),
+        ("CAIRN_JOURNAL_BACKOFF_INITIAL_MS", "20"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    host.type_line("hello");
+    host.wait_until(LONG, "the message dead-lettered for the mender", |log| {
+        log.contains("event dead-lettered")
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    let dead_letters = || -> Vec<serde_json::Value> {
+        let out = cairn(&["journal", "dead-letters", "--json", "--data", &data_arg]);
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).expect("json")
+    };
+    let letters = dead_letters();
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(letters[0]["subscriber"], "mender");
+    let seq = letters[0]["seq"].as_i64().expect("seq");
+
+    // The fix: the same plugin, now answering every event.
+    dir.plugin(
+        "mender",
+        "handler",
+        "hostile",
+        &format!("{subscribes}config: {{event: interrupted}}\n"),
+    );
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    let replay = cairn(&[
+        "journal",
+        "replay",
+        "--subscriber",
+        "mender",
+        "--from",
+        &seq.to_string(),
+        "--data",
+        &data_arg,
+    ]);
+    assert!(replay.status.success(), "{replay:?}");
+    host.wait_until(
+        LONG,
+        "the replay delivers the event to the mended plugin",
+        |log| log.contains("probe interrupted: ok false on message.received"),
+    );
+    host.wait_until(LONG, "the delivered event's dead letter cleared", |_| {
+        dead_letters().is_empty()
+    });
+    let status = status_json(data.path());
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    let mender = status["subscribers"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|row| row["id"] == "mender"))
+        .unwrap_or_else(|| panic!("no mender in {status}"));
+    assert_eq!(mender["dead_letters"], 0, "{mender}");
+    assert_eq!(mender["lag"], 0, "{mender}");
+}
