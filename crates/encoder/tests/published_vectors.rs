@@ -46,6 +46,27 @@ fn example_sentence_matches_the_published_vector() {
 }
 
 #[test]
+fn a_text_in_a_padded_pass_gets_the_vector_it_gets_alone() {
+    let encoder =
+        SentenceEncoder::load(&model_dir(), 256).expect("run `cargo xtask install-model`");
+    let texts: Vec<String> = [
+        "Hi.",
+        "My sister moved to Lisbon last spring and opened a small bakery near the river.",
+        "The meeting moved to Thursday.",
+        "ok",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let together = encoder.encode(&texts).unwrap();
+    for (text, vector) in texts.iter().zip(&together) {
+        let alone = encoder.encode(std::slice::from_ref(text)).unwrap();
+        let agreement = cosine(&alone[0], vector);
+        assert!(agreement > 0.9999, "{text:?}: cosine {agreement}");
+    }
+}
+
+#[test]
 fn paraphrases_are_closer_than_unrelated_text() {
     let encoder =
         SentenceEncoder::load(&model_dir(), 256).expect("run `cargo xtask install-model`");
