@@ -261,18 +261,10 @@ impl RealTokens {
             .collect();
         let (real, all) = (positions.len(), marks.len());
         let padding = if real < all {
-            let mut next = 0u32;
-            let rows: Vec<u32> = marks
-                .iter()
-                .map(|mark| {
-                    if *mark > 0.0 {
-                        next += 1;
-                        next - 1
-                    } else {
-                        real as u32
-                    }
-                })
-                .collect();
+            let mut rows = vec![real as u32; all];
+            for (row, &position) in (0u32..).zip(&positions) {
+                rows[position as usize] = row;
+            }
             Some(Padding {
                 positions: Tensor::from_vec(positions, real, mask.device())?,
                 rows: Tensor::from_vec(rows, all, mask.device())?,
