@@ -275,6 +275,7 @@ impl MemoryConfig {
             ("abstain_below", recall.abstain_below),
             ("diversity_lambda", recall.diversity_lambda),
             ("time_boost", recall.time_boost),
+            ("time_boost_share", recall.time_boost_share),
         ];
         for (name, share) in shares {
             if !(0.0..=1.0).contains(&share) {

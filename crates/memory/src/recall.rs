@@ -71,6 +71,16 @@ pub struct RecallConfig {
     /// month", "in March"; default 0.3): enough to lift it above equally relevant ones
     /// from other times, not enough to lift what is unrelated.
     pub time_boost: f64,
+    /// A memory inside the span is lifted only when it answers at least this share as well
+    /// as the best candidate (default 0.6, set on the dev set): the time words favour what
+    /// is about the question among the span, not whatever was said then.
+    pub time_boost_share: f64,
+    /// With a semantic model, when fewer than the hits asked for are above `min_similarity`,
+    /// the best below it (down to half of it) fill the rest, marked in `adjusted` (default
+    /// true): the floor keeps weak hits from competing for the top k, not from filling room
+    /// left in it. A query with its own `min_relevance` is never filled, and abstention
+    /// still answers nothing.
+    pub fill_below_floor: bool,
     /// With a semantic model, relevance compares vectors with the common direction of the
     /// memory's vectors taken out (their mean, see [`crate::embed::centre`]), weighted by
     /// how many there are: `n / (n + centring_count)`, so a few memories are compared
@@ -100,6 +110,8 @@ impl Default for RecallConfig {
             abstain_below: 0.22,
             diversity_lambda: 0.8,
             time_boost: 0.3,
+            time_boost_share: 0.6,
+            fill_below_floor: true,
             centring_count: 500.0,
         }
     }
@@ -259,20 +271,51 @@ pub fn plain_relevance(config: &RecallConfig, parts: &ScoreParts) -> f64 {
     }
 }
 
-/// Favour a memory valid at `valid_from` inside the span `frame` the query names, and say
-/// in the explanation whether it was.
-pub fn weigh_time(
+/// Favour the hits valid inside the span `frame` the query names that answer at least
+/// [`RecallConfig::time_boost_share`] as well as the best of `hits`, and say in each
+/// explanation where it was.
+pub fn favour_span(config: &RecallConfig, hits: &mut [&mut RecallHit], frame: &TimeFrame) {
+    let best = hits
+        .iter()
+        .map(|hit| plain_relevance(config, &hit.explain))
+        .fold(0.0, f64::max);
+    for hit in hits {
+        let answers = plain_relevance(config, &hit.explain) >= config.time_boost_share * best;
+        weigh_time(
+            config,
+            &mut hit.explain,
+            frame,
+            hit.entry.valid_from,
+            answers,
+        );
+        hit.score = hit.explain.score;
+    }
+}
+
+/// Lift a memory valid at `valid_from` inside `frame` when it `answers` the question well
+/// enough, and say in the explanation where it was.
+fn weigh_time(
     config: &RecallConfig,
     parts: &mut ScoreParts,
     frame: &TimeFrame,
     valid_from: i64,
+    answers: bool,
 ) {
     let inside = frame.contains(valid_from);
-    if inside {
+    let lifted = inside && answers;
+    if lifted {
         parts.score += config.time_boost;
     }
     let place = if inside { "inside" } else { "outside" };
-    parts.time = Some(format!("{place} {}", frame.describe()));
+    let note = if inside && !lifted {
+        format!(
+            " (not lifted: it answers less than {} of the best candidate)",
+            config.time_boost_share
+        )
+    } else {
+        String::new()
+    };
+    parts.time = Some(format!("{place} {}{note}", frame.describe()));
 }
 
 /// Keep hits in order, dropping each one that nearly repeats a better one, until `limit`

@@ -210,3 +210,121 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
     );
     assert_eq!(top(&lunch), vec!["mem_said2".to_string()]);
 }
+
+/// Import `said` (id, text, when it was said) as ana's episodes and embed them.
+fn import_said(data: &std::path::Path, said: &[(&str, &str, &str)]) {
+    let mut jsonl = String::new();
+    for (id, text, at) in said {
+        let mut memory = NewMemory::new(MemoryKind::Episode, *text);
+        memory.scope.user_id = Some("ana".into());
+        let at = chrono::DateTime::parse_from_rfc3339(at).expect("RFC 3339");
+        memory.valid_from = Some(at.timestamp_millis());
+        let entry = cairn::memory::record(&memory, id.to_string(), at.timestamp_millis());
+        jsonl.push_str(&serde_json::to_string(&ExportRecord::Entry(Box::new(entry))).unwrap());
+        jsonl.push('\n');
+    }
+    let file = data.join("said.jsonl");
+    std::fs::write(&file, jsonl).unwrap();
+    let file = file.display().to_string();
+    for args in [vec!["import", file.as_str()], vec!["reindex"]] {
+        let out = cairn_local(data, &args, &[]);
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// `cairn memory search QUESTION --user ana --json` plus `extra`, with `env`: the hits.
+fn search_local(
+    data: &std::path::Path,
+    question: &str,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Vec<serde_json::Value> {
+    let mut args = vec!["search", question, "--user", "ana", "--json"];
+    args.extend_from_slice(extra);
+    let out = cairn_local(data, &args, env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hits: serde_json::Value = serde_json::from_slice(&out.stdout).expect("hits as JSON");
+    hits.as_array().expect("a list of hits").clone()
+}
+
+fn ids(hits: &[serde_json::Value]) -> Vec<&str> {
+    hits.iter()
+        .map(|h| h["entry"]["id"].as_str().unwrap_or_default())
+        .collect()
+}
+
+#[test]
+fn room_in_the_top_k_is_filled_from_below_the_floor_and_a_span_lifts_only_what_answers() {
+    let data = tempfile::tempdir().expect("data dir");
+    import_said(
+        data.path(),
+        &[
+            (
+                "mem_pet",
+                "We finally adopted a beagle puppy and named him Biscuit.",
+                "2026-05-10T10:00:00Z",
+            ),
+            (
+                "mem_traffic",
+                "Traffic was terrible on the bridge again.",
+                "2026-10-12T10:00:00Z",
+            ),
+            (
+                "mem_lunch",
+                "I need a recipe for a quick lunch.",
+                "2026-10-14T10:00:00Z",
+            ),
+            (
+                "mem_walk",
+                "Took the dog for a long walk by the river.",
+                "2026-10-16T10:00:00Z",
+            ),
+        ],
+    );
+    // Only the puppy is above the floor (0.15) for this question; lunch (≈ 0.11) fills
+    // the room, traffic (a negative cosine, below half the floor) never does.
+    let pet = "What is my pet called?";
+    let filled = search_local(data.path(), pet, &[], &[]);
+    assert!(ids(&filled).contains(&"mem_pet"), "{filled:?}");
+    let lunch = filled
+        .iter()
+        .find(|h| h["entry"]["id"] == "mem_lunch")
+        .unwrap_or_else(|| panic!("lunch fills the top k: {filled:?}"));
+    assert_eq!(
+        lunch["explain"]["adjusted"],
+        "below the relevance floor: fills the top k"
+    );
+    assert!(!ids(&filled).contains(&"mem_traffic"), "{filled:?}");
+    let strict = [("CAIRN_MEMORY_RECALL_FILL_BELOW_FLOOR", "false")];
+    let unfilled = search_local(data.path(), pet, &[], &strict);
+    assert!(ids(&unfilled).contains(&"mem_pet"), "{unfilled:?}");
+    assert!(!ids(&unfilled).contains(&"mem_lunch"), "{unfilled:?}");
+
+    // "Last month" is October: the walk was then, the puppy came in May. The walk answers
+    // the question less than 0.6 as well as the puppy does, so the span does not lift it.
+    let named = "What did we name the pet we got last month?";
+    let at = ["--at", "2026-11-20T10:00:00Z"];
+    let hits = search_local(data.path(), named, &at, &[]);
+    assert_eq!(ids(&hits).first(), Some(&"mem_pet"), "{hits:?}");
+    let walk = hits
+        .iter()
+        .find(|h| h["entry"]["id"] == "mem_walk")
+        .unwrap_or_else(|| panic!("the walk is recalled: {hits:?}"));
+    let time = walk["explain"]["time"].as_str().unwrap_or_default();
+    assert!(
+        time.starts_with("inside \"last month\"") && time.contains("not lifted"),
+        "{time}"
+    );
+    // Every memory of the span lifted, as before the share: the walk outranks the answer.
+    let any = [("CAIRN_MEMORY_RECALL_TIME_BOOST_SHARE", "0")];
+    let lifted = search_local(data.path(), named, &at, &any);
+    assert_eq!(ids(&lifted).first(), Some(&"mem_walk"), "{lifted:?}");
+}

@@ -322,11 +322,7 @@ impl LocalMemory {
                     centred_cosine: signals.centred.get(&seq).copied(),
                     semantic: signals.semantic,
                 };
-                let mut parts =
-                    recall::score(config, scored, entry.importance, now - entry.valid_from);
-                if let Some(frame) = frame {
-                    recall::weigh_time(config, &mut parts, frame, entry.valid_from);
-                }
+                let parts = recall::score(config, scored, entry.importance, now - entry.valid_from);
                 let hit = RecallHit {
                     score: parts.score,
                     explain: parts,
@@ -334,8 +330,14 @@ impl LocalMemory {
                 };
                 (seq, hit)
             })
-            .filter(|(_, hit)| relevance(&hit.explain) >= min_relevance)
             .collect();
+        if let Some(frame) = frame {
+            let mut scored: Vec<&mut RecallHit> = hits.iter_mut().map(|(_, hit)| hit).collect();
+            recall::favour_span(config, &mut scored, frame);
+        }
+        let (mut hits, mut below): (Vec<_>, Vec<_>) = hits
+            .into_iter()
+            .partition(|(_, hit)| relevance(&hit.explain) >= min_relevance);
         hits.sort_by(|(_, a), (_, b)| {
             b.score
                 .total_cmp(&a.score)
@@ -379,8 +381,35 @@ impl LocalMemory {
             likeness: Likeness::Centred,
         };
         rerank::promote_updates(&mut kept, both_answer);
+        if config.fill_below_floor && query.min_relevance.is_none() && kept.len() < limit {
+            below.retain(|(_, hit)| relevance(&hit.explain) >= min_relevance / 2.0);
+            below.sort_by(|(_, a), (_, b)| relevance(&b.explain).total_cmp(&relevance(&a.explain)));
+            let below = below.into_iter().map(|(_, hit)| hit);
+            kept = fill_below_floor(kept, below, config.duplicate_similarity, limit);
+        }
         kept.into_iter().map(|c| c.hit).collect()
     }
+}
+
+/// `kept` followed by hits from below the relevance floor (best first, each marked in its
+/// explanation) until `limit` are kept, near-repeats of a kept hit skipped: the floor
+/// decides which hits compete for the top k, not whether a top k with room is shown.
+fn fill_below_floor(
+    kept: Vec<rerank::Candidate>,
+    below: impl Iterator<Item = RecallHit>,
+    threshold: f64,
+    limit: usize,
+) -> Vec<rerank::Candidate> {
+    let room = limit.saturating_sub(kept.len());
+    let fillers = below.take(candidates_len(room)).map(|mut hit| {
+        hit.explain.adjusted = Some("below the relevance floor: fills the top k".into());
+        rerank::Candidate {
+            hit,
+            vector: None,
+            centred: None,
+        }
+    });
+    keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
 }
 
 /// The candidates [`recall::collapse_duplicates`] keeps of `picked`, in order, with their
