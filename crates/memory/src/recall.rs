@@ -71,9 +71,10 @@ pub struct RecallConfig {
     /// month", "in March"; default 0.3): enough to lift it above equally relevant ones
     /// from other times, not enough to lift what is unrelated.
     pub time_boost: f64,
-    /// A memory inside the span is lifted only when it answers at least this share as well
-    /// as the best candidate (default 0.6, set on the dev set): the time words favour what
-    /// is about the question among the span, not whatever was said then.
+    /// With a semantic model, a memory inside the span is lifted only when it answers at
+    /// least this share as well as the best candidate (default 0.6, set on the dev set):
+    /// the time words favour what is about the question among the span, not whatever was
+    /// said then.
     pub time_boost_share: f64,
     /// With a semantic model, when fewer than the hits asked for are above `min_similarity`,
     /// the best below it (down to half of it) fill the rest, marked in `adjusted` (default
@@ -271,16 +272,28 @@ pub fn plain_relevance(config: &RecallConfig, parts: &ScoreParts) -> f64 {
     }
 }
 
-/// Favour the hits valid inside the span `frame` the query names that answer at least
-/// [`RecallConfig::time_boost_share`] as well as the best of `hits`, and say in each
-/// explanation where it was.
-pub fn favour_span(config: &RecallConfig, hits: &mut [&mut RecallHit], frame: &TimeFrame) {
+/// Favour the hits valid inside the span `frame` the query names, and say in each
+/// explanation where it was. With a `semantic` model, only those that answer at least
+/// [`RecallConfig::time_boost_share`] as well as the best of `hits`; lexical relevance
+/// mostly counts the words a hit shares with the question, and the event that anchors
+/// "before I went kayaking" shares the most, so there every hit of the span is lifted.
+pub fn favour_span(
+    config: &RecallConfig,
+    hits: &mut [&mut RecallHit],
+    frame: &TimeFrame,
+    semantic: bool,
+) {
+    let share = if semantic {
+        config.time_boost_share
+    } else {
+        0.0
+    };
     let best = hits
         .iter()
         .map(|hit| plain_relevance(config, &hit.explain))
         .fold(0.0, f64::max);
     for hit in hits {
-        let answers = plain_relevance(config, &hit.explain) >= config.time_boost_share * best;
+        let answers = plain_relevance(config, &hit.explain) >= share * best;
         weigh_time(
             config,
             &mut hit.explain,

@@ -333,7 +333,7 @@ impl LocalMemory {
             .collect();
         if let Some(frame) = frame {
             let mut scored: Vec<&mut RecallHit> = hits.iter_mut().map(|(_, hit)| hit).collect();
-            recall::favour_span(config, &mut scored, frame);
+            recall::favour_span(config, &mut scored, frame, semantic);
         }
         let (mut hits, mut below): (Vec<_>, Vec<_>) = hits
             .into_iter()
