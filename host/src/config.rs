@@ -149,14 +149,19 @@ impl HostConfig {
             let from_file: serde_yaml::Value =
                 serde_yaml::from_str(&text).map_err(|e| invalid(&origin, e))?;
             if !from_file.is_null() {
-                serde_yaml::from_value::<HostConfig>(from_file.clone())
-                    .map_err(|e| invalid(&origin, e))?;
+                typed(from_file.clone()).map_err(|e| invalid(&origin, field_error(&e)))?;
                 merge(&mut value, from_file);
             }
         }
         apply_env_overrides(&mut value, "CAIRN", &|name| std::env::var(name).ok());
-        let mut config: HostConfig = serde_yaml::from_value(value)
-            .map_err(|e| invalid("environment (CAIRN_… variables)", e))?;
+        let mut config = typed(value).map_err(|e| {
+            let variable = variable_of(&e.path().to_string());
+            let origin = match std::env::var_os(&variable) {
+                Some(_) => variable,
+                None => "environment (CAIRN_… variables)".to_string(),
+            };
+            invalid(&origin, field_error(&e))
+        })?;
         if let Some(dir) = data_dir_override {
             config.data_dir = dir.to_path_buf();
         }
@@ -260,6 +265,29 @@ impl HostConfig {
     }
 }
 
+/// `value` read as the configuration, a mismatch reported with the path of its field.
+fn typed(value: serde_yaml::Value) -> Result<HostConfig, PathError> {
+    serde_path_to_error::deserialize(value)
+}
+
+/// A configuration value that does not fit its field, and where that field is.
+type PathError = serde_path_to_error::Error<serde_yaml::Error>;
+
+/// `memory.recall.time_boost: invalid type: …` — the field, then what was wrong.
+fn field_error(error: &PathError) -> String {
+    format!("{}: {}", error.path(), error.inner())
+}
+
+/// The environment variable that overrides the field at `path` (`memory.recall.time_boost`
+/// → `CAIRN_MEMORY_RECALL_TIME_BOOST`); a list item's path names its list's variable.
+fn variable_of(path: &str) -> String {
+    let fields = path.split('[').next().unwrap_or_default();
+    fields
+        .split('.')
+        .filter(|key| !key.is_empty())
+        .fold("CAIRN".to_string(), |prefix, key| env_name(&prefix, key))
+}
+
 fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid {
         origin: origin.to_string(),
@@ -354,6 +382,25 @@ mod tests {
         assert!(!config.runtime.pooling);
         assert_eq!(config.data_dir, PathBuf::from("/tmp/x"));
         assert_eq!(config.supervisor.backoff_max_ms, 10_000);
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_field_and_variable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cairn.yaml");
+        std::fs::write(&path, "memory:\n  recall:\n    time_boost: lots\n").expect("write");
+        let text = HostConfig::load(Some(&path), None)
+            .expect_err("a word is no number")
+            .to_string();
+        assert!(
+            text.starts_with(&format!("{}: memory.recall.time_boost: ", path.display())),
+            "{text}"
+        );
+        assert_eq!(
+            variable_of("memory.recall.time_boost"),
+            "CAIRN_MEMORY_RECALL_TIME_BOOST"
+        );
+        assert_eq!(variable_of("plugins.disabled[0]"), "CAIRN_PLUGINS_DISABLED");
     }
 
     #[test]

@@ -328,3 +328,21 @@ fn room_in_the_top_k_is_filled_from_below_the_floor_and_a_span_lifts_only_what_a
     let lifted = search_local(data.path(), named, &at, &any);
     assert_eq!(ids(&lifted).first(), Some(&"mem_walk"), "{lifted:?}");
 }
+
+#[test]
+fn a_recall_setting_of_the_wrong_type_is_refused_naming_its_variable() {
+    let data = tempfile::tempdir().expect("data dir");
+    let out = cairn_local(
+        data.path(),
+        &["search", "anything", "--user", "ana"],
+        &[("CAIRN_MEMORY_RECALL_FILL_BELOW_FLOOR", "maybe")],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "CAIRN_MEMORY_RECALL_FILL_BELOW_FLOOR: memory.recall.fill_below_floor: invalid type"
+        ) && stderr.contains("expected a boolean"),
+        "{stderr}"
+    );
+}
