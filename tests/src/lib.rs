@@ -143,14 +143,20 @@ impl PluginDir {
     }
 
     /// Add a plugin: copy `component` and write a manifest with the standard header plus
-    /// `extra`. The bundled plugins are built against the newest API (`^0.2`); the test
-    /// plugins of `tests/plugins` against v0.1, which the host keeps loading unchanged.
+    /// `extra`. The bundled plugins are built against API 0.2 (`^0.2`, the counter 0.2.1);
+    /// the test plugins of `tests/plugins` against v0.1, which the host keeps loading
+    /// unchanged, but for `runs`, a 0.2.1 handler.
     pub fn plugin(&self, id: &str, kind: &str, component: &str, extra: &str) -> &Self {
         self.component(component);
         let bundled = workspace_root()
             .join(format!("manifests/{component}.yaml"))
             .is_file();
-        let api = if bundled { "^0.2" } else { "^0.1" };
+        // The test plugins are 0.1 components, but for those built against 0.2.1.
+        let api = if bundled || component == "runs" {
+            "^0.2"
+        } else {
+            "^0.1"
+        };
         self.manifest(
             id,
             &format!("id: {id}\nversion: 1.0.0\nkind: {kind}\ncomponent: {component}.wasm\napi: {api}\n{extra}"),

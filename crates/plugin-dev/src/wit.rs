@@ -26,10 +26,19 @@ const V0_2: WitFiles = [
     ("worlds.wit", include_str!("../../../wit/v0.2/worlds.wit")),
 ];
 
-/// The WIT folder of an API version: `v0.2` for 0.2.0.
+const V0_2_1: WitFiles = [
+    ("types.wit", include_str!("../../../wit/v0.2.1/types.wit")),
+    ("host.wit", include_str!("../../../wit/v0.2.1/host.wit")),
+    ("worlds.wit", include_str!("../../../wit/v0.2.1/worlds.wit")),
+];
+
+/// The WIT folder of an API version: `v0.2` for 0.2.0, `v0.2.1` for 0.2.1.
 fn folder(api: ApiVersion) -> String {
     let version = api.version();
-    format!("v{}.{}", version.major, version.minor)
+    match version.patch {
+        0 => format!("v{}.{}", version.major, version.minor),
+        patch => format!("v{}.{}.{patch}", version.major, version.minor),
+    }
 }
 
 /// Write the host's WIT of `api` into `dir` (created if missing), replacing what was there.
@@ -38,6 +47,7 @@ pub fn write_wit(dir: &Path, api: ApiVersion) -> Result<(), DevError> {
     let files = match api {
         ApiVersion::V0_1 => V0_1,
         ApiVersion::V0_2 => V0_2,
+        ApiVersion::V0_2_1 => V0_2_1,
     };
     // Each file carries this under its `package` line (a comment above it would count as the
     // package's docs, which only one file may have), so nobody edits a copy by hand.

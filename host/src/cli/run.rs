@@ -14,7 +14,7 @@ use crate::agent::Agent;
 use crate::buffer::Buffer;
 use crate::config::{HostConfig, Storage};
 use crate::console;
-use crate::journal::{Journal, dispatch};
+use crate::journal::{Journal, dispatch, plugin_subscriber};
 use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::llm;
 use crate::memory::{LocalMemory, MemoryService};
@@ -335,7 +335,7 @@ async fn spawn_workers(
         {
             workers.spawn(dispatch::serve(
                 stores.journal.clone(),
-                Arc::new(dispatch::PluginSubscriber(handle.clone())),
+                Arc::new(plugin_subscriber::PluginSubscriber::new(handle.clone())),
                 manifest.events.subscribes.clone(),
                 stopping.clone(),
             ));

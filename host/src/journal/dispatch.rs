@@ -10,14 +10,11 @@
 use std::future::Future;
 use std::ops::{Deref, Range};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
 use super::{Event, Journal};
-use crate::plugin::runtime::CallError;
-use crate::plugin::supervisor::PluginHandle;
 
 /// Something that takes journal events. Every subscriber gets the same durable cursor,
 /// retries and dead letters.
@@ -120,65 +117,6 @@ const NOT_READY_FIRST_WAIT: Duration = Duration::from_millis(1);
 
 /// The longest wait between asks of a subscriber that is not ready.
 const NOT_READY_MAX_WAIT: Duration = Duration::from_millis(100);
-
-/// How long a plugin keeps taking one run's events before it hands the rest to the next
-/// run: other calls to the plugin wait at most this (plus one event) behind a run, and a run
-/// stays far inside the supervisor's hang grace.
-const RUN_FOR: Duration = Duration::from_millis(20);
-
-/// A plugin subscribing through its manifest's `events.subscribes`.
-pub struct PluginSubscriber(pub PluginHandle);
-
-impl Subscriber for PluginSubscriber {
-    fn id(&self) -> &str {
-        self.0.id()
-    }
-
-    async fn take(&self, event: &Event) -> Result<(), Undelivered> {
-        let delivered = event.clone();
-        self.0
-            .call(move |instance| instance.on_event(&delivered))
-            .await
-            .map_err(describe)
-    }
-
-    /// The whole run in one call on the plugin's thread (each event under its own epoch
-    /// deadline), so the hop to that thread is paid once per run rather than per event.
-    async fn take_run(&self, events: EventRun) -> Run {
-        let tried = events.len();
-        // Counted as they are taken: a run that faults still says how far it got.
-        let taken = Arc::new(AtomicUsize::new(0));
-        let counter = taken.clone();
-        let outcome = self
-            .0
-            .call(move |instance| {
-                let started = Instant::now();
-                for event in events.iter() {
-                    if counter.load(Ordering::Relaxed) > 0 && started.elapsed() >= RUN_FOR {
-                        break;
-                    }
-                    instance.on_event(event)?;
-                    counter.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(())
-            })
-            .await;
-        Run {
-            taken: taken.load(Ordering::Relaxed).min(tried),
-            failure: outcome.err().map(describe),
-        }
-    }
-}
-
-/// A failed plugin call as a delivery failure.
-fn describe(error: CallError) -> Undelivered {
-    let not_ready = error.is_restarting();
-    let error = match error {
-        CallError::Plugin(error) => format!("the plugin returned {error}"),
-        other => other.to_string(),
-    };
-    Undelivered { error, not_ready }
-}
 
 /// How many events are read per round.
 const READ_AHEAD: usize = 256;
@@ -683,7 +621,7 @@ async fn redeliver_retries<S: Subscriber>(
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::sync::atomic::AtomicBool;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     use cairn_storage::pg::cluster::TestCluster;
     use cairn_storage::pg::journal::PgJournal;

@@ -8,6 +8,7 @@
 //! `subscribers` and `dead_letters`.
 
 pub mod dispatch;
+pub mod plugin_subscriber;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

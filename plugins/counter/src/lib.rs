@@ -3,16 +3,19 @@
 //! At `init` it adds one to a start counter kept in the host's `kv` store and logs it, so
 //! every `cairn run` visibly shows the count grow; each event it receives bumps an event
 //! counter the same way. Its manifest is `manifests/counter.yaml`.
+//!
+//! Built against API 0.2.1, it takes a backlog of events as runs through `on-events`, one
+//! call into the plugin for many events, each counted as `on-event` counts it.
 
 wit_bindgen::generate!({
-    path: "../../wit/v0.2",
+    path: "../../wit/v0.2.1",
     world: "handler",
 });
 
 use cairn::plugin::types::LogLevel;
 use cairn::plugin::{kv, log};
 
-use exports::cairn::plugin::handler_plugin::Guest;
+use exports::cairn::plugin::handler_plugin::{Guest, RunFailure};
 use cairn::plugin::types::{Error, Event};
 
 struct Counter;
@@ -44,6 +47,13 @@ impl Guest for Counter {
             LogLevel::Info,
             &format!("counter: event #{seen} seq={} topic={}", event.seq, event.topic),
         );
+        Ok(())
+    }
+
+    fn on_events(events: Vec<Event>) -> Result<(), RunFailure> {
+        for (handled, event) in events.into_iter().enumerate() {
+            Self::on_event(event).map_err(|error| RunFailure { handled: handled as u32, error })?;
+        }
         Ok(())
     }
 }

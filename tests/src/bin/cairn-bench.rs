@@ -1129,7 +1129,9 @@ async fn dispatch_rate(
         for handle in handles {
             workers.spawn(cairn::journal::dispatch::serve(
                 journal.clone(),
-                Arc::new(cairn::journal::dispatch::PluginSubscriber(handle)),
+                Arc::new(cairn::journal::plugin_subscriber::PluginSubscriber::new(
+                    handle,
+                )),
                 patterns.clone(),
                 stopping.clone(),
             ));

@@ -673,3 +673,128 @@ fn a_replay_that_delivers_a_dead_lettered_event_clears_its_dead_letter() {
     assert_eq!(mender["dead_letters"], 0, "{mender}");
     assert_eq!(mender["lag"], 0, "{mender}");
 }
+
+/// The seqs a `runs` plugin logged taking, in order, with the export each came through.
+fn runs_taken(log: &str) -> Vec<(i64, String)> {
+    log.lines()
+        .filter_map(|line| {
+            let rest = line.split("runs: took seq=").nth(1)?;
+            let mut words = rest.split_whitespace();
+            let seq = words.next()?.parse().ok()?;
+            let via = words.nth(1)?.trim_end_matches('"').to_string();
+            Some((seq, via))
+        })
+        .collect()
+}
+
+#[test]
+fn a_0_2_1_handler_takes_a_run_in_one_call_and_a_failing_or_trapping_event_goes_alone() {
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    dir.plugin(
+        "runs",
+        "handler",
+        "runs",
+        "events: {subscribes: [message.received]}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+        ("CAIRN_JOURNAL_MAX_ATTEMPTS", "2"),
+        ("CAIRN_JOURNAL_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_SUPERVISOR_RESTART_BUDGET", "100"),
+        ("CAIRN_SUPERVISOR_BACKOFF_INITIAL_MS", "10"),
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
+    ];
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    for line in [
+        "one",
+        "two",
+        "please-fail three",
+        "four",
+        "please-trap five",
+        "six",
+    ] {
+        host.type_line(line);
+        host.wait_for(&format!("cairn> [offline] I received: user: {line}"), LONG);
+    }
+    host.wait_until(
+        LONG,
+        "the first round: four taken, two dead-lettered",
+        |log| runs_taken(log).len() >= 4 && log.matches("event dead-lettered").count() == 2,
+    );
+    let first_round = runs_taken(&host.log());
+    let ok: Vec<i64> = first_round.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(ok.len(), 4, "each good event once: {first_round:?}");
+
+    // Replayed, the six events are there at once: the plugin gets them as runs.
+    let data_arg = data.path().display().to_string();
+    let replay = cairn(&[
+        "journal",
+        "replay",
+        "--subscriber",
+        "runs",
+        "--from",
+        &ok[0].to_string(),
+        "--data",
+        &data_arg,
+    ]);
+    assert!(replay.status.success(), "{replay:?}");
+    host.wait_until(LONG, "the replay: the last event taken again", |log| {
+        runs_taken(log)
+            .iter()
+            .filter(|(seq, _)| *seq == ok[3])
+            .count()
+            == 2
+            && log.matches("event dead-lettered").count() == 4
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+
+    let replayed = &runs_taken(&log)[first_round.len()..];
+    let runs: Vec<usize> = log
+        .lines()
+        .filter_map(|l| l.split("runs: on-events call with ").nth(1))
+        .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+        .collect();
+    assert!(
+        runs.iter().any(|&events| events >= 3),
+        "the replayed backlog came as a run in one call: {runs:?}\n{log}"
+    );
+    // Every good event again, in journal order (one before the trap may come twice: a
+    // trapped run does not say how far it got, so its events are given again one by one).
+    let mut seen: Vec<i64> = replayed.iter().map(|(seq, _)| *seq).collect();
+    assert!(
+        seen.windows(2).all(|w| w[0] <= w[1]),
+        "in order: {replayed:?}"
+    );
+    seen.dedup();
+    assert_eq!(seen, ok, "every good event after the replay: {replayed:?}");
+    // The event after the trap went alone, through `on-event`.
+    assert!(
+        replayed.contains(&(ok[3], "on-event".to_string())),
+        "after a trapped run its events go one by one: {replayed:?}"
+    );
+    assert!(log.contains("runs: trapping on seq"), "the trap happened");
+    // Dead-lettered: the failing and the trapping event, and nothing else.
+    let asked: Vec<i64> = journal_events(data.path())
+        .iter()
+        .filter(|e| e["topic"] == "message.received")
+        .filter(|e| e["payload"].to_string().contains("please-"))
+        .filter_map(|e| e["seq"].as_i64())
+        .collect();
+    assert_eq!(asked.len(), 2, "two messages asked to fail or trap");
+    let letters = cairn(&["journal", "dead-letters", "--json", "--data", &data_arg]);
+    assert!(letters.status.success(), "{letters:?}");
+    let letters: Vec<serde_json::Value> = serde_json::from_slice(&letters.stdout).expect("json");
+    let mut dead: Vec<i64> = letters
+        .iter()
+        .filter(|l| l["subscriber"] == "runs")
+        .filter_map(|l| l["seq"].as_i64())
+        .collect();
+    dead.sort();
+    dead.dedup();
+    assert_eq!(dead, asked, "only what asked to fail or trap: {letters:?}");
+}

@@ -412,7 +412,7 @@ fn a_python_plugin_uses_kv_and_loads_from_the_compile_cache() {
 #[test]
 fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_side() {
     let dir = PluginDir::new();
-    // A v0.1 handler declared a channel; a v0.1 handler declared ^0.2; a v0.2 handler
+    // A v0.1 handler declared a channel; a v0.1 handler declared ^0.2; a v0.2.1 handler
     // (the bundled counter) declared ^0.1.
     dir.plugin("confused", "channel", "hostile", "");
     dir.component("hostile");
@@ -425,7 +425,7 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
         "too-old",
         "id: too-old\nversion: 1.0.0\nkind: handler\ncomponent: counter.wasm\napi: ^0.1\n",
     );
-    // The others start: steady is a v0.1 channel, counter a v0.2 handler.
+    // The others start: steady is a v0.1 channel, counter a v0.2.1 handler.
     dir.steady();
     dir.bundled("counter");
     let data = tempfile::tempdir().expect("data");
@@ -445,7 +445,9 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
     );
     let too_new = error_of(&mut host, "too-new");
     assert!(
-        too_new.contains("lacks the export cairn:plugin/handler-plugin@0.2.0")
+        too_new.contains(
+            "lacks the export cairn:plugin/handler-plugin@0.2.1 or cairn:plugin/handler-plugin@0.2.0"
+        )
             && too_new.contains("built against cairn:plugin@0.1.0: say `api: ^0.1`")
             && too_new.contains("too-new.yaml"),
         "{too_new}"
@@ -453,7 +455,7 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
     let too_old = error_of(&mut host, "too-old");
     assert!(
         too_old.contains("lacks the export cairn:plugin/handler-plugin@0.1.0")
-            && too_old.contains("built against cairn:plugin@0.2.0: say `api: ^0.2`"),
+            && too_old.contains("built against cairn:plugin@0.2.1: say `api: ^0.2`"),
         "{too_old}"
     );
     for id in ["steady", "counter"] {

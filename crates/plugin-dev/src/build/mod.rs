@@ -8,6 +8,7 @@ mod rust;
 
 use std::path::{Path, PathBuf};
 
+use cairn_plugin::bindings::ApiVersion;
 use cairn_plugin::manifest::{self, Manifest, World};
 
 use crate::{DevError, Language, io_error, write_wit};
@@ -56,7 +57,10 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
         world: World::of(manifest.kind),
         output: manifest.component.clone(),
     };
-    write_wit(&target.dir.join("wit"), manifest.api_version)?;
+    // The oldest version the manifest allows: every host it allows can load the plugin, and
+    // a project keeps its contract until its manifest asks for a newer one (`^0.2.1`).
+    let api = ApiVersion::oldest_matching(&manifest.api).unwrap_or(manifest.api_version);
+    write_wit(&target.dir.join("wit"), api)?;
     if let Some(parent) = target.output.parent() {
         std::fs::create_dir_all(parent).map_err(io_error(parent))?;
     }

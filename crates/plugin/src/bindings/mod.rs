@@ -66,10 +66,11 @@ macro_rules! world_glue {
 pub mod v0_1;
 pub mod v0_2;
 
-/// A journal event as `on-event` takes it, borrowed rather than copied.
-pub use v0_2::EventView;
 /// The newest API's WIT types, which every call into a plugin speaks.
 pub use v0_2::types as latest;
+/// A journal event as `on-event` takes it, borrowed rather than copied, and how far a run of
+/// them delivered through `on-events` got when one failed.
+pub use v0_2::{EventView, RunFailure};
 
 /// A plugin API version this host implements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -82,10 +83,15 @@ pub enum ApiVersion {
     /// and token usage, recall measured from a given "now", memories valid from a given time.
     #[serde(rename = "0.2.0")]
     V0_2,
+    /// `cairn:plugin@0.2.1`, WIT in `wit/v0.2.1`: 0.2.0 and, for a handler, `on-events`, a run
+    /// of events in one call. Semver-compatible: its imports are 0.2.0's, found by the
+    /// linker's semver lookup, and so are its other exports.
+    #[serde(rename = "0.2.1")]
+    V0_2_1,
 }
 
 /// Every API version this host supports, oldest first.
-pub const SUPPORTED_APIS: &[ApiVersion] = &[ApiVersion::V0_1, ApiVersion::V0_2];
+pub const SUPPORTED_APIS: &[ApiVersion] = &[ApiVersion::V0_1, ApiVersion::V0_2, ApiVersion::V0_2_1];
 
 impl ApiVersion {
     /// The semver of the WIT package.
@@ -93,6 +99,7 @@ impl ApiVersion {
         match self {
             ApiVersion::V0_1 => Version::new(0, 1, 0),
             ApiVersion::V0_2 => Version::new(0, 2, 0),
+            ApiVersion::V0_2_1 => Version::new(0, 2, 1),
         }
     }
 
@@ -101,6 +108,16 @@ impl ApiVersion {
         SUPPORTED_APIS
             .iter()
             .rev()
+            .copied()
+            .find(|api| requirement.matches(&api.version()))
+    }
+
+    /// The oldest supported version matching a manifest's requirement: what a plugin is
+    /// built against, so that every host version the requirement allows can load it (`^0.2`
+    /// builds against 0.2.0; a plugin asks for 0.2.1's `on-events` with `^0.2.1`).
+    pub fn oldest_matching(requirement: &VersionReq) -> Option<Self> {
+        SUPPORTED_APIS
+            .iter()
             .copied()
             .find(|api| requirement.matches(&api.version()))
     }
@@ -175,6 +192,9 @@ pub fn add_to_linker(linker: &mut Linker<PluginContext>) -> wasmtime::Result<()>
 /// The result of a call into a plugin: a trap, or the plugin's own answer.
 pub type Call<T> = wasmtime::Result<Result<T, latest::Error>>;
 
+/// The result of `on-events`: a trap, or every event handled, or how far the run got.
+pub type RunCall = wasmtime::Result<Result<(), RunFailure>>;
+
 /// A plugin's component, checked to implement one world of one API version, ready to be
 /// instantiated.
 pub trait ExportsPre: Send + Sync {
@@ -191,6 +211,7 @@ pub fn exports_pre(
     match api {
         ApiVersion::V0_1 => v0_1::exports_pre(world, pre),
         ApiVersion::V0_2 => v0_2::exports_pre(world, pre),
+        ApiVersion::V0_2_1 => v0_2::exports_pre_0_2_1(world, pre),
     }
 }
 
@@ -230,6 +251,18 @@ pub trait HandlerExports: Send {
     fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()>;
     /// `on-event`.
     fn on_event(&self, store: &mut Store<PluginContext>, event: &EventView<'_>) -> Call<()>;
+    /// `on-events`, when the plugin's API has it (0.2.1 and later); `None` otherwise.
+    fn on_events(
+        &self,
+        _store: &mut Store<PluginContext>,
+        _events: &[EventView<'_>],
+    ) -> Option<RunCall> {
+        None
+    }
+    /// Whether `on_events` answers: the plugin takes a run of events in one call.
+    fn takes_runs(&self) -> bool {
+        false
+    }
 }
 
 /// A memory backend's exports in the newest API's types.
@@ -264,4 +297,30 @@ pub trait MemoryBackendExports: Send {
     fn count(&self, store: &mut Store<PluginContext>, scope: &latest::MemoryScope) -> Call<u64>;
     /// `health`.
     fn health(&self, store: &mut Store<PluginContext>) -> Call<String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_requirement_runs_on_its_newest_version_and_builds_against_its_oldest() {
+        let cases = [
+            ("^0.1", ApiVersion::V0_1, ApiVersion::V0_1),
+            ("^0.2", ApiVersion::V0_2_1, ApiVersion::V0_2),
+            ("^0.2.1", ApiVersion::V0_2_1, ApiVersion::V0_2_1),
+            (">=0.1", ApiVersion::V0_2_1, ApiVersion::V0_1),
+        ];
+        for (requirement, newest, oldest) in cases {
+            let requirement = VersionReq::parse(requirement).expect("a requirement");
+            assert_eq!(ApiVersion::newest_matching(&requirement), Some(newest));
+            assert_eq!(ApiVersion::oldest_matching(&requirement), Some(oldest));
+        }
+        let none = VersionReq::parse("^0.3").expect("a requirement");
+        assert_eq!(ApiVersion::oldest_matching(&none), None);
+        assert_eq!(
+            ApiVersion::V0_2_1.export_name(World::Handler),
+            "cairn:plugin/handler-plugin@0.2.1"
+        );
+    }
 }

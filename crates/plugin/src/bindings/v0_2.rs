@@ -6,6 +6,10 @@
 //! `capabilities/`). The exports are called as they are: their types are the newest. A
 //! handler's `on-event` alone is typed by hand, with a borrowed event (`on_event.rs`), so a
 //! delivery does not copy the event before lowering it.
+//!
+//! `cairn:plugin@0.2.1` (`wit/v0.2.1`) adds one export, a handler's `on-events`, and is
+//! otherwise 0.2.0 under a semver-compatible name: wasmtime's linker and export lookup match
+//! `@0.2.1` to `@0.2.0`, so this module serves both, and only `on-events` is typed apart.
 
 use wasmtime::Store;
 
@@ -47,10 +51,30 @@ pub use handler::cairn::plugin::types;
 pub mod convert;
 mod on_event;
 
-pub use on_event::EventView;
-use on_event::handler_pre;
+use on_event::{Delivery, handler_pre_of};
+pub use on_event::{EventView, RunFailure};
 
 world_glue!();
+
+/// A v0.2.0 handler: `on-event` only.
+fn handler_pre(
+    pre: wasmtime::component::InstancePre<PluginContext>,
+) -> wasmtime::Result<Box<dyn ExportsPre>> {
+    handler_pre_of(pre, Delivery::EventByEvent)
+}
+
+/// Check that the component implements `world` of 0.2.1. Its imports and its channel's and
+/// memory backend's exports are 0.2.0's under a semver-compatible name, which wasmtime finds
+/// for 0.2.0's bindings; a handler also exports `on-events`.
+pub(super) fn exports_pre_0_2_1(
+    world: World,
+    pre: wasmtime::component::InstancePre<PluginContext>,
+) -> wasmtime::Result<Box<dyn ExportsPre>> {
+    match world {
+        World::Handler => handler_pre_of(pre, Delivery::Runs),
+        World::Channel | World::MemoryBackend => exports_pre(world, pre),
+    }
+}
 
 impl ChannelExports for channel::Channel {
     fn init(&self, store: &mut Store<PluginContext>, config: &str) -> Call<()> {

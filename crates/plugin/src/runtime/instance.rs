@@ -26,11 +26,13 @@ impl PluginInstance {
             None => Err(CallError::NotExported(world)),
             Some(Ok(Ok(value))) => Ok(value),
             Some(Ok(Err(error))) => Err(CallError::Plugin(convert::from_wit_error(error))),
-            Some(Err(trap)) => Err(CallError::Fault(classify(
-                &trap,
-                self.store.data().hit_memory_limit(),
-            ))),
+            Some(Err(trap)) => Err(self.fault(&trap)),
         }
+    }
+
+    /// A trap as the fault it was.
+    fn fault(&self, trap: &wasmtime::Error) -> CallError {
+        CallError::Fault(classify(trap, self.store.data().hit_memory_limit()))
     }
 
     /// Call `init` with the manifest's config as JSON.
@@ -84,6 +86,47 @@ impl PluginInstance {
         });
         self.store.data_mut().set_handling_depth(None);
         outcome
+    }
+
+    /// The longest one call may run (the manifest's `limits.timeout_ms`).
+    pub fn timeout(&self) -> Duration {
+        self.deadline.timeout
+    }
+
+    /// Whether the plugin takes a run of events in one call: a handler of API 0.2.1 or later,
+    /// which exports `on-events`.
+    pub fn takes_runs(&self) -> bool {
+        matches!(&self.exports, Exports::Handler(h) if h.takes_runs())
+    }
+
+    /// Call a handler's `on-events` with a run of events, in one call under one epoch
+    /// deadline (the caller keeps a run well inside it). Events emitted meanwhile count as
+    /// emitted while handling the deepest of the run's events, so an emit loop is cut no
+    /// later than one event at a time would cut it.
+    pub fn on_events(&mut self, events: &[Event]) -> Result<(), RunStopped> {
+        let Some(depth) = events.iter().map(|event| event.depth).max() else {
+            return Ok(());
+        };
+        let views: Vec<_> = events.iter().map(convert::event_view).collect();
+        self.store.data_mut().set_handling_depth(Some(depth));
+        self.store.set_epoch_deadline(self.deadline.ticks);
+        let outcome = match &self.exports {
+            Exports::Handler(h) => h.on_events(&mut self.store, &views),
+            _ => None,
+        };
+        self.store.data_mut().set_handling_depth(None);
+        let stopped = |handled: usize, error: CallError| Err(RunStopped { handled, error });
+        match outcome {
+            None => stopped(0, CallError::NotExported(World::Handler)),
+            Some(Ok(Ok(()))) => Ok(()),
+            // A plugin claiming to have handled the whole run while failing has the last
+            // event retried alone: delivery stays at least once.
+            Some(Ok(Err(failure))) => stopped(
+                (failure.handled as usize).min(events.len() - 1),
+                CallError::Plugin(convert::from_wit_error(failure.error)),
+            ),
+            Some(Err(trap)) => stopped(0, self.fault(&trap)),
+        }
     }
 
     /// Call a memory backend's `store-entry`.
@@ -161,4 +204,14 @@ impl PluginInstance {
             _ => None,
         })
     }
+}
+
+/// Why a run of events given to `on-events` stopped short.
+#[derive(Debug)]
+pub struct RunStopped {
+    /// How many events, from the first, the plugin handled; 0 after a fault, since which
+    /// event faulted is not known.
+    pub handled: usize,
+    /// Why the next one was not handled.
+    pub error: CallError,
 }

@@ -35,7 +35,7 @@ use super::config::RuntimeConfig;
 use super::logging::PluginLog;
 use super::manifest::{Manifest, World};
 
-pub use instance::PluginInstance;
+pub use instance::{PluginInstance, RunStopped};
 
 /// Why the runtime or a plugin could not be prepared.
 #[derive(Debug, thiserror::Error)]
@@ -157,7 +157,10 @@ impl CallError {
 /// Settings of a plugin's calls derived from the runtime config and its manifest.
 #[derive(Debug, Clone, Copy)]
 struct Deadline {
+    /// Epoch ticks a call may run.
     ticks: u64,
+    /// The manifest's `limits.timeout_ms`.
+    timeout: Duration,
 }
 
 /// The one wasmtime engine of a host, with its linker and compile cache.
@@ -427,6 +430,7 @@ impl Runtime {
         let tick_ms = self.epoch_tick.as_millis().max(1) as u64;
         let deadline = Deadline {
             ticks: manifest.limits.timeout_ms.div_ceil(tick_ms) + 1,
+            timeout: Duration::from_millis(manifest.limits.timeout_ms),
         };
         Ok(PreparedPlugin {
             engine: self.engine.clone(),

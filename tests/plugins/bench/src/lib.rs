@@ -4,9 +4,12 @@
 //! same function the harness calls natively for the ratio); topic `bench.imports` calls the
 //! cheapest host import (`lifecycle.interrupted`) as many times as the payload says, and
 //! `bench.llm` calls `llm.complete` with a one-line request as many times.
+//!
+//! Built against API 0.2.1, it also takes a run of events in one `on-events` call, each
+//! event handled as `on-event` handles it.
 
 wit_bindgen::generate!({
-    path: "../../../wit/v0.2",
+    path: "../../../wit/v0.2.1",
     world: "handler",
 });
 
@@ -14,7 +17,7 @@ use std::hint::black_box;
 
 use cairn::plugin::types::{ChatMessage, CompletionRequest, Error, Event, ResponseFormat};
 use cairn::plugin::{lifecycle, llm};
-use exports::cairn::plugin::handler_plugin::Guest;
+use exports::cairn::plugin::handler_plugin::{Guest, RunFailure};
 
 struct Bench;
 
@@ -61,6 +64,13 @@ impl Guest for Bench {
             }
             other => Err(Error::InvalidInput(format!("unknown bench topic {other}"))),
         }
+    }
+
+    fn on_events(events: Vec<Event>) -> Result<(), RunFailure> {
+        for (handled, event) in events.into_iter().enumerate() {
+            Self::on_event(event).map_err(|error| RunFailure { handled: handled as u32, error })?;
+        }
+        Ok(())
     }
 }
 

@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use cairn::journal::dispatch::{EventRun, PluginSubscriber, Run, Subscriber, Undelivered};
+use cairn::journal::dispatch::{EventRun, Run, Subscriber, Undelivered};
+use cairn::journal::plugin_subscriber::PluginSubscriber;
 use cairn::journal::{Event, Journal, JournalConfig};
 
 /// Events appended, one a millisecond.
@@ -74,7 +75,7 @@ pub async fn measure(scratch: &Path, component: &Path) -> Result<EmitLatency> {
     let handle = handles.into_iter().next().context("a subscriber")?;
     journal.subscribe(handle.id(), &patterns).await?;
     let timed = Arc::new(Timed {
-        plugin: PluginSubscriber(handle),
+        plugin: PluginSubscriber::new(handle),
         taken: Mutex::default(),
     });
     let (stop, stopping) = tokio::sync::watch::channel(false);

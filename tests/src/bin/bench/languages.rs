@@ -71,6 +71,8 @@ struct Measured {
     /// The same call through wasmtime alone, for the compiled languages (the interpreters'
     /// components import WASI versions the plain linker lacks).
     bare_call_ns: Option<f64>,
+    /// Per event of a run given to `on-events` in one call, for a plugin of API 0.2.1.
+    run_call_ns: Option<f64>,
     import_ns: f64,
 }
 
@@ -125,8 +127,24 @@ pub fn language_rows(
             });
         }
     }
+    for m in &measured {
+        if let Some(per_event) = m.run_call_ns {
+            rows.push(Row {
+                name: format!(
+                    "plugin in {}: host→guest per event of a {RUN}-event on-events call",
+                    m.language
+                ),
+                value: per_event,
+                unit: "ns",
+                note: format!("{:.2}x one on-event call", per_event / m.call_ns),
+            });
+        }
+    }
     Ok(())
 }
+
+/// Events in the run the `on-events` row gives a plugin per call.
+const RUN: usize = 64;
 
 fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> Result<Measured> {
     let (cold_ms, warm_ms) = compile_times(scratch, subject)?;
@@ -169,6 +187,17 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
     } else {
         None
     };
+    let run_call_ns = if instance.takes_runs() {
+        let run = vec![checksum.clone(); RUN];
+        let per_run = per_iteration(Duration::from_secs(2), || {
+            instance
+                .on_events(black_box(&run))
+                .map_err(|stopped| anyhow::anyhow!("checksum run: {:?}", stopped.error))
+        })?;
+        Some(per_run * 1e9 / RUN as f64)
+    } else {
+        None
+    };
     let import_ns = import_call_ns(&mut instance)?;
     Ok(Measured {
         language: subject.language,
@@ -178,6 +207,7 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
         instantiate_us,
         call_ns,
         bare_call_ns,
+        run_call_ns,
         import_ns,
     })
 }

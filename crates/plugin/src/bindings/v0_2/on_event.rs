@@ -5,12 +5,18 @@
 //! [`EventView`] is the same record with borrowed strings: a delivery copies each string
 //! once, straight into the guest's memory. The export's type is checked against the view
 //! when an instance is made, as the generated binding checks its own.
+//!
+//! A 0.2.1 handler also exports `on-events`, typed here the same way with a slice of views:
+//! a run of events costs one call into the plugin instead of one per event.
 
 use wasmtime::Store;
-use wasmtime::component::{ComponentExportIndex, ComponentType, InstancePre, Lower, TypedFunc};
+use wasmtime::component::{
+    ComponentExportIndex, ComponentType, InstancePre, Lift, Lower, TypedFunc,
+};
 
 use super::handler::{Handler, HandlerIndices};
 use super::{Call, Exports, ExportsPre, latest};
+use crate::bindings::RunCall;
 use crate::bindings::{ApiVersion, HandlerExports};
 use crate::capabilities::PluginContext;
 use crate::manifest::World;
@@ -41,9 +47,30 @@ pub struct EventView<'a> {
     pub created_at: i64,
 }
 
+/// The WIT record `handler-plugin.run-failure` (0.2.1): how far a run of events got.
+#[derive(Debug, Clone, ComponentType, Lift)]
+#[component(record)]
+pub struct RunFailure {
+    /// How many events, from the first, the plugin handled.
+    pub handled: u32,
+    /// Why the next one failed.
+    pub error: latest::Error,
+}
+
 /// `on-event` typed with the borrowed event; covariant in its parameters, so one typed
 /// function takes views of any lifetime.
 type OnEvent = TypedFunc<(EventView<'static>,), (Result<(), latest::Error>,)>;
+
+/// `on-events` typed with a slice of borrowed events, likewise.
+type OnEvents = TypedFunc<(&'static [EventView<'static>],), (Result<(), RunFailure>,)>;
+
+/// How a handler takes its events: the API version decides.
+pub(super) enum Delivery {
+    /// One `on-event` call per event (0.2.0).
+    EventByEvent,
+    /// `on-events` for a run, `on-event` for one (0.2.1).
+    Runs,
+}
 
 /// A v0.2 handler component checked to export the handler world, with where its exports
 /// are (looked up once, not per instance).
@@ -51,23 +78,38 @@ struct V0_2HandlerPre {
     pre: InstancePre<PluginContext>,
     bindings: HandlerIndices,
     on_event: ComponentExportIndex,
+    on_events: Option<ComponentExportIndex>,
 }
 
-/// Check that `pre`'s component implements v0.2's handler world, and find its `on-event`.
-pub(super) fn handler_pre(
+/// Check that `pre`'s component implements v0.2's handler world, and find its `on-event`
+/// and, for `Delivery::Runs`, its `on-events`.
+pub(super) fn handler_pre_of(
     pre: InstancePre<PluginContext>,
+    delivery: Delivery,
 ) -> wasmtime::Result<Box<dyn ExportsPre>> {
-    let interface = ApiVersion::V0_2.export_name(World::Handler);
+    let api = match delivery {
+        Delivery::EventByEvent => ApiVersion::V0_2,
+        Delivery::Runs => ApiVersion::V0_2_1,
+    };
+    let interface = api.export_name(World::Handler);
     let bindings = HandlerIndices::new(&pre)?;
     let component = pre.component();
-    let on_event = component
-        .get_export_index(None, &interface)
-        .and_then(|exported| component.get_export_index(Some(&exported), "on-event"))
-        .ok_or_else(|| wasmtime::format_err!("no `on-event` exported in `{interface}`"))?;
+    let find = |name: &str| {
+        component
+            .get_export_index(None, &interface)
+            .and_then(|exported| component.get_export_index(Some(&exported), name))
+            .ok_or_else(|| wasmtime::format_err!("no `{name}` exported in `{interface}`"))
+    };
+    let on_event = find("on-event")?;
+    let on_events = match delivery {
+        Delivery::EventByEvent => None,
+        Delivery::Runs => Some(find("on-events")?),
+    };
     Ok(Box::new(V0_2HandlerPre {
         pre,
         bindings,
         on_event,
+        on_events,
     }))
 }
 
@@ -76,9 +118,14 @@ impl ExportsPre for V0_2HandlerPre {
         let instance = self.pre.instantiate(&mut *store)?;
         let bindings = self.bindings.load(&mut *store, &instance)?;
         let on_event = instance.get_typed_func(&mut *store, self.on_event)?;
+        let on_events = match self.on_events {
+            Some(index) => Some(instance.get_typed_func(&mut *store, index)?),
+            None => None,
+        };
         Ok(Exports::Handler(Box::new(V0_2Handler {
             bindings,
             on_event,
+            on_events,
         })))
     }
 }
@@ -87,6 +134,7 @@ impl ExportsPre for V0_2HandlerPre {
 struct V0_2Handler {
     bindings: Handler,
     on_event: OnEvent,
+    on_events: Option<OnEvents>,
 }
 
 impl HandlerExports for V0_2Handler {
@@ -99,5 +147,18 @@ impl HandlerExports for V0_2Handler {
     fn on_event(&self, store: &mut Store<PluginContext>, event: &EventView<'_>) -> Call<()> {
         let (outcome,) = self.on_event.call(store, (*event,))?;
         Ok(outcome)
+    }
+
+    fn on_events(
+        &self,
+        store: &mut Store<PluginContext>,
+        events: &[EventView<'_>],
+    ) -> Option<RunCall> {
+        let on_events = self.on_events.as_ref()?;
+        Some(on_events.call(store, (events,)).map(|(outcome,)| outcome))
+    }
+
+    fn takes_runs(&self) -> bool {
+        self.on_events.is_some()
     }
 }
