@@ -469,7 +469,7 @@ fn a_component_of_the_wrong_world_or_api_fails_alone_and_both_apis_run_side_by_s
             .any(|line| line.contains("component") && line.contains(id) && line.contains(api))
     };
     assert!(
-        bound("plugin=steady", "0.1.0") && bound("plugin=counter", "0.2.0"),
+        bound("plugin=steady", "0.1.0") && bound("plugin=counter", "0.2.1"),
         "each plugin is bound with the API it was built against:\n{log}"
     );
 }
