@@ -13,7 +13,7 @@
 
 use wasmtime::Store;
 
-use super::{Call, ChannelExports, Exports, ExportsPre, MemoryBackendExports, latest};
+use super::{ApiVersion, Call, ChannelExports, Exports, ExportsPre, MemoryBackendExports, latest};
 use crate::capabilities::PluginContext;
 use crate::manifest::World;
 
@@ -51,7 +51,7 @@ pub use handler::cairn::plugin::types;
 pub mod convert;
 mod on_event;
 
-use on_event::{Delivery, handler_pre_of};
+use on_event::handler_pre_of;
 pub use on_event::{EventView, RunFailure};
 
 world_glue!();
@@ -60,7 +60,7 @@ world_glue!();
 fn handler_pre(
     pre: wasmtime::component::InstancePre<PluginContext>,
 ) -> wasmtime::Result<Box<dyn ExportsPre>> {
-    handler_pre_of(pre, Delivery::EventByEvent)
+    handler_pre_of(pre, ApiVersion::V0_2)
 }
 
 /// Check that the component implements `world` of 0.2.1. Its imports and its channel's and
@@ -71,7 +71,7 @@ pub(super) fn exports_pre_0_2_1(
     pre: wasmtime::component::InstancePre<PluginContext>,
 ) -> wasmtime::Result<Box<dyn ExportsPre>> {
     match world {
-        World::Handler => handler_pre_of(pre, Delivery::Runs),
+        World::Handler => handler_pre_of(pre, ApiVersion::V0_2_1),
         World::Channel | World::MemoryBackend => exports_pre(world, pre),
     }
 }

@@ -16,8 +16,7 @@ use wasmtime::component::{
 
 use super::handler::{Handler, HandlerIndices};
 use super::{Call, Exports, ExportsPre, latest};
-use crate::bindings::RunCall;
-use crate::bindings::{ApiVersion, HandlerExports};
+use crate::bindings::{ApiVersion, HandlerExports, RunCall};
 use crate::capabilities::PluginContext;
 use crate::manifest::World;
 
@@ -64,14 +63,6 @@ type OnEvent = TypedFunc<(EventView<'static>,), (Result<(), latest::Error>,)>;
 /// `on-events` typed with a slice of borrowed events, likewise.
 type OnEvents = TypedFunc<(&'static [EventView<'static>],), (Result<(), RunFailure>,)>;
 
-/// How a handler takes its events: the API version decides.
-pub(super) enum Delivery {
-    /// One `on-event` call per event (0.2.0).
-    EventByEvent,
-    /// `on-events` for a run, `on-event` for one (0.2.1).
-    Runs,
-}
-
 /// A v0.2 handler component checked to export the handler world, with where its exports
 /// are (looked up once, not per instance).
 struct V0_2HandlerPre {
@@ -81,16 +72,12 @@ struct V0_2HandlerPre {
     on_events: Option<ComponentExportIndex>,
 }
 
-/// Check that `pre`'s component implements v0.2's handler world, and find its `on-event`
-/// and, for `Delivery::Runs`, its `on-events`.
+/// Check that `pre`'s component implements the handler world of `api` (0.2.0 or 0.2.1), and
+/// find its `on-event` and, from 0.2.1 on, its `on-events`.
 pub(super) fn handler_pre_of(
     pre: InstancePre<PluginContext>,
-    delivery: Delivery,
+    api: ApiVersion,
 ) -> wasmtime::Result<Box<dyn ExportsPre>> {
-    let api = match delivery {
-        Delivery::EventByEvent => ApiVersion::V0_2,
-        Delivery::Runs => ApiVersion::V0_2_1,
-    };
     let interface = api.export_name(World::Handler);
     let bindings = HandlerIndices::new(&pre)?;
     let component = pre.component();
@@ -101,10 +88,9 @@ pub(super) fn handler_pre_of(
             .ok_or_else(|| wasmtime::format_err!("no `{name}` exported in `{interface}`"))
     };
     let on_event = find("on-event")?;
-    let on_events = match delivery {
-        Delivery::EventByEvent => None,
-        Delivery::Runs => Some(find("on-events")?),
-    };
+    let on_events = (api >= ApiVersion::V0_2_1)
+        .then(|| find("on-events"))
+        .transpose()?;
     Ok(Box::new(V0_2HandlerPre {
         pre,
         bindings,
@@ -118,10 +104,10 @@ impl ExportsPre for V0_2HandlerPre {
         let instance = self.pre.instantiate(&mut *store)?;
         let bindings = self.bindings.load(&mut *store, &instance)?;
         let on_event = instance.get_typed_func(&mut *store, self.on_event)?;
-        let on_events = match self.on_events {
-            Some(index) => Some(instance.get_typed_func(&mut *store, index)?),
-            None => None,
-        };
+        let on_events = self
+            .on_events
+            .map(|index| instance.get_typed_func(&mut *store, index))
+            .transpose()?;
         Ok(Exports::Handler(Box::new(V0_2Handler {
             bindings,
             on_event,
