@@ -12,9 +12,9 @@ use std::ops::{Deref, Range};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
-use super::{Event, Journal};
+use super::{Event, Journal, Pending};
 
 /// Something that takes journal events. Every subscriber gets the same durable cursor,
 /// retries and dead letters.
@@ -325,145 +325,284 @@ pub async fn serve<S: Subscriber>(
         return;
     }
     let appended = journal.watch(&patterns);
-    let mut at: Option<Position> = None;
-    let mut operator_looked: Option<Instant> = None;
-    let mut dead_letters = DeadLetters::default();
-    loop {
-        if *stop.borrow() {
-            return;
+    let mut serving = Serving {
+        journal,
+        subscriber,
+        id,
+        patterns,
+        stop,
+        appended,
+        at: None,
+        looked: None,
+        dead_letters: DeadLetters::default(),
+        batch: CursorBatch::new(),
+        read_ahead: None,
+    };
+    while serving.round().await {}
+}
+
+/// One subscriber's delivery, and what it carries from one round of events to the next.
+struct Serving<S> {
+    journal: Arc<Journal>,
+    subscriber: Arc<S>,
+    id: String,
+    patterns: Vec<String>,
+    stop: watch::Receiver<bool>,
+    /// Woken when this process appends a matching event.
+    appended: Arc<Notify>,
+    /// Where it is in the journal; none until it holds the subscription and read its cursor.
+    at: Option<Position>,
+    /// When it last looked for what an operator did.
+    looked: Option<Instant>,
+    dead_letters: DeadLetters,
+    /// Taken events whose cursor move is not committed yet. It is carried from round to
+    /// round, so the end of a round costs no commit of its own.
+    batch: CursorBatch,
+    /// The next round, read while the last run of the one before was delivered.
+    read_ahead: Option<Pending>,
+}
+
+impl<S: Subscriber> Serving<S> {
+    /// Look for what an operator did when it is time, then read a round of events and
+    /// deliver it (or wait for one); false when serving ends.
+    async fn round(&mut self) -> bool {
+        let look_due = self
+            .looked
+            .is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK);
+        if look_due || *self.stop.borrow() {
+            // What was taken is recorded first: a replay the look takes notice of is never
+            // overridden by a commit decided before it.
+            if !self.commit().await || *self.stop.borrow() {
+                return false;
+            }
         }
-        if operator_looked.is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK) {
-            operator_looked = Some(Instant::now());
-            // On a journal several hosts share, one delivers to each subscriber: another
-            // host holds it, so look again in a while, from the cursor as it is then.
-            let held = journal.hold(&id).await.unwrap_or_else(|e| {
-                tracing::warn!(subscriber = %id, "cannot hold the subscription: {e}");
-                false
-            });
-            if !held {
-                at = None;
-                tokio::select! {
-                    _ = tokio::time::sleep(OPERATOR_LOOK) => {}
-                    _ = stop.changed() => {}
-                }
-                continue;
-            }
-            if !redeliver_retries(&journal, &*subscriber, &mut stop).await {
-                return;
-            }
-            if let Some(cursor) = take_rewind(&journal, &id).await {
-                at = Some(Position {
-                    cursor,
-                    searched_to: cursor,
-                });
-            }
-            dead_letters.look(&journal, &id);
-            match journal.cursor(&id) {
-                Ok(Some(stored)) if at.is_none_or(|at| at.cursor != stored) => {
-                    at = Some(Position {
-                        cursor: stored,
-                        searched_to: stored,
-                    });
-                }
-                Ok(Some(_)) => {}
-                Ok(None) => return,
-                Err(e) => {
-                    tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
-                    return;
-                }
+        if look_due {
+            match self.look().await {
+                Looked::Holding => {}
+                Looked::HeldElsewhere => return true,
+                Looked::End => return false,
             }
         }
-        let Some(mut position) = at else { return };
-        let pending = match journal.pending(position.searched_to, &patterns, READ_AHEAD) {
-            Ok(pending) => pending,
-            Err(e) => {
-                tracing::error!(subscriber = %id, "cannot read the journal: {e}");
-                super::Pending::default()
-            }
+        let Some(mut position) = self.at else {
+            return false;
+        };
+        let pending = match self.read_ahead.take() {
+            Some(pending) => pending,
+            None => read(
+                &self.journal,
+                &self.id,
+                &self.patterns,
+                position.searched_to,
+            ),
         };
         position.searched_to = position.searched_to.max(pending.searched_to);
         if pending.events.is_empty() {
-            // Far behind on events it never takes: move the durable cursor past them, so
-            // retention can prune them.
-            if position.searched_to - position.cursor >= READ_AHEAD as i64 {
-                match journal.advance(&id, position.searched_to).await {
-                    Ok(()) => position.cursor = position.searched_to,
-                    Err(e) => tracing::warn!(subscriber = %id, "cannot move the cursor: {e}"),
-                }
-            }
-            at = Some(position);
-            tokio::select! {
-                _ = appended.notified() => {}
-                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
-                _ = stop.changed() => {}
-            }
-            continue;
+            return self.idle(position).await;
         }
-        let mut batch = CursorBatch::new();
-        let round: Arc<[Event]> = pending.events.into();
-        let mut events: &[Event] = &round;
-        while let Some(first) = events.first() {
-            if operator_looked.is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK) {
+        let going = self.deliver(pending.events.into(), &mut position).await;
+        self.at = Some(position);
+        going
+    }
+
+    /// Commit the cursor move of everything taken; false (logged) when it cannot be recorded.
+    async fn commit(&mut self) -> bool {
+        match self.at.as_mut() {
+            Some(position) => self.batch.commit(&self.journal, &self.id, position).await,
+            None => true,
+        }
+    }
+
+    /// Renew this host's hold on the subscription, deliver the dead letters an operator asked
+    /// to retry, and take notice of a replay or a cursor moved from elsewhere.
+    async fn look(&mut self) -> Looked {
+        let (journal, id) = (&self.journal, self.id.as_str());
+        self.looked = Some(Instant::now());
+        // Read from where the look leaves the cursor, never ahead of it.
+        self.read_ahead = None;
+        // On a journal several hosts share, one delivers to each subscriber: another host
+        // holds it, so look again in a while, from the cursor as it is then.
+        let held = journal.hold(id).await.unwrap_or_else(|e| {
+            tracing::warn!(subscriber = %id, "cannot hold the subscription: {e}");
+            false
+        });
+        if !held {
+            self.at = None;
+            tokio::select! {
+                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+                _ = self.stop.changed() => {}
+            }
+            return Looked::HeldElsewhere;
+        }
+        if !redeliver_retries(journal, &*self.subscriber, &mut self.stop).await {
+            return Looked::End;
+        }
+        if let Some(cursor) = take_rewind(journal, id).await {
+            self.at = Some(Position {
+                cursor,
+                searched_to: cursor,
+            });
+        }
+        self.dead_letters.look(journal, id);
+        match journal.cursor(id) {
+            Ok(Some(stored)) if self.at.is_none_or(|at| at.cursor != stored) => {
+                self.at = Some(Position {
+                    cursor: stored,
+                    searched_to: stored,
+                });
+                Looked::Holding
+            }
+            Ok(Some(_)) => Looked::Holding,
+            Ok(None) => Looked::End,
+            Err(e) => {
+                tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
+                Looked::End
+            }
+        }
+    }
+
+    /// Nothing to deliver: record what was taken, and wait for an append, the next look or
+    /// the stop; false when serving ends.
+    async fn idle(&mut self, mut position: Position) -> bool {
+        if !self
+            .batch
+            .commit(&self.journal, &self.id, &mut position)
+            .await
+        {
+            return false;
+        }
+        // Far behind on events it never takes: move the durable cursor past them, so
+        // retention can prune them.
+        if position.searched_to - position.cursor >= READ_AHEAD as i64 {
+            match self.journal.advance(&self.id, position.searched_to).await {
+                Ok(()) => position.cursor = position.searched_to,
+                Err(e) => tracing::warn!(subscriber = %self.id, "cannot move the cursor: {e}"),
+            }
+        }
+        self.at = Some(position);
+        tokio::select! {
+            _ = self.appended.notified() => {}
+            _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+            _ = self.stop.changed() => {}
+        }
+        true
+    }
+
+    /// Deliver a round's events in runs, each fitting in the cursor batch, so a crash
+    /// still redelivers at most this batch and the sealed one committed beside its run;
+    /// false when serving ends.
+    async fn deliver(&mut self, round: Arc<[Event]>, position: &mut Position) -> bool {
+        let mut next = 0;
+        while next < round.len() {
+            if self
+                .looked
+                .is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK)
+            {
                 // A long round: look first (renewing this host's hold on a shared journal,
                 // so no other host takes over meanwhile), then search on from the cursor.
-                if !batch.commit(&journal, &id, &mut position).await {
-                    return;
+                self.read_ahead = None;
+                if !self.batch.commit(&self.journal, &self.id, position).await {
+                    return false;
                 }
                 position.searched_to = position.cursor;
-                break;
+                return true;
             }
-            // A run fits in the cursor batch, so a crash still redelivers at most this batch
-            // and the sealed one committed beside its run.
-            let room = CURSOR_EVERY.saturating_sub(batch.count).max(1);
-            let tried = room.min(events.len());
-            let offset = round.len() - events.len();
-            let window = EventRun::new(round.clone(), offset..offset + tried);
-            let (moved, run) = batch
-                .commit_beside(&journal, &id, &mut position, subscriber.take_run(window))
+            let room = CURSOR_EVERY.saturating_sub(self.batch.count).max(1);
+            let tried = room.min(round.len() - next);
+            let window = EventRun::new(round.clone(), next..next + tried);
+            let (moved, run) = self
+                .run(window, next + tried == round.len(), position)
                 .await;
             if !moved {
-                return;
+                return false;
             }
-            let (taken, rest) = events.split_at(run.taken.min(tried));
-            taken.iter().for_each(|event| batch.took(event.seq));
-            dead_letters.taken(&journal, &id, taken).await;
-            events = rest;
-            let alone = match (run.failure, events.first()) {
-                (Some(error), Some(failed)) if taken.len() < tried => Some((Some(error), failed)),
+            let taken = &round[next..next + run.taken.min(tried)];
+            taken.iter().for_each(|event| self.batch.took(event.seq));
+            self.dead_letters
+                .taken(&self.journal, &self.id, taken)
+                .await;
+            let failed = match run.failure {
+                Some(error) if taken.len() < tried => Some(Some(error)),
                 // A run that took nothing and did not fail: deliver its first event alone.
-                (None, _) if taken.is_empty() => Some((None, first)),
+                None if taken.is_empty() => Some(None),
                 _ => None,
             };
-            if let Some((failed, event)) = alone {
-                let lone = Lone { event, failed };
+            next += taken.len();
+            if let Some(failed) = failed {
+                let lone = Lone {
+                    event: &round[next],
+                    failed,
+                };
                 if !deliver_alone(
-                    &journal,
-                    &*subscriber,
+                    &self.journal,
+                    &*self.subscriber,
                     lone,
-                    &dead_letters,
-                    &mut batch,
-                    &mut position,
-                    &mut stop,
+                    &self.dead_letters,
+                    &mut self.batch,
+                    position,
+                    &mut self.stop,
                 )
                 .await
                 {
-                    return;
+                    return false;
                 }
-                events = &events[1..];
+                next += 1;
             }
-            if *stop.borrow() {
-                batch.commit(&journal, &id, &mut position).await;
-                return;
+            if *self.stop.borrow() {
+                self.batch.commit(&self.journal, &self.id, position).await;
+                return false;
             }
-            if batch.due() {
-                batch.seal();
+            if self.batch.due() {
+                self.batch.seal();
             }
         }
-        if !batch.commit(&journal, &id, &mut position).await {
-            return;
-        }
-        at = Some(position);
+        true
     }
+
+    /// Deliver `window` while the sealed batch's cursor move is committed and, when the run
+    /// ends the round, the next round is read: whether the move was recorded, and the run.
+    /// The run is handed over first, so the subscriber works while the dispatcher commits
+    /// and reads.
+    async fn run(
+        &mut self,
+        window: EventRun,
+        ends_round: bool,
+        position: &mut Position,
+    ) -> (bool, Run) {
+        let (journal, id, patterns) = (&self.journal, self.id.as_str(), &self.patterns);
+        let after = position.searched_to;
+        let run = self.subscriber.take_run(window);
+        let read_next = async { ends_round.then(|| read(journal, id, patterns, after)) };
+        let ((moved, run), next) = tokio::join!(
+            biased;
+            self.batch.commit_beside(journal, id, position, run),
+            read_next
+        );
+        if next.is_some() {
+            self.read_ahead = next;
+        }
+        (moved, run)
+    }
+}
+
+/// How a look for what an operator did ended.
+enum Looked {
+    /// This host holds the subscription and knows where it is.
+    Holding,
+    /// Another host delivers to it for now; looked at again in a while.
+    HeldElsewhere,
+    /// Serving ends: the host is stopping, or the subscription or its cursor is gone.
+    End,
+}
+
+/// Up to [`READ_AHEAD`] events after `after` matching `patterns`; none (logged) when the
+/// journal cannot be read.
+fn read(journal: &Journal, id: &str, patterns: &[String], after: i64) -> Pending {
+    journal
+        .pending(after, patterns, READ_AHEAD)
+        .unwrap_or_else(|e| {
+            tracing::error!(subscriber = %id, "cannot read the journal: {e}");
+            Pending::default()
+        })
 }
 
 /// How far a subscriber's dead letters reach, as of the last look. An event at or below

@@ -111,7 +111,7 @@ fn main() -> Result<()> {
     );
 
     // `cargo xtask bench SECTION` runs one section: plugins, buffer, route, e2e, journal,
-    // hosts, claim, cognition, memory.
+    // hosts, claim, cognition, memory; `dispatch` runs the journal's dispatch rows alone.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -133,6 +133,10 @@ fn main() -> Result<()> {
     if wanted("journal") {
         eprintln!("bench: journal");
         journal_rows(&mut rows, scratch.path(), &rust_component)?;
+    }
+    if only.as_deref() == Some("dispatch") {
+        eprintln!("bench: dispatch (the journal's dispatch rows alone)");
+        only_dispatch_rows(&mut rows, scratch.path(), &rust_component)?;
     }
     if wanted("hosts") {
         eprintln!("bench: hosts");
@@ -885,6 +889,20 @@ async fn dispatch_rows(
         });
     }
     Ok(())
+}
+
+/// The journal section's SQLite dispatch rows alone (`cargo xtask bench dispatch`), for
+/// working on the dispatcher without the append, PostgreSQL and latency rows.
+fn only_dispatch_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        for subscribers in [1usize, 10] {
+            dispatch_rows(rows, scratch, component, subscribers, None).await?;
+        }
+        Ok(())
+    })
 }
 
 /// Rounds of each dispatch measurement, native and WASM taking turns.
