@@ -898,6 +898,7 @@ fn only_dispatch_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> 
         .enable_all()
         .build()?;
     runtime.block_on(async {
+        handle_call_row(rows, scratch, component).await?;
         for subscribers in [1usize, 10] {
             dispatch_rows(rows, scratch, component, subscribers, None).await?;
         }
@@ -905,8 +906,45 @@ fn only_dispatch_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> 
     })
 }
 
+/// Calls timed through a supervised plugin's handle.
+const HANDLE_CALLS: usize = 20_000;
+
+/// The round trip of an empty call through a supervised plugin's handle, from a task of the
+/// async runtime as the dispatcher makes it: what a run of events pays on top of the guest's
+/// work (the hops to the plugin's thread and back).
+async fn handle_call_row(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result<()> {
+    let dir = scratch.join("handle-call");
+    std::fs::create_dir_all(&dir)?;
+    let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
+    let (host, handles) =
+        bench_subscribers(&dir, component, &["called".into()], false, journal).await?;
+    let handle = handles
+        .first()
+        .ok_or_else(|| anyhow::anyhow!("the bench plugin did not start"))?;
+    let mut took = Vec::with_capacity(HANDLE_CALLS);
+    for _ in 0..HANDLE_CALLS {
+        let started = Instant::now();
+        handle
+            .call(|instance| Ok(black_box(instance.timeout())))
+            .await?;
+        took.push(started.elapsed().as_secs_f64() * 1e6);
+    }
+    host.stop().await;
+    took.sort_by(f64::total_cmp);
+    rows.push(Row {
+        name: "call through a supervised plugin's handle (empty)".into(),
+        value: percentile(&took, 0.5),
+        unit: "µs",
+        note: format!(
+            "p50 of {HANDLE_CALLS} calls in turn from an async task; p99 {:.1} µs: the hops to the plugin's thread and back that each run of events pays",
+            percentile(&took, 0.99)
+        ),
+    });
+    Ok(())
+}
+
 /// Rounds of each dispatch measurement, native and WASM taking turns.
-const DISPATCH_ROUNDS: usize = 5;
+const DISPATCH_ROUNDS: usize = 9;
 
 /// Journal rows: durable append, dispatch to WASM subscribers next to a native one, and
 /// emit → on-event latency at 1k events/s.
@@ -947,6 +985,7 @@ fn journal_rows(rows: &mut Vec<Row>, scratch: &Path, component: &Path) -> Result
             }
         }
 
+        handle_call_row(rows, scratch, component).await?;
         for subscribers in [1usize, 10] {
             dispatch_rows(rows, scratch, component, subscribers, postgres).await?;
         }

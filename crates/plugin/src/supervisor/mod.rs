@@ -1,24 +1,33 @@
-//! Supervision of running plugins: one supervisor thread per plugin serves calls in order,
+//! Supervision of running plugins: one supervisor thread per plugin starts its instance,
 //! polls channels on their interval, and restarts the plugin after a fault with capped
 //! exponential backoff until its restart budget is spent, then quarantines it.
 //!
-//! The instance itself lives on an executor thread of its own. A call that runs past its
-//! deadline inside wasm traps on the epoch deadline; a call stuck in a blocking host call
-//! (a long WASI sleep, say) cannot be interrupted, so once `limits.timeout_ms` plus a grace
-//! period has passed the supervisor answers the caller, abandons that executor (whose next
-//! wasm instruction traps, ending it) and counts a timeout fault.
+//! The instance itself lives on an executor thread of its own, which takes calls in order
+//! straight from the plugin's [`queue::CallQueue`]: a call is one hop to that thread and one
+//! back, and the supervisor is woken only by what it must act on (a start, a fault, a stop, a
+//! poll, a look at the running call). A call that runs past its deadline inside wasm traps on
+//! the epoch deadline; a call stuck in a blocking host call (a long WASI sleep, say) cannot be
+//! interrupted, so once `limits.timeout_ms` plus a grace period has passed the supervisor
+//! answers the caller, abandons that executor (whose next wasm instruction traps, ending it)
+//! and counts a timeout fault.
 //!
 //! A fault (trap, timeout, memory-limit hit, failed instantiation or `init`) always drops the
 //! instance: wasmtime poisons a trapped store, so the next start builds a fresh store from the
 //! plugin's `InstancePre`.
 
+mod queue;
+
 use std::collections::VecDeque;
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self as std_mpsc, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
+
+use queue::CallQueue;
 
 use super::capabilities::HostServices;
 use super::config::SupervisorConfig;
@@ -30,8 +39,9 @@ use cairn_storage::now_ms;
 /// instance is abandoned.
 const HANG_GRACE: Duration = Duration::from_secs(1);
 
-/// Work on a live instance; returns the fault the work hit, if any.
-type InstanceWork = Box<dyn FnOnce(&mut PluginInstance) -> Option<Fault> + Send>;
+/// How often the supervisor looks at how long the running call has taken: a call stuck in a
+/// host call is abandoned at most this long after its limit.
+const HANG_WATCH: Duration = Duration::from_millis(200);
 
 /// A caller's call run on the instance, or given the plugin's state while it is not
 /// running; returns the fault it hit, if any.
@@ -41,7 +51,18 @@ type CallWork = Box<dyn FnOnce(Result<&mut PluginInstance, PluginState>) -> Opti
 /// and `abandon` to answer the caller if the instance hangs.
 struct Job {
     run: CallWork,
-    abandon: Box<dyn FnOnce(Fault) + Send>,
+    abandon: Abandon,
+}
+
+/// Answers a call's caller with the fault of an instance that hung in it.
+type Abandon = Box<dyn FnOnce(Fault) + Send>;
+
+/// An instance's fault, reported by its executor thread.
+struct Faulted {
+    /// The number of the start that made the instance (a late report of an abandoned one
+    /// is ignored).
+    start: u64,
+    fault: Fault,
 }
 
 enum Command {
@@ -55,6 +76,7 @@ enum Command {
 pub struct PluginHandle {
     id: Arc<str>,
     commands: Sender<Command>,
+    calls: Arc<CallQueue>,
 }
 
 impl PluginHandle {
@@ -90,7 +112,8 @@ impl PluginHandle {
         }
     }
 
-    /// Queue `call` on the plugin's executor; the receiver yields its result.
+    /// Queue `call` for the plugin's instance (through the supervisor while none is taking
+    /// calls); the receiver yields its result.
     fn send<T: Send + 'static>(
         &self,
         call: impl FnOnce(&mut PluginInstance) -> Result<T, CallError> + Send + 'static,
@@ -126,6 +149,9 @@ impl PluginHandle {
             }),
             abandon: Box::new(move |fault| answer_with(Err(CallError::Fault(fault)))),
         };
+        let Err(job) = self.calls.push(job) else {
+            return Ok(answer);
+        };
         if self.commands.send(Command::Call(job)).is_err() {
             return Err(self.stopped());
         }
@@ -154,7 +180,9 @@ impl Supervised {
         status: Arc<StatusLog>,
         config: SupervisorConfig,
     ) -> std::io::Result<Self> {
-        let (commands, inbox) = mpsc::channel();
+        let (commands, inbox) = crossbeam_channel::unbounded();
+        let (fault_reports, faulted) = crossbeam_channel::unbounded();
+        let calls = Arc::new(CallQueue::default());
         let manifest = prepared.manifest().clone();
         let id: Arc<str> = manifest.id.as_str().into();
         let supervisor = Supervisor {
@@ -168,7 +196,12 @@ impl Supervised {
             services,
             status,
             config,
-            executor: None,
+            calls: calls.clone(),
+            fault_reports,
+            starts: 0,
+            live: None,
+            polling: Arc::new(AtomicBool::new(false)),
+            next_watch: None,
             state: PluginState::Starting,
             next_poll: None,
             retry_at: None,
@@ -179,9 +212,13 @@ impl Supervised {
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{id}"))
-            .spawn(move || supervisor.run(inbox))?;
+            .spawn(move || supervisor.run(inbox, faulted))?;
         Ok(Self {
-            handle: PluginHandle { id, commands },
+            handle: PluginHandle {
+                id,
+                commands,
+                calls,
+            },
             thread: Some(thread),
         })
     }
@@ -201,7 +238,8 @@ impl Supervised {
         answer.await.unwrap_or(PluginState::Stopped)
     }
 
-    /// Stop the plugin after its current call, and wait for its supervisor thread.
+    /// Stop the plugin once the calls made so far are done (waiting for them up to its call
+    /// limit), and wait for its supervisor thread.
     pub async fn stop(mut self) {
         let (reply, answer) = oneshot::channel();
         if self.handle.commands.send(Command::Stop(reply)).is_ok() {
@@ -213,59 +251,46 @@ impl Supervised {
     }
 }
 
-/// How a piece of work on the executor ended.
-enum Outcome {
-    /// It completed; the instance is healthy.
-    Done,
-    /// It faulted; the executor has dropped the instance.
-    Faulted(Fault),
-    /// It did not return within the call limit; the executor is abandoned.
-    Hung,
-}
-
-/// The thread owning a live instance.
-struct Executor {
-    work: Sender<(InstanceWork, Sender<Option<Fault>>)>,
-}
-
-impl Executor {
-    /// Spawn a thread that instantiates the plugin, calls `init`, then runs work until a
-    /// fault or until dropped. Returns the executor and the outcome of `init`.
-    fn spawn(
-        prepared: Arc<PreparedPlugin>,
-        services: Arc<HostServices>,
-    ) -> std::io::Result<(Self, Receiver<Result<(), CallError>>)> {
-        let (work, inbox) = mpsc::channel::<(InstanceWork, Sender<Option<Fault>>)>();
-        let (started, started_rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name(format!("wasm-{}", prepared.manifest().id))
-            .spawn(move || {
-                let config = prepared.manifest().config.to_string();
-                let instance = prepared
-                    .instantiate(services)
-                    .map_err(CallError::Fault)
-                    .and_then(|mut instance| instance.init(&config).map(|()| instance));
-                let mut instance = match instance {
-                    Ok(instance) => {
-                        let _ = started.send(Ok(()));
-                        instance
-                    }
-                    Err(error) => {
-                        let _ = started.send(Err(error));
-                        return;
-                    }
-                };
-                while let Ok((work, done)) = inbox.recv() {
-                    let fault = work(&mut instance);
-                    let poisoned = fault.is_some();
-                    let _ = done.send(fault);
-                    if poisoned {
-                        return;
-                    }
+/// Spawn the thread of the instance of start number `start`: it instantiates the plugin,
+/// calls `init` (answering on the returned channel), then runs the calls `calls` gives it
+/// until the queue closes to it or a call faults, which it reports on `faults`.
+fn spawn_executor(
+    prepared: Arc<PreparedPlugin>,
+    services: Arc<HostServices>,
+    calls: Arc<CallQueue>,
+    start: u64,
+    faults: Sender<Faulted>,
+) -> std::io::Result<std_mpsc::Receiver<Result<(), CallError>>> {
+    let (started, started_rx) = std_mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("wasm-{}", prepared.manifest().id))
+        .spawn(move || {
+            let config = prepared.manifest().config.to_string();
+            let instance = prepared
+                .instantiate(services)
+                .map_err(CallError::Fault)
+                .and_then(|mut instance| instance.init(&config).map(|()| instance));
+            let mut instance = match instance {
+                Ok(instance) => {
+                    let _ = started.send(Ok(()));
+                    instance
                 }
-            })?;
-        Ok((Self { work }, started_rx))
-    }
+                Err(error) => {
+                    let _ = started.send(Err(error));
+                    return;
+                }
+            };
+            while let Some(call) = calls.next(start) {
+                let fault = call(Ok(&mut instance));
+                calls.finished(start);
+                if let Some(fault) = fault {
+                    // The store is poisoned: the instance ends here.
+                    let _ = faults.send(Faulted { start, fault });
+                    return;
+                }
+            }
+        })?;
+    Ok(started_rx)
 }
 
 struct Supervisor {
@@ -275,7 +300,18 @@ struct Supervisor {
     config: SupervisorConfig,
     call_limit: Duration,
     poll_interval: Option<Duration>,
-    executor: Option<Executor>,
+    /// The calls for the live instance.
+    calls: Arc<CallQueue>,
+    /// Where executor threads report faults.
+    fault_reports: Sender<Faulted>,
+    /// Starts so far: each instance is known by the number of the start that made it.
+    starts: u64,
+    /// The live instance's start number, if one is running.
+    live: Option<u64>,
+    /// A poll is queued and not yet run (a slow poll is not stacked).
+    polling: Arc<AtomicBool>,
+    /// When to look next at how long the running call has taken.
+    next_watch: Option<Instant>,
     state: PluginState,
     next_poll: Option<Instant>,
     retry_at: Option<Instant>,
@@ -290,33 +326,113 @@ impl Supervisor {
         &self.prepared.manifest().id
     }
 
-    fn run(mut self, inbox: Receiver<Command>) {
+    fn run(mut self, inbox: Receiver<Command>, faulted: Receiver<Faulted>) {
         self.publish(PluginState::Starting);
         loop {
-            let wakeup = [self.next_poll, self.retry_at].into_iter().flatten().min();
-            let command = match wakeup {
-                Some(at) => inbox.recv_timeout(at.saturating_duration_since(Instant::now())),
-                None => inbox.recv().map_err(|_| RecvTimeoutError::Disconnected),
-            };
-            match command {
-                Ok(Command::Start(reply)) => {
-                    self.start();
-                    let _ = reply.send(self.state);
-                }
-                Ok(Command::Call(job)) => self.call(job),
-                Ok(Command::Stop(reply)) => {
-                    self.executor = None;
-                    // A quarantined plugin stays visibly quarantined after the host stops.
-                    if self.state != PluginState::Quarantined {
-                        self.publish(PluginState::Stopped);
+            let wakeup = [self.next_poll, self.retry_at, self.next_watch]
+                .into_iter()
+                .flatten()
+                .min();
+            // With nothing to wake for, wait for a command or a fault as long as it takes.
+            let timeout = wakeup.map_or(Duration::from_secs(3600), |at| {
+                at.saturating_duration_since(Instant::now())
+            });
+            crossbeam_channel::select! {
+                recv(inbox) -> command => match command {
+                    Ok(Command::Start(reply)) => {
+                        self.start();
+                        let _ = reply.send(self.state);
                     }
-                    let _ = reply.send(());
-                    return;
+                    Ok(Command::Call(job)) => self.call(job),
+                    Ok(Command::Stop(reply)) => {
+                        self.stop();
+                        let _ = reply.send(());
+                        return;
+                    }
+                    Err(_) => {
+                        self.stop();
+                        return;
+                    }
+                },
+                recv(faulted) -> report => {
+                    if let Ok(Faulted { start, fault }) = report
+                        && self.live == Some(start)
+                    {
+                        self.lose_instance(fault);
+                    }
                 }
-                Err(RecvTimeoutError::Timeout) => self.on_timer(),
-                Err(RecvTimeoutError::Disconnected) => return,
+                default(timeout) => self.on_timer(),
             }
         }
+    }
+
+    /// Stop after the calls made so far (waiting up to the call limit for them), answering
+    /// any made meanwhile with `stopped`.
+    fn stop(&mut self) {
+        let mut drained = true;
+        if self.live.is_some() {
+            let (reached, wait) = std_mpsc::channel();
+            let marker = Job {
+                run: Box::new(move |_| {
+                    let _ = reached.send(());
+                    None
+                }),
+                abandon: Box::new(|_| {}),
+            };
+            drained = self.calls.push(marker).is_ok() && wait.recv_timeout(self.call_limit).is_ok();
+        }
+        let closed = self.calls.close();
+        if !drained && let Some(abandon) = closed.running {
+            abandon(self.hang_fault());
+        }
+        self.live = None;
+        // A quarantined plugin stays visibly quarantined after the host stops.
+        if self.state != PluginState::Quarantined {
+            self.publish(PluginState::Stopped);
+        }
+        for job in closed.left {
+            (job.run)(Err(PluginState::Stopped));
+        }
+    }
+
+    /// A call that found no instance taking calls: one may have started since; otherwise it
+    /// is answered with the plugin's state.
+    fn call(&mut self, job: Job) {
+        let job = match self.live {
+            Some(_) => match self.calls.push(job) {
+                Ok(()) => return,
+                Err(job) => job,
+            },
+            None => job,
+        };
+        (job.run)(Err(self.state));
+    }
+
+    /// The live instance faulted or hung: close its queue, count the fault (restart or
+    /// quarantine), and answer the calls it left with the plugin's new state.
+    fn lose_instance(&mut self, fault: Fault) {
+        let closed = self.calls.close();
+        self.live = None;
+        self.next_watch = None;
+        self.on_fault(fault);
+        for job in closed.left {
+            (job.run)(Err(self.state));
+        }
+    }
+
+    /// Abandon the live instance if its running call is past the call limit.
+    fn watch(&mut self) {
+        self.next_watch = None;
+        if self.live.is_none() {
+            return;
+        }
+        if let Some(abandon) = self.calls.hung(self.call_limit) {
+            let fault = self.hang_fault();
+            abandon(fault.clone());
+            self.lose_instance(fault);
+            return;
+        }
+        self.next_watch = Some(Instant::now() + HANG_WATCH);
     }
 
     fn hang_fault(&self) -> Fault {
@@ -326,48 +442,6 @@ impl Supervisor {
                 "call did not return within {} ms (blocked in a host call); instance abandoned",
                 self.call_limit.as_millis()
             ),
-        }
-    }
-
-    /// Run work on the executor and wait for it, up to the call limit.
-    fn execute(&mut self, work: InstanceWork) -> Outcome {
-        let Some(executor) = &self.executor else {
-            return Outcome::Done;
-        };
-        let ended = || {
-            Outcome::Faulted(Fault {
-                kind: FaultKind::Trap,
-                message: "the instance's thread ended unexpectedly".into(),
-            })
-        };
-        let (done, finished) = mpsc::channel();
-        if executor.work.send((work, done)).is_err() {
-            return ended();
-        }
-        match finished.recv_timeout(self.call_limit) {
-            Ok(None) => Outcome::Done,
-            Ok(Some(fault)) => Outcome::Faulted(fault),
-            Err(RecvTimeoutError::Timeout) => Outcome::Hung,
-            Err(RecvTimeoutError::Disconnected) => ended(),
-        }
-    }
-
-    fn call(&mut self, job: Job) {
-        if self.executor.is_none() {
-            (job.run)(Err(self.state));
-            return;
-        }
-        let Job { run, abandon } = job;
-        let work: InstanceWork = Box::new(move |instance| run(Ok(instance)));
-        match self.execute(work) {
-            Outcome::Done => {}
-            // The run has answered its caller already.
-            Outcome::Faulted(fault) => self.on_fault(fault),
-            Outcome::Hung => {
-                let fault = self.hang_fault();
-                abandon(fault.clone());
-                self.on_fault(fault);
-            }
         }
     }
 
@@ -386,15 +460,29 @@ impl Supervisor {
         if self.next_poll.is_some_and(|at| at <= now) {
             self.poll();
         }
+        if self.next_watch.is_some_and(|at| at <= now) {
+            self.watch();
+        }
     }
 
     fn start(&mut self) {
         self.publish(PluginState::Starting);
-        let spawned = Executor::spawn(self.prepared.clone(), self.services.clone());
-        let (executor, started) = match spawned {
-            Ok(spawned) => spawned,
+        self.starts += 1;
+        let start = self.starts;
+        // Calls made while the instance runs `init` wait for it.
+        self.calls.open(start);
+        self.polling.store(false, Ordering::Relaxed);
+        let spawned = spawn_executor(
+            self.prepared.clone(),
+            self.services.clone(),
+            self.calls.clone(),
+            start,
+            self.fault_reports.clone(),
+        );
+        let started = match spawned {
+            Ok(started) => started,
             Err(e) => {
-                self.on_fault(Fault {
+                self.lose_instance(Fault {
                     kind: FaultKind::Instantiate,
                     message: format!("cannot spawn the instance thread: {e}"),
                 });
@@ -409,54 +497,68 @@ impl Supervisor {
                 message: "the instance's thread ended during start".into(),
             })),
         };
-        match outcome {
+        let fault = match outcome {
             Ok(()) => {
-                self.executor = Some(executor);
-                self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
+                self.live = Some(start);
+                let now = Instant::now();
+                self.next_poll = self.poll_interval.map(|interval| now + interval);
+                self.next_watch = Some(now + HANG_WATCH);
                 tracing::info!(plugin = self.id(), "plugin started");
                 self.publish(PluginState::Running);
+                return;
             }
-            Err(CallError::Fault(fault)) => self.on_fault(fault),
-            Err(CallError::Plugin(error)) => self.on_fault(Fault {
+            Err(CallError::Fault(fault)) => fault,
+            Err(CallError::Plugin(error)) => Fault {
                 kind: FaultKind::InitFailed,
                 message: format!("init returned {error}"),
-            }),
-            Err(CallError::NotExported(world)) => self.on_fault(Fault {
+            },
+            Err(CallError::NotExported(world)) => Fault {
                 kind: FaultKind::InitFailed,
                 message: format!("a {world:?} plugin has no init export"),
-            }),
+            },
             // Start runs on the executor's own instance: it is running by definition.
-            Err(not_running @ CallError::NotRunning { .. }) => self.on_fault(Fault {
+            Err(not_running @ CallError::NotRunning { .. }) => Fault {
                 kind: FaultKind::InitFailed,
                 message: not_running.to_string(),
-            }),
-        }
+            },
+        };
+        self.lose_instance(fault);
     }
 
+    /// Queue a poll of a channel plugin, unless the last one has not run yet.
     fn poll(&mut self) {
-        if self.executor.is_none() {
-            self.next_poll = None;
+        self.next_poll = None;
+        if self.live.is_none() || self.polling.swap(true, Ordering::Relaxed) {
+            self.next_poll = self
+                .live
+                .and(self.poll_interval)
+                .map(|i| Instant::now() + i);
             return;
         }
         let plugin = self.prepared.manifest().id.clone();
-        let work: InstanceWork = Box::new(move |instance| match instance.poll() {
-            Ok(()) => None,
-            Err(CallError::Fault(fault)) => Some(fault),
-            Err(error) => {
-                tracing::warn!(plugin, "poll failed: {error}");
-                None
-            }
-        });
-        match self.execute(work) {
-            Outcome::Done => {}
-            Outcome::Faulted(fault) => return self.on_fault(fault),
-            Outcome::Hung => return self.on_fault(self.hang_fault()),
+        let polling = self.polling.clone();
+        let poll = Job {
+            run: Box::new(move |instance| {
+                let fault = match instance.map(|instance| instance.poll()) {
+                    Ok(Err(CallError::Fault(fault))) => Some(fault),
+                    Ok(Err(error)) => {
+                        tracing::warn!(plugin, "poll failed: {error}");
+                        None
+                    }
+                    Ok(Ok(())) | Err(_) => None,
+                };
+                polling.store(false, Ordering::Relaxed);
+                fault
+            }),
+            abandon: Box::new(|_| {}),
+        };
+        if self.calls.push(poll).is_err() {
+            self.polling.store(false, Ordering::Relaxed);
         }
         self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
     }
 
     fn on_fault(&mut self, fault: Fault) {
-        self.executor = None;
         self.next_poll = None;
         self.faults += 1;
         self.last_error = Some(fault.to_string());

@@ -1,0 +1,178 @@
+//! The calls waiting for a plugin's live instance. The instance's executor thread takes them
+//! straight from here, so a call costs one hop to that thread and one back; the supervisor
+//! opens the queue for each new instance, looks at how long the running call has taken, and
+//! closes the queue after a fault, a hang or a stop, answering what was left.
+
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::{Abandon, CallWork, Job};
+
+/// The calls for one plugin's instance, in the order they were made.
+#[derive(Default)]
+pub(super) struct CallQueue {
+    state: Mutex<Queued>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct Queued {
+    jobs: VecDeque<Job>,
+    /// The instance taking calls, by the number of its start; none while no instance does,
+    /// when calls go to the supervisor, which answers them with the plugin's state.
+    open_for: Option<u64>,
+    /// The call the instance is running: when it began, and how to answer its caller if the
+    /// instance hangs.
+    running: Option<(Instant, Abandon)>,
+}
+
+/// What was still queued when the queue closed, and the call that was running.
+pub(super) struct Closed {
+    /// Calls never begun, for the supervisor to answer with the plugin's state.
+    pub left: Vec<Job>,
+    /// How to answer the running call's caller, if a call was running.
+    pub running: Option<Abandon>,
+}
+
+impl CallQueue {
+    fn lock(&self) -> MutexGuard<'_, Queued> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queue `job` for the live instance; it comes back when no instance is taking calls.
+    pub(super) fn push(&self, job: Job) -> Result<(), Job> {
+        let mut queued = self.lock();
+        if queued.open_for.is_none() {
+            return Err(job);
+        }
+        queued.jobs.push_back(job);
+        drop(queued);
+        self.ready.notify_one();
+        Ok(())
+    }
+
+    /// Take calls for the instance of start number `start` (calls made while it runs `init`
+    /// wait for it).
+    pub(super) fn open(&self, start: u64) {
+        self.lock().open_for = Some(start);
+    }
+
+    /// The next call for the instance of start `start`, waiting for one; none once the queue
+    /// is closed to it. How to answer its caller is kept until [`CallQueue::finished`].
+    pub(super) fn next(&self, start: u64) -> Option<CallWork> {
+        let mut queued = self.lock();
+        loop {
+            if queued.open_for != Some(start) {
+                return None;
+            }
+            if let Some(job) = queued.jobs.pop_front() {
+                queued.running = Some((Instant::now(), job.abandon));
+                return Some(job.run);
+            }
+            queued = self.ready.wait(queued).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The instance of start `start` finished its call.
+    pub(super) fn finished(&self, start: u64) {
+        let mut queued = self.lock();
+        if queued.open_for == Some(start) {
+            queued.running = None;
+        }
+    }
+
+    /// How to answer the running call's caller, if that call has run for `limit` or longer:
+    /// it is the supervisor's to answer from then on.
+    pub(super) fn hung(&self, limit: Duration) -> Option<Abandon> {
+        let mut queued = self.lock();
+        match &queued.running {
+            Some((since, _)) if since.elapsed() >= limit => {
+                queued.running.take().map(|(_, abandon)| abandon)
+            }
+            _ => None,
+        }
+    }
+
+    /// Stop taking calls; the instance's thread ends after its current call.
+    pub(super) fn close(&self) -> Closed {
+        let mut queued = self.lock();
+        queued.open_for = None;
+        let closed = Closed {
+            left: queued.jobs.drain(..).collect(),
+            running: queued.running.take().map(|(_, abandon)| abandon),
+        };
+        drop(queued);
+        self.ready.notify_all();
+        closed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A job that counts, in `answered`, the callers it answered with a state or a hang.
+    fn job(answered: &Arc<AtomicUsize>) -> Job {
+        let (by_state, by_hang) = (answered.clone(), answered.clone());
+        Job {
+            run: Box::new(move |instance| {
+                if instance.is_err() {
+                    by_state.fetch_add(1, Ordering::Relaxed);
+                }
+                None
+            }),
+            abandon: Box::new(move |_| {
+                by_hang.fetch_add(1, Ordering::Relaxed);
+            }),
+        }
+    }
+
+    #[test]
+    fn calls_go_to_the_open_instance_and_a_closed_queue_hands_back_what_was_left() {
+        let queue = CallQueue::default();
+        let answered = Arc::new(AtomicUsize::new(0));
+        assert!(
+            queue.push(job(&answered)).is_err(),
+            "no instance takes calls before the first opens the queue"
+        );
+        queue.open(1);
+        for _ in 0..3 {
+            assert!(queue.push(job(&answered)).is_ok());
+        }
+        let first = queue.next(1).expect("the first call");
+        assert!(
+            queue.hung(Duration::from_secs(60)).is_none(),
+            "not hung yet"
+        );
+        let abandon = queue.hung(Duration::ZERO).expect("past a zero limit");
+        abandon(crate::runtime::Fault {
+            kind: crate::runtime::FaultKind::Timeout,
+            message: "hung".into(),
+        });
+        assert_eq!(answered.load(Ordering::Relaxed), 1, "its caller answered");
+        drop(first);
+        let closed = queue.close();
+        assert_eq!(closed.left.len(), 2, "the two calls never begun");
+        assert!(
+            closed.running.is_none(),
+            "the hung call was answered already"
+        );
+        assert!(queue.next(1).is_none(), "the closed instance takes no more");
+        queue.open(2);
+        assert!(queue.push(job(&answered)).is_ok());
+        assert!(
+            queue.next(1).is_none(),
+            "an abandoned instance never takes the next one's calls"
+        );
+        assert!(queue.next(2).is_some());
+        queue.finished(1);
+        assert!(
+            queue.hung(Duration::ZERO).is_some(),
+            "a late finish of the abandoned instance does not clear the live one's call"
+        );
+    }
+}
