@@ -1,8 +1,8 @@
 //! The floor of a host→guest call: the same component's `on-event`, with the same event,
 //! called through wasmtime 48 alone — the `bindgen!` binding on a plain engine (component
-//! model on, no epoch deadline, no pooling, no memory limiter), WASI linked, every other
-//! import a trap (the checksum path calls none). What Cairn's call costs beyond this is the
-//! host's own: its deadline, its bookkeeping, its sandbox.
+//! model on, no pooling, no memory limiter, and no epoch deadline unless asked), WASI linked,
+//! every other import a trap (the checksum path calls none). What Cairn's call costs beyond
+//! this is the host's own: its deadline, its bookkeeping, its sandbox.
 
 use std::path::Path;
 
@@ -36,10 +36,13 @@ pub struct BareHandler {
 }
 
 impl BareHandler {
-    /// Compile and instantiate `component` and call its `init` with `{}`.
-    pub fn new(component: &Path) -> Result<Self> {
+    /// Compile and instantiate `component` and call its `init` with `{}`; with
+    /// `epoch_deadline`, the code is compiled with epoch interruption (the check Cairn's
+    /// deadlines need at every function entry and loop) under a deadline never reached.
+    pub fn new(component: &Path, epoch_deadline: bool) -> Result<Self> {
         let mut config = Config::new();
         config.wasm_component_model(true);
+        config.epoch_interruption(epoch_deadline);
         let engine = Engine::new(&config)?;
         let component = Component::from_file(&engine, component)
             .map_err(|e| anyhow::anyhow!("compiling {}: {e:#}", component.display()))?;
@@ -51,6 +54,9 @@ impl BareHandler {
             table: ResourceTable::new(),
         };
         let mut store = Store::new(&engine, bare);
+        if epoch_deadline {
+            store.set_epoch_deadline(u64::MAX / 2);
+        }
         let handler = Handler::instantiate(&mut store, &component, &linker)?;
         handler
             .cairn_plugin_handler_plugin()

@@ -71,6 +71,8 @@ struct Measured {
     /// The same call through wasmtime alone, for the compiled languages (the interpreters'
     /// components import WASI versions the plain linker lacks).
     bare_call_ns: Option<f64>,
+    /// The same, compiled with epoch interruption as Cairn's calls must be.
+    bare_epoch_call_ns: Option<f64>,
     /// Per event of a run given to `on-events` in one call, for a plugin of API 0.2.1.
     run_call_ns: Option<f64>,
     import_ns: f64,
@@ -119,6 +121,12 @@ pub fn language_rows(
                     m.call_ns / bare
                 ));
             }
+            if let (true, Some(bare)) = (name.starts_with("host→guest"), m.bare_epoch_call_ns) {
+                note.push_str(&format!(
+                    "; {:.2}x through wasmtime alone with epoch interruption on ({bare:.0} ns)",
+                    m.call_ns / bare
+                ));
+            }
             rows.push(Row {
                 name: format!("plugin in {}: {name}", m.language),
                 value: value(m),
@@ -146,6 +154,12 @@ pub fn language_rows(
 /// Events in the run the `on-events` row gives a plugin per call.
 const RUN: usize = 64;
 
+/// Rounds in which a plugin's call and the same call through wasmtime alone take turns.
+const CALL_ROUNDS: usize = 7;
+
+/// How long each side calls in one round.
+const CALL_ROUND: Duration = Duration::from_millis(300);
+
 fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> Result<Measured> {
     let (cold_ms, warm_ms) = compile_times(scratch, subject)?;
     let cache = scratch.join(format!("cache-calls-{}", subject.language));
@@ -171,22 +185,41 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
         "bench.checksum",
         format!("{{\"text\":\"{}\"}}", "x".repeat(54)),
     );
-    let call_ns = per_iteration(Duration::from_secs(2), || {
-        instance
-            .on_event(black_box(&checksum))
-            .context("checksum call")
-    })? * 1e9;
-    let bare_call_ns = if subject.compiled {
-        let mut bare = BareHandler::new(&subject.component)?;
-        let bare_checksum = wit_event(&checksum);
-        Some(
-            per_iteration(Duration::from_secs(2), || {
-                bare.on_event(black_box(&bare_checksum))
-            })? * 1e9,
-        )
+    // Cairn's call and the same call through wasmtime alone (without and with epoch
+    // interruption) take turns in short rounds, so a slow spell of the machine falls on all
+    // three; medians compared.
+    let bare_checksum = wit_event(&checksum);
+    let mut bares = if subject.compiled {
+        Some((
+            BareHandler::new(&subject.component, false)?,
+            BareHandler::new(&subject.component, true)?,
+        ))
     } else {
         None
     };
+    let (mut calls, mut plain, mut with_epoch) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..CALL_ROUNDS {
+        calls.push(
+            per_iteration(CALL_ROUND, || {
+                instance
+                    .on_event(black_box(&checksum))
+                    .context("checksum call")
+            })? * 1e9,
+        );
+        if let Some((bare, bare_epoch)) = &mut bares {
+            plain.push(
+                per_iteration(CALL_ROUND, || bare.on_event(black_box(&bare_checksum)))? * 1e9,
+            );
+            with_epoch.push(
+                per_iteration(CALL_ROUND, || {
+                    bare_epoch.on_event(black_box(&bare_checksum))
+                })? * 1e9,
+            );
+        }
+    }
+    let call_ns = median(calls);
+    let bare_call_ns = bares.is_some().then(|| median(plain));
+    let bare_epoch_call_ns = bares.is_some().then(|| median(with_epoch));
     let run_call_ns = if instance.takes_runs() {
         let run = vec![checksum.clone(); RUN];
         let per_run = per_iteration(Duration::from_secs(2), || {
@@ -207,6 +240,7 @@ fn measure(scratch: &Path, subject: &Subject, services: &Arc<HostServices>) -> R
         instantiate_us,
         call_ns,
         bare_call_ns,
+        bare_epoch_call_ns,
         run_call_ns,
         import_ns,
     })
