@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
 
-use queue::CallQueue;
+use queue::{CallQueue, Watched};
 
 use super::capabilities::HostServices;
 use super::config::SupervisorConfig;
@@ -39,8 +39,10 @@ use cairn_storage::now_ms;
 /// instance is abandoned.
 const HANG_GRACE: Duration = Duration::from_secs(1);
 
-/// How often the supervisor looks at how long the running call has taken: a call stuck in a
-/// host call is abandoned at most this long after its limit.
+/// How often the supervisor looks at how long the running call has taken while calls are
+/// being made: a call stuck in a host call is abandoned at most this long after its limit. A
+/// look that finds no call running stops looking until the instance's thread reports that it
+/// took a call again, so an idle plugin wakes no thread.
 const HANG_WATCH: Duration = Duration::from_millis(200);
 
 /// A caller's call run on the instance, or given the plugin's state while it is not
@@ -57,12 +59,13 @@ struct Job {
 /// Answers a call's caller with the fault of an instance that hung in it.
 type Abandon = Box<dyn FnOnce(Fault) + Send>;
 
-/// An instance's fault, reported by its executor thread.
-struct Faulted {
-    /// The number of the start that made the instance (a late report of an abandoned one
-    /// is ignored).
-    start: u64,
-    fault: Fault,
+/// What an instance's executor thread tells the supervisor, with the number of the start
+/// that made the instance (a late report of an abandoned one is ignored).
+enum Report {
+    /// It took a call while the supervisor was not looking at its calls: look again.
+    Busy { start: u64 },
+    /// A call faulted; the instance has ended.
+    Faulted { start: u64, fault: Fault },
 }
 
 enum Command {
@@ -181,7 +184,7 @@ impl Supervised {
         config: SupervisorConfig,
     ) -> std::io::Result<Self> {
         let (commands, inbox) = crossbeam_channel::unbounded();
-        let (fault_reports, faulted) = crossbeam_channel::unbounded();
+        let (reports, reported) = crossbeam_channel::unbounded();
         let calls = Arc::new(CallQueue::default());
         let manifest = prepared.manifest().clone();
         let id: Arc<str> = manifest.id.as_str().into();
@@ -197,7 +200,7 @@ impl Supervised {
             status,
             config,
             calls: calls.clone(),
-            fault_reports,
+            reports,
             starts: 0,
             live: None,
             polling: Arc::new(AtomicBool::new(false)),
@@ -212,7 +215,7 @@ impl Supervised {
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{id}"))
-            .spawn(move || supervisor.run(inbox, faulted))?;
+            .spawn(move || supervisor.run(inbox, reported))?;
         Ok(Self {
             handle: PluginHandle {
                 id,
@@ -259,7 +262,7 @@ fn spawn_executor(
     services: Arc<HostServices>,
     calls: Arc<CallQueue>,
     start: u64,
-    faults: Sender<Faulted>,
+    reports: Sender<Report>,
 ) -> std::io::Result<std_mpsc::Receiver<Result<(), CallError>>> {
     let (started, started_rx) = std_mpsc::channel();
     std::thread::Builder::new()
@@ -280,12 +283,15 @@ fn spawn_executor(
                     return;
                 }
             };
-            while let Some(call) = calls.next(start) {
-                let fault = call(Ok(&mut instance));
+            while let Some(next) = calls.next(start) {
+                if next.unwatched {
+                    let _ = reports.send(Report::Busy { start });
+                }
+                let fault = (next.call)(Ok(&mut instance));
                 calls.finished(start);
                 if let Some(fault) = fault {
                     // The store is poisoned: the instance ends here.
-                    let _ = faults.send(Faulted { start, fault });
+                    let _ = reports.send(Report::Faulted { start, fault });
                     return;
                 }
             }
@@ -302,8 +308,8 @@ struct Supervisor {
     poll_interval: Option<Duration>,
     /// The calls for the live instance.
     calls: Arc<CallQueue>,
-    /// Where executor threads report faults.
-    fault_reports: Sender<Faulted>,
+    /// Where executor threads report faults and calls taken while nobody looked.
+    reports: Sender<Report>,
     /// Starts so far: each instance is known by the number of the start that made it.
     starts: u64,
     /// The live instance's start number, if one is running.
@@ -326,7 +332,7 @@ impl Supervisor {
         &self.prepared.manifest().id
     }
 
-    fn run(mut self, inbox: Receiver<Command>, faulted: Receiver<Faulted>) {
+    fn run(mut self, inbox: Receiver<Command>, reported: Receiver<Report>) {
         self.publish(PluginState::Starting);
         loop {
             let wakeup = [self.next_poll, self.retry_at, self.next_watch]
@@ -354,13 +360,15 @@ impl Supervisor {
                         return;
                     }
                 },
-                recv(faulted) -> report => {
-                    if let Ok(Faulted { start, fault }) = report
-                        && self.live == Some(start)
-                    {
+                recv(reported) -> report => match report {
+                    Ok(Report::Faulted { start, fault }) if self.live == Some(start) => {
                         self.lose_instance(fault);
                     }
-                }
+                    Ok(Report::Busy { start }) if self.live == Some(start) => {
+                        self.next_watch.get_or_insert_with(|| Instant::now() + HANG_WATCH);
+                    }
+                    _ => {}
+                },
                 default(timeout) => self.on_timer(),
             }
         }
@@ -420,19 +428,22 @@ impl Supervisor {
         }
     }
 
-    /// Abandon the live instance if its running call is past the call limit.
+    /// Abandon the live instance if its running call is past the call limit; look again in a
+    /// while unless no call is running (the instance's thread reports the next it takes).
     fn watch(&mut self) {
         self.next_watch = None;
         if self.live.is_none() {
             return;
         }
-        if let Some(abandon) = self.calls.hung(self.call_limit) {
-            let fault = self.hang_fault();
-            abandon(fault.clone());
-            self.lose_instance(fault);
-            return;
+        match self.calls.watch(self.call_limit) {
+            Watched::Hung(abandon) => {
+                let fault = self.hang_fault();
+                abandon(fault.clone());
+                self.lose_instance(fault);
+            }
+            Watched::Running => self.next_watch = Some(Instant::now() + HANG_WATCH),
+            Watched::Idle => {}
         }
-        self.next_watch = Some(Instant::now() + HANG_WATCH);
     }
 
     fn hang_fault(&self) -> Fault {
@@ -477,7 +488,7 @@ impl Supervisor {
             self.services.clone(),
             self.calls.clone(),
             start,
-            self.fault_reports.clone(),
+            self.reports.clone(),
         );
         let started = match spawned {
             Ok(started) => started,

@@ -25,6 +25,27 @@ struct Queued {
     /// The call the instance is running: when it began, and how to answer its caller if the
     /// instance hangs.
     running: Option<(Instant, Abandon)>,
+    /// The supervisor is looking at the running call's time; when it is not, the next call
+    /// taken is reported to it.
+    watched: bool,
+}
+
+/// A call for the instance to run.
+pub(super) struct Next {
+    /// The call.
+    pub call: CallWork,
+    /// The supervisor was not looking at the instance's calls: tell it one is running.
+    pub unwatched: bool,
+}
+
+/// What a look at the running call found.
+pub(super) enum Watched {
+    /// It has run past the limit: how to answer its caller, the supervisor's to do now.
+    Hung(Abandon),
+    /// A call is running within its limit: look again.
+    Running,
+    /// No call is running: the next one taken is reported.
+    Idle,
 }
 
 /// What was still queued when the queue closed, and the call that was running.
@@ -53,14 +74,16 @@ impl CallQueue {
     }
 
     /// Take calls for the instance of start number `start` (calls made while it runs `init`
-    /// wait for it).
+    /// wait for it); the supervisor looks at its calls from the start.
     pub(super) fn open(&self, start: u64) {
-        self.lock().open_for = Some(start);
+        let mut queued = self.lock();
+        queued.open_for = Some(start);
+        queued.watched = true;
     }
 
     /// The next call for the instance of start `start`, waiting for one; none once the queue
     /// is closed to it. How to answer its caller is kept until [`CallQueue::finished`].
-    pub(super) fn next(&self, start: u64) -> Option<CallWork> {
+    pub(super) fn next(&self, start: u64) -> Option<Next> {
         let mut queued = self.lock();
         loop {
             if queued.open_for != Some(start) {
@@ -68,7 +91,11 @@ impl CallQueue {
             }
             if let Some(job) = queued.jobs.pop_front() {
                 queued.running = Some((Instant::now(), job.abandon));
-                return Some(job.run);
+                let unwatched = !std::mem::replace(&mut queued.watched, true);
+                return Some(Next {
+                    call: job.run,
+                    unwatched,
+                });
             }
             queued = self.ready.wait(queued).unwrap_or_else(|p| p.into_inner());
         }
@@ -82,15 +109,20 @@ impl CallQueue {
         }
     }
 
-    /// How to answer the running call's caller, if that call has run for `limit` or longer:
-    /// it is the supervisor's to answer from then on.
-    pub(super) fn hung(&self, limit: Duration) -> Option<Abandon> {
+    /// Look at the running call: past `limit`, how to answer its caller (the supervisor's to
+    /// do from then on); none running, stop looking until the next call is taken.
+    pub(super) fn watch(&self, limit: Duration) -> Watched {
         let mut queued = self.lock();
         match &queued.running {
-            Some((since, _)) if since.elapsed() >= limit => {
-                queued.running.take().map(|(_, abandon)| abandon)
+            Some((since, _)) if since.elapsed() >= limit => match queued.running.take() {
+                Some((_, abandon)) => Watched::Hung(abandon),
+                None => Watched::Idle,
+            },
+            Some(_) => Watched::Running,
+            None => {
+                queued.watched = false;
+                Watched::Idle
             }
-            _ => None,
         }
     }
 
@@ -144,11 +176,14 @@ mod tests {
             assert!(queue.push(job(&answered)).is_ok());
         }
         let first = queue.next(1).expect("the first call");
+        assert!(!first.unwatched, "watched from the start");
         assert!(
-            queue.hung(Duration::from_secs(60)).is_none(),
+            matches!(queue.watch(Duration::from_secs(60)), Watched::Running),
             "not hung yet"
         );
-        let abandon = queue.hung(Duration::ZERO).expect("past a zero limit");
+        let Watched::Hung(abandon) = queue.watch(Duration::ZERO) else {
+            panic!("past a zero limit");
+        };
         abandon(crate::runtime::Fault {
             kind: crate::runtime::FaultKind::Timeout,
             message: "hung".into(),
@@ -171,8 +206,18 @@ mod tests {
         assert!(queue.next(2).is_some());
         queue.finished(1);
         assert!(
-            queue.hung(Duration::ZERO).is_some(),
+            matches!(queue.watch(Duration::ZERO), Watched::Hung(_)),
             "a late finish of the abandoned instance does not clear the live one's call"
         );
+        queue.finished(2);
+        assert!(matches!(queue.watch(Duration::ZERO), Watched::Idle));
+        for _ in 0..2 {
+            assert!(queue.push(job(&answered)).is_ok());
+        }
+        let after_idle = queue.next(2).expect("the call after an idle look");
+        assert!(after_idle.unwatched, "is reported to the supervisor");
+        queue.finished(2);
+        let then = queue.next(2).expect("the call after it");
+        assert!(!then.unwatched, "and only the first is");
     }
 }
