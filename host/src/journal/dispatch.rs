@@ -366,9 +366,7 @@ impl<S: Subscriber> Serving<S> {
     /// Look for what an operator did when it is time, then read a round of events and
     /// deliver it (or wait for one); false when serving ends.
     async fn round(&mut self) -> bool {
-        let look_due = self
-            .looked
-            .is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK);
+        let look_due = self.look_due();
         if look_due || *self.stop.borrow() {
             // What was taken is recorded first: a replay the look takes notice of is never
             // overridden by a commit decided before it.
@@ -402,6 +400,12 @@ impl<S: Subscriber> Serving<S> {
         let going = self.deliver(pending.events.into(), &mut position).await;
         self.at = Some(position);
         going
+    }
+
+    /// Whether it is time to look for what an operator did (at once before the first round).
+    fn look_due(&self) -> bool {
+        self.looked
+            .is_none_or(|looked| looked.elapsed() >= OPERATOR_LOOK)
     }
 
     /// Commit the cursor move of everything taken; false (logged) when it cannot be recorded.
@@ -493,10 +497,7 @@ impl<S: Subscriber> Serving<S> {
     async fn deliver(&mut self, round: Arc<[Event]>, position: &mut Position) -> bool {
         let mut next = 0;
         while next < round.len() {
-            if self
-                .looked
-                .is_some_and(|looked| looked.elapsed() >= OPERATOR_LOOK)
-            {
+            if self.look_due() {
                 // A long round: look first (renewing this host's hold on a shared journal,
                 // so no other host takes over meanwhile), then search on from the cursor.
                 self.read_ahead = None;

@@ -405,15 +405,10 @@ impl Supervisor {
 
     /// A call that found no instance taking calls: one may have started since; otherwise it
     /// is answered with the plugin's state.
-    fn call(&mut self, job: Job) {
-        let job = match self.live {
-            Some(_) => match self.calls.push(job) {
-                Ok(()) => return,
-                Err(job) => job,
-            },
-            None => job,
-        };
-        (job.run)(Err(self.state));
+    fn call(&self, job: Job) {
+        if let Err(job) = self.calls.push(job) {
+            (job.run)(Err(self.state));
+        }
     }
 
     /// The live instance faulted or hung: close its queue, count the fault (restart or
@@ -432,9 +427,6 @@ impl Supervisor {
     /// while unless no call is running (the instance's thread reports the next it takes).
     fn watch(&mut self) {
         self.next_watch = None;
-        if self.live.is_none() {
-            return;
-        }
         match self.calls.watch(self.call_limit) {
             Watched::Hung(abandon) => {
                 let fault = self.hang_fault();
@@ -539,11 +531,12 @@ impl Supervisor {
     /// Queue a poll of a channel plugin, unless the last one has not run yet.
     fn poll(&mut self) {
         self.next_poll = None;
-        if self.live.is_none() || self.polling.swap(true, Ordering::Relaxed) {
-            self.next_poll = self
-                .live
-                .and(self.poll_interval)
-                .map(|i| Instant::now() + i);
+        if self.live.is_none() {
+            return;
+        }
+        self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
+        // A poll still queued or running is not stacked behind itself.
+        if self.polling.swap(true, Ordering::Relaxed) {
             return;
         }
         let plugin = self.prepared.manifest().id.clone();
@@ -566,7 +559,6 @@ impl Supervisor {
         if self.calls.push(poll).is_err() {
             self.polling.store(false, Ordering::Relaxed);
         }
-        self.next_poll = self.poll_interval.map(|interval| Instant::now() + interval);
     }
 
     fn on_fault(&mut self, fault: Fault) {
