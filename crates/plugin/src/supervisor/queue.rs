@@ -152,12 +152,12 @@ impl CallQueue {
     /// do from then on); none running, stop looking until the next call is taken.
     pub(super) fn watch(&self, limit: Duration) -> Watched {
         let mut queued = self.lock();
-        match &queued.running {
-            Some((since, _)) if since.elapsed() >= limit => match queued.running.take() {
-                Some((_, abandon)) => Watched::Hung(abandon),
-                None => Watched::Idle,
-            },
-            Some(_) => Watched::Running,
+        match queued.running.take() {
+            Some((since, abandon)) if since.elapsed() >= limit => Watched::Hung(abandon),
+            Some(running) => {
+                queued.running = Some(running);
+                Watched::Running
+            }
             None => {
                 queued.watched = false;
                 Watched::Idle

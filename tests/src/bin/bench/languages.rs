@@ -114,18 +114,21 @@ pub fn language_rows(
                     "; {:.0}x the same function called natively ({native_ns:.1} ns)",
                     value(m) / native_ns
                 ));
-            }
-            if let (true, Some(bare)) = (name.starts_with("host→guest"), m.bare_call_ns) {
-                note.push_str(&format!(
-                    "; {:.2}x the same call through wasmtime alone ({bare:.0} ns)",
-                    m.call_ns / bare
-                ));
-            }
-            if let (true, Some(bare)) = (name.starts_with("host→guest"), m.bare_epoch_call_ns) {
-                note.push_str(&format!(
-                    "; {:.2}x through wasmtime alone with epoch interruption on ({bare:.0} ns)",
-                    m.call_ns / bare
-                ));
+                let floors = [
+                    ("the same call through wasmtime alone", m.bare_call_ns),
+                    (
+                        "through wasmtime alone with epoch interruption on",
+                        m.bare_epoch_call_ns,
+                    ),
+                ];
+                for (floor, bare) in floors {
+                    if let Some(bare) = bare {
+                        note.push_str(&format!(
+                            "; {:.2}x {floor} ({bare:.0} ns)",
+                            m.call_ns / bare
+                        ));
+                    }
+                }
             }
             rows.push(Row {
                 name: format!("plugin in {}: {name}", m.language),
