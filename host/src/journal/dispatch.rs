@@ -197,7 +197,9 @@ impl CursorBatch {
     }
 
     /// Run `run` (the next run's delivery) while the sealed batch's move, if any, is
-    /// committed: its outcome, and false (logged) when the move cannot be recorded.
+    /// committed: its outcome, and false (logged) when the move cannot be recorded. The run
+    /// is handed over before the commit is asked for, so the subscriber's thread is woken
+    /// before the journal's writer competes with it for a core.
     async fn commit_beside<T>(
         &mut self,
         journal: &Journal,
@@ -206,7 +208,10 @@ impl CursorBatch {
         run: impl Future<Output = T>,
     ) -> (bool, T) {
         match self.sealed.take() {
-            Some(seq) => tokio::join!(advance(journal, id, seq, position), run),
+            Some(seq) => {
+                let (run, moved) = tokio::join!(biased; run, advance(journal, id, seq, position));
+                (moved, run)
+            }
             None => (true, run.await),
         }
     }
