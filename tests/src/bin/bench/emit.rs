@@ -63,7 +63,7 @@ pub async fn measure(scratch: &Path, component: &Path) -> Result<EmitLatency> {
     let dir = scratch.join("emit-latency");
     std::fs::create_dir_all(&dir)?;
     let journal = Arc::new(Journal::open(&dir, JournalConfig::default())?);
-    let (host, handles) = super::bench_subscribers(
+    let (host, handles) = super::journal::bench_subscribers(
         &dir,
         component,
         &["sub0".to_string()],
@@ -90,7 +90,7 @@ pub async fn measure(scratch: &Path, component: &Path) -> Result<EmitLatency> {
     for i in 0..EVENTS {
         tokio::time::sleep_until((start + Duration::from_millis(i as u64)).into()).await;
         let called = Instant::now();
-        let seq = journal.append(super::bench_event(i)).await?;
+        let seq = journal.append(super::journal::bench_event(i)).await?;
         emitted.push((seq, called, called.elapsed()));
     }
     let all_taken = || timed.taken.lock().map_or(0, |t| t.len()) >= EVENTS;
