@@ -253,6 +253,9 @@ impl MemoryConfig {
         if !(recall.centring_count.is_finite() && recall.centring_count >= 0.0) {
             return Err("memory.recall.centring_count: expected a number of at least 0".into());
         }
+        if recall.crowding_neighbours == 0 {
+            return Err("memory.recall.crowding_neighbours: expected at least 1".into());
+        }
         if recall.scan_limit == 0 {
             return Err("memory.recall.scan_limit: expected at least 1".into());
         }
@@ -276,6 +279,7 @@ impl MemoryConfig {
             ("diversity_lambda", recall.diversity_lambda),
             ("time_boost", recall.time_boost),
             ("time_boost_share", recall.time_boost_share),
+            ("crowding_penalty", recall.crowding_penalty),
         ];
         for (name, share) in shares {
             if !(0.0..=1.0).contains(&share) {

@@ -88,6 +88,14 @@ pub struct RecallConfig {
     /// nearly as they are and many almost fully centred (default 500, set on the dev set).
     /// The floor and abstention still compare the plain cosine.
     pub centring_count: f64,
+    /// With a semantic model, each candidate's score loses this much (times
+    /// `relevance_weight`) of its mean centred likeness to the `crowding_neighbours`
+    /// candidates most like it. A sentence that resembles everything ("I tried a new coffee
+    /// shop") sits close to many candidates of any question, a specific answer close to few:
+    /// a local correction for such hubs (default 0.3, set on the dev set; 0 turns it off).
+    pub crowding_penalty: f64,
+    /// See `crowding_penalty` (default 5).
+    pub crowding_neighbours: usize,
 }
 
 impl Default for RecallConfig {
@@ -114,6 +122,8 @@ impl Default for RecallConfig {
             time_boost_share: 0.6,
             fill_below_floor: true,
             centring_count: 500.0,
+            crowding_penalty: 0.3,
+            crowding_neighbours: 5,
         }
     }
 }
@@ -255,6 +265,7 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         importance,
         recency,
         age_hours: age_ms.max(0) as f64 / 3_600_000.0,
+        crowding: None,
         score,
         adjusted: None,
         time: None,

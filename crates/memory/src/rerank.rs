@@ -146,6 +146,35 @@ pub fn diversify(
     picked
 }
 
+/// Candidates a hit's crowding is measured against at most: the best by score, so the work
+/// stays linear in the candidates.
+const CROWDING_POOL: usize = 100;
+
+/// For each of `vectors` (in rank order, best first; none when not embedded), its mean
+/// cosine to the `neighbours` most alike among the first [`CROWDING_POOL`] others: how
+/// crowded its neighbourhood among the candidates is. None without a vector or others.
+pub fn crowding(vectors: &[Option<&[f32]>], neighbours: usize) -> Vec<Option<f64>> {
+    let pool = &vectors[..vectors.len().min(CROWDING_POOL)];
+    vectors
+        .iter()
+        .enumerate()
+        .map(|(i, vector)| {
+            let vector = (*vector)?;
+            let mut likeness: Vec<f32> = pool
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .filter_map(|(_, other)| other.map(|other| cosine(vector, other)))
+                .collect();
+            likeness.sort_unstable_by(|a, b| b.total_cmp(a));
+            likeness.truncate(neighbours);
+            (!likeness.is_empty()).then(|| {
+                likeness.iter().map(|&l| f64::from(l)).sum::<f64>() / likeness.len() as f64
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +198,19 @@ mod tests {
             .into_iter()
             .map(|c| c.hit.entry.id)
             .collect()
+    }
+
+    #[test]
+    fn a_vector_like_many_others_is_more_crowded_than_one_like_none() {
+        let hub = [1.0, 1.0];
+        let (a, b, c) = ([1.0, 0.9], [0.9, 1.0], [1.0, -1.0]);
+        let vectors: Vec<Option<&[f32]>> = vec![Some(&hub), Some(&a), Some(&b), Some(&c), None];
+        let crowding = crowding(&vectors, 2);
+        let (crowded, lone) = (crowding[0].expect("hub"), crowding[3].expect("lone"));
+        assert!(crowded > 0.9, "the hub is alike its two nearest: {crowded}");
+        assert!(lone < 0.2, "the lone one is alike none: {lone}");
+        assert_eq!(crowding[4], None, "no vector, no crowding");
+        assert_eq!(super::crowding(&[Some(&hub)], 2), vec![None], "alone");
     }
 
     #[test]

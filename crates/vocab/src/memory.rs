@@ -331,7 +331,13 @@ pub struct ScoreParts {
     pub recency: f64,
     /// Age at the query's time, in hours.
     pub age_hours: f64,
-    /// relevance·w + importance·w + recency·w.
+    /// With a semantic model, the hit's mean likeness (centred cosine) to the candidates
+    /// most like it: how crowded its neighbourhood is. A share of it is taken off the score
+    /// (`memory.recall.crowding_penalty`), so a bland sentence that resembles everything
+    /// stops outranking a specific answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crowding: Option<f64>,
+    /// relevance·w + importance·w + recency·w, less the crowding penalty.
     pub score: f64,
     /// Why the hit sits where it does beyond its score: a newer memory on the same subject
     /// ranked above an older one, or a hit moved down for repeating a better one.

@@ -185,6 +185,20 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
         top(&semantic).first().map(String::as_str),
         Some("mem_said0")
     );
+    // `--explain` shows how crowded each hit's neighbourhood among the candidates is.
+    let explain = [
+        "search",
+        "What is my pet called?",
+        "--user",
+        "ana",
+        "--explain",
+    ];
+    let explained = cairn_local(data.path(), &explain, &[]);
+    let explained = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.contains("crowding 0.") || explained.contains("crowding -0."),
+        "{explained}"
+    );
 
     // The model gone: a warning naming the file and the install command; recall still
     // answers, lexically (the question shares no word with the answer, so nothing).

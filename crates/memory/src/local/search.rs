@@ -331,6 +331,9 @@ impl LocalMemory {
                 (seq, hit)
             })
             .collect();
+        if semantic && config.crowding_penalty > 0.0 {
+            mark_down_crowded(config, &mut hits, &signals.centred_vectors);
+        }
         if let Some(frame) = frame {
             let mut scored: Vec<&mut RecallHit> = hits.iter_mut().map(|(_, hit)| hit).collect();
             recall::favour_span(config, &mut scored, frame, semantic);
@@ -388,6 +391,28 @@ impl LocalMemory {
             kept = fill_below_floor(kept, below, config.duplicate_similarity, limit);
         }
         kept.into_iter().map(|c| c.hit).collect()
+    }
+}
+
+/// Take each hit's crowding among the candidates (see [`rerank::crowding`]) off its score,
+/// `crowding_penalty` of it weighted as relevance is, and record it in the explanation.
+fn mark_down_crowded(
+    config: &recall::RecallConfig,
+    hits: &mut [(i64, RecallHit)],
+    centred: &HashMap<i64, Vec<f32>>,
+) {
+    hits.sort_by(|(_, a), (_, b)| b.score.total_cmp(&a.score));
+    let vectors: Vec<Option<&[f32]>> = hits
+        .iter()
+        .map(|(seq, _)| centred.get(seq).map(Vec::as_slice))
+        .collect();
+    let crowding = rerank::crowding(&vectors, config.crowding_neighbours);
+    for ((_, hit), crowding) in hits.iter_mut().zip(crowding) {
+        if let Some(crowding) = crowding {
+            hit.score -= config.relevance_weight * config.crowding_penalty * crowding;
+            hit.explain.score = hit.score;
+            hit.explain.crowding = Some(crowding);
+        }
     }
 }
 

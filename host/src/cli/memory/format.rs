@@ -111,6 +111,11 @@ pub(super) fn print_hits(hits: &[RecallHit], explain: bool) {
                 "      bm25 {bm25} · cosine {cosine} · relevance {:.3} · importance {:.2} · recency {:.3} (age {:.1} h)",
                 e.relevance, e.importance, e.recency, e.age_hours
             );
+            if let Some(crowding) = e.crowding {
+                println!(
+                    "      crowding {crowding:.3}: alike that much to the candidates most like it"
+                );
+            }
             if let Some(time) = &e.time {
                 println!("      time: {time}");
             }
