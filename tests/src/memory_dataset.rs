@@ -4,7 +4,7 @@
 //!
 //! Deterministic for a seed, so recall@k is comparable between runs.
 
-use cairn::memory::{MemoryKind, NewMemory, Scope};
+use cairn::memory::{MemoryKind, NewMemory, RecallQuery, Scope};
 
 /// One attribute a user can state, how they state it, and how they are asked about it.
 struct Template {
@@ -366,4 +366,20 @@ pub fn episode(user: &str, session: &str, text: &str, role: &str, at: i64) -> Ne
     memory.tags = vec![role.to_string()];
     memory.valid_from = Some(at);
     memory
+}
+
+/// The recall a question of a generated set makes: the top 5 of `user`'s memories with the
+/// agent `main`, by meaning and words, or by words alone when `lexical_only`.
+pub fn question_recall(user: &str, text: &str, lexical_only: bool) -> RecallQuery {
+    RecallQuery {
+        text: text.to_string(),
+        scope: Scope {
+            agent_id: Some("main".into()),
+            user_id: Some(user.to_string()),
+            session_id: None,
+        },
+        limit: 5,
+        lexical_only,
+        ..RecallQuery::default()
+    }
 }

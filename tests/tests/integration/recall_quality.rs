@@ -7,9 +7,8 @@ use std::collections::HashMap;
 use std::process::{Command, Output};
 
 use cairn::memory::embed::ProviderKind;
-use cairn::memory::{
-    ExportRecord, LocalMemory, MemoryConfig, MemoryKind, NewMemory, RecallQuery, Scope,
-};
+use cairn::memory::{ExportRecord, LocalMemory, MemoryConfig, MemoryKind, NewMemory};
+use cairn_tests::memory_dataset;
 use cairn_tests::recall_eval::{self, Category, EvalSet};
 
 /// The seed reported on (never tuned against).
@@ -34,17 +33,11 @@ fn run(
 ) -> recall_eval::EvalReport {
     recall_eval::evaluate(set, |question| {
         memory
-            .recall(&RecallQuery {
-                text: question.text.clone(),
-                scope: Scope {
-                    agent_id: Some("main".into()),
-                    user_id: Some(question.user.clone()),
-                    session_id: None,
-                },
-                limit: 5,
-                lexical_only: lexical,
-                ..RecallQuery::default()
-            })
+            .recall(&memory_dataset::question_recall(
+                &question.user,
+                &question.text,
+                lexical,
+            ))
             .expect("recall")
             .iter()
             .map(|hit| ids[&hit.entry.id].clone())

@@ -39,17 +39,11 @@ fn score_recall(
     let mut stale_hits = 0;
     for question in &dataset.questions {
         let recalled = memory
-            .recall(&RecallQuery {
-                text: question.text.clone(),
-                scope: Scope {
-                    agent_id: Some("main".into()),
-                    user_id: Some(question.user.clone()),
-                    session_id: None,
-                },
-                limit: 5,
-                lexical_only: lexical,
-                ..RecallQuery::default()
-            })
+            .recall(&memory_dataset::question_recall(
+                &question.user,
+                &question.text,
+                lexical,
+            ))
             .expect("recall");
         let found: Vec<&str> = recalled.iter().map(|h| h.entry.id.as_str()).collect();
         let hit = usize::from(
