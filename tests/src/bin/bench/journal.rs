@@ -68,6 +68,21 @@ async fn dispatch_rows(
     subscribers: usize,
     postgres: Option<&cairn::store::pg::cluster::TestCluster>,
 ) -> Result<()> {
+    let wasm = side_by_side_row(rows, scratch, component, subscribers).await?;
+    churned_row(rows, scratch, component, subscribers, wasm).await?;
+    if let Some(cluster) = postgres {
+        postgres_row(rows, scratch, component, subscribers, cluster, wasm).await?;
+    }
+    Ok(())
+}
+
+/// WASM subscribers next to native ones through the same dispatcher; returns the WASM rate.
+async fn side_by_side_row(
+    rows: &mut Vec<Row>,
+    scratch: &Path,
+    component: &Path,
+    subscribers: usize,
+) -> Result<f64> {
     // One journal for every round: each round's subscribers are new ids registered
     // before the events, so each starts from the first.
     let dir = scratch.join(format!("dispatch-{subscribers}"));
@@ -101,6 +116,18 @@ async fn dispatch_rows(
             wasm / native
         ),
     });
+    Ok(wasm)
+}
+
+/// WASM subscribers beside a plugin that traps on every event; compared with `wasm`, the
+/// rate without it.
+async fn churned_row(
+    rows: &mut Vec<Row>,
+    scratch: &Path,
+    component: &Path,
+    subscribers: usize,
+    wasm: f64,
+) -> Result<()> {
     // The churner's events are dead-lettered at its first failure.
     let dir = scratch.join(format!("dispatch-{subscribers}-churned"));
     std::fs::create_dir_all(&dir)?;
@@ -109,12 +136,15 @@ async fn dispatch_rows(
         ..JournalConfig::default()
     };
     let journal = Arc::new(Journal::open(&dir, config)?);
-    let mut ids = round_ids(0, subscribers, Takers::WasmBesideChurner);
-    ids.push("churner".into());
-    let head = fill_journal(&journal, &ids).await?;
-    eprintln!("bench: journal dispatch, {subscribers} beside the churner");
-    let shape = (0, subscribers, Takers::WasmBesideChurner);
-    let churned = dispatch_rate(scratch, component, shape, journal, head).await?;
+    let takers = Takers::WasmBesideChurner;
+    let churned = one_round(
+        scratch,
+        component,
+        journal,
+        (subscribers, takers),
+        Some("churner"),
+    )
+    .await?;
     rows.push(Row {
         name: format!("dispatch to {subscribers} WASM subscriber(s) beside a plugin trapping on every event"),
         value: churned,
@@ -124,24 +154,54 @@ async fn dispatch_rows(
             churned / wasm
         ),
     });
-    if let Some(cluster) = postgres {
-        let store = cairn::store::pg::journal::PgJournal::connect(
-            &cluster.fresh_database(),
-            cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
-        )?;
-        let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
-        let head = fill_journal(&journal, &round_ids(0, subscribers, Takers::Wasm)).await?;
-        eprintln!("bench: journal dispatch, {subscribers} wasm, PostgreSQL");
-        let shape = (0, subscribers, Takers::Wasm);
-        let on_postgres = dispatch_rate(scratch, component, shape, journal, head).await?;
-        rows.push(Row {
-            name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
-            value: on_postgres,
-            unit: "ev/s",
-            note: format!("ratio to SQLite in this run {:.2}", on_postgres / wasm),
-        });
-    }
     Ok(())
+}
+
+/// WASM subscribers with the journal on PostgreSQL; compared with `wasm`, the rate on SQLite.
+async fn postgres_row(
+    rows: &mut Vec<Row>,
+    scratch: &Path,
+    component: &Path,
+    subscribers: usize,
+    cluster: &cairn::store::pg::cluster::TestCluster,
+    wasm: f64,
+) -> Result<()> {
+    let store = cairn::store::pg::journal::PgJournal::connect(
+        &cluster.fresh_database(),
+        cairn::store::pg::journal::DEFAULT_SUBSCRIPTION_LEASE,
+    )?;
+    let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+    let on_postgres = one_round(
+        scratch,
+        component,
+        journal,
+        (subscribers, Takers::Wasm),
+        None,
+    )
+    .await?;
+    rows.push(Row {
+        name: format!("dispatch to {subscribers} WASM subscriber(s) on PostgreSQL"),
+        value: on_postgres,
+        unit: "ev/s",
+        note: format!("ratio to SQLite in this run {:.2}", on_postgres / wasm),
+    });
+    Ok(())
+}
+
+/// One round of `takers` on `journal`, filled for them and for the `extra` subscriber; its
+/// rate.
+async fn one_round(
+    scratch: &Path,
+    component: &Path,
+    journal: Arc<Journal>,
+    (subscribers, takers): (usize, Takers),
+    extra: Option<&str>,
+) -> Result<f64> {
+    let mut ids = round_ids(0, subscribers, takers);
+    ids.extend(extra.map(str::to_string));
+    let head = fill_journal(&journal, &ids).await?;
+    eprintln!("bench: journal dispatch, {subscribers} {takers:?}, one round");
+    dispatch_rate(scratch, component, (0, subscribers, takers), journal, head).await
 }
 
 /// The journal section's SQLite dispatch rows alone (`cargo xtask bench dispatch`), for
