@@ -15,7 +15,7 @@ mod bank;
 use std::collections::BTreeSet;
 
 use crate::memory_dataset::{PlannedMemory, Rng, episode};
-use bank::{ACKS, ASPECTS, EVENTS, ORDER_QUESTIONS, PAIRS, SMALL_TALK, UNANSWERABLE};
+pub use bank::{Aspect, Bank, Event, FIRST, Pair, SECOND};
 
 /// The five kinds of question.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -128,9 +128,10 @@ struct Said {
     label: String,
 }
 
-/// Generate `users` users ending at `now`: per user, three single-session, three updated,
-/// three multi-session, three temporal and three unanswerable questions.
-pub fn generate(users: usize, seed: u64, now: i64) -> EvalSet {
+/// Generate `users` users ending at `now` from `bank`'s phrases: per user, three
+/// single-session, three updated, three multi-session, three temporal and three unanswerable
+/// questions.
+pub fn generate(bank: &Bank, users: usize, seed: u64, now: i64) -> EvalSet {
     let mut rng = Rng::new(seed);
     let mut set = EvalSet {
         memories: Vec::new(),
@@ -150,9 +151,9 @@ pub fn generate(users: usize, seed: u64, now: i64) -> EvalSet {
             });
             label
         };
-        let aspects = pick(&mut rng, ASPECTS.len(), 6);
+        let aspects = pick(&mut rng, bank.aspects.len(), 6);
         for (i, &a) in aspects.iter().enumerate() {
-            let aspect = &ASPECTS[a];
+            let aspect = &bank.aspects[a];
             let values = pick(&mut rng, aspect.values.len(), 2);
             let first = fill(one(&mut rng, aspect.statements), aspect.values[values[0]]);
             let session = rng.below(SESSIONS / 2);
@@ -179,32 +180,32 @@ pub fn generate(users: usize, seed: u64, now: i64) -> EvalSet {
                 });
             }
         }
-        for p in pick(&mut rng, PAIRS.len(), 3) {
+        for p in pick(&mut rng, bank.pairs.len(), 3) {
             let early = rng.below(SESSIONS / 2);
             let late = early + 2 + rng.below(SESSIONS - early - 2);
-            let first = say(early, PAIRS[p].first.to_string(), &mut said);
-            let second = say(late, PAIRS[p].second.to_string(), &mut said);
+            let first = say(early, bank.pairs[p].first.to_string(), &mut said);
+            let second = say(late, bank.pairs[p].second.to_string(), &mut said);
             set.questions.push(EvalQuestion {
                 user: user.clone(),
-                text: PAIRS[p].question.to_string(),
+                text: bank.pairs[p].question.to_string(),
                 category: Category::MultiSession,
                 evidence: vec![first, second],
                 stale: Vec::new(),
             });
         }
-        let events = pick(&mut rng, EVENTS.len(), 4);
+        let events = pick(&mut rng, bank.events.len(), 4);
         let event_labels: Vec<String> = events
             .iter()
             .map(|&e| {
                 let session = rng.below(SESSIONS);
-                say(session, EVENTS[e].told.to_string(), &mut said)
+                say(session, bank.events[e].told.to_string(), &mut said)
             })
             .collect();
         for (a, b) in [(0, 1), (2, 3), (0, 3)] {
-            let template = one(&mut rng, ORDER_QUESTIONS);
+            let template = one(&mut rng, bank.order_questions);
             let text = template
-                .replace("{a}", EVENTS[events[a]].named)
-                .replace("{b}", EVENTS[events[b]].named);
+                .replace("{a}", bank.events[events[a]].named)
+                .replace("{b}", bank.events[events[b]].named);
             set.questions.push(EvalQuestion {
                 user: user.clone(),
                 text: capitalise(&text),
@@ -213,23 +214,30 @@ pub fn generate(users: usize, seed: u64, now: i64) -> EvalSet {
                 stale: Vec::new(),
             });
         }
-        for q in pick(&mut rng, UNANSWERABLE.len(), 3) {
+        for q in pick(&mut rng, bank.unanswerable.len(), 3) {
             set.questions.push(EvalQuestion {
                 user: user.clone(),
-                text: UNANSWERABLE[q].to_string(),
+                text: bank.unanswerable[q].to_string(),
                 category: Category::Abstention,
                 evidence: Vec::new(),
                 stale: Vec::new(),
             });
         }
-        store_sessions(&mut set, &mut rng, &user, start, said);
+        store_sessions(bank, &mut set, &mut rng, &user, start, said);
     }
     set
 }
 
 /// Interleave each session's messages with small talk and the assistant's replies, and
 /// store them as episodes at their time.
-fn store_sessions(set: &mut EvalSet, rng: &mut Rng, user: &str, start: i64, said: Vec<Said>) {
+fn store_sessions(
+    bank: &Bank,
+    set: &mut EvalSet,
+    rng: &mut Rng,
+    user: &str,
+    start: i64,
+    said: Vec<Said>,
+) {
     for session in 0..SESSIONS {
         let mut lines: Vec<(String, Option<String>)> = said
             .iter()
@@ -238,7 +246,7 @@ fn store_sessions(set: &mut EvalSet, rng: &mut Rng, user: &str, start: i64, said
             .collect();
         for _ in 0..3 {
             let at = rng.below(lines.len() + 1);
-            lines.insert(at, (one(rng, SMALL_TALK).to_string(), None));
+            lines.insert(at, (one(rng, bank.small_talk).to_string(), None));
         }
         let session_id = format!("chat:{user}-s{session}");
         let day = start + session as i64 * 28 * DAY_MS + rng.below(7) as i64 * DAY_MS;
@@ -251,7 +259,13 @@ fn store_sessions(set: &mut EvalSet, rng: &mut Rng, user: &str, start: i64, said
             });
             set.memories.push(PlannedMemory {
                 label: format!("{label}-reply"),
-                memory: episode(user, &session_id, one(rng, ACKS), "assistant", at + 5_000),
+                memory: episode(
+                    user,
+                    &session_id,
+                    one(rng, bank.acks),
+                    "assistant",
+                    at + 5_000,
+                ),
             });
         }
     }
@@ -308,6 +322,10 @@ pub struct EvalReport {
     pub stale_above_newest: f64,
     /// Balanced accuracy of answering (≥ 1 hit) versus abstaining (no hit).
     pub abstention_balanced_accuracy: f64,
+    /// Share of answerable questions that got at least one hit.
+    pub answered: f64,
+    /// Share of unanswerable questions that got none.
+    pub abstained: f64,
 }
 
 impl EvalReport {
@@ -334,10 +352,13 @@ impl EvalReport {
             ));
         }
         out.push_str(&format!(
-            "overall recall@5 {:.3}; stale above newest {:.1}%; abstention balanced accuracy {:.3}",
+            "overall recall@5 {:.3}; stale above newest {:.1}%; abstention balanced accuracy {:.3} \
+             (answered {:.1}% of the answerable, none for {:.1}% of the rest)",
             self.recall_at_5,
             self.stale_above_newest * 100.0,
-            self.abstention_balanced_accuracy
+            self.abstention_balanced_accuracy,
+            self.answered * 100.0,
+            self.abstained * 100.0
         ));
         out
     }
@@ -406,6 +427,8 @@ pub fn evaluate(set: &EvalSet, mut recall: impl FnMut(&EvalQuestion) -> Vec<Stri
         stale_above_newest: rate(stale, updates),
         abstention_balanced_accuracy: (rate(answered, answerable) + rate(abstained, unanswerable))
             / 2.0,
+        answered: rate(answered, answerable),
+        abstained: rate(abstained, unanswerable),
     }
 }
 
