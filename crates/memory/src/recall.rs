@@ -54,8 +54,8 @@ pub struct RecallConfig {
     /// Among the hits kept, a lower mutual cosine that is enough when the newer hit is
     /// relevant to the query too (at least `update_relevance_ratio` of the older's
     /// relevance): both answer it, so the newer is the update and goes first (default
-    /// 0.25, set on the dev set). It compares the centred vectors (see `centring_count`),
-    /// as does `same_subject_similarity` at this step, and only reorders the kept hits.
+    /// 0.25, set on the dev set). It compares the plain vectors, as does
+    /// `same_subject_similarity` at this step, and only reorders the kept hits.
     pub same_subject_when_both_answer: f64,
     /// See `same_subject_when_both_answer` (default 0.5).
     pub update_relevance_ratio: f64,

@@ -376,12 +376,15 @@ impl LocalMemory {
         );
         let mut kept = keep_unrepeated(picked, config.duplicate_similarity, limit);
         // Among the hits kept, a newer one that answers nearly as well is the update even
-        // when worded unlike the older: reordering them changes nothing else's rank.
+        // when worded unlike the older: reordering them changes nothing else's rank. Plain
+        // likeness here: on both phrasebooks of the dev set it puts the newest statement
+        // first more often than the centred one (1 to 7 points fewer stale answers, the
+        // same recall@5), at the price of some newer non-updates moving up.
         let both_answer = rerank::SameSubject {
             similarity: strict,
             similarity_when_both_answer: config.same_subject_when_both_answer as f32,
             relevance_ratio: config.update_relevance_ratio,
-            likeness: Likeness::Centred,
+            likeness: Likeness::Plain,
         };
         rerank::promote_updates(&mut kept, both_answer);
         if config.fill_below_floor && query.min_relevance.is_none() && kept.len() < limit {
