@@ -320,8 +320,6 @@ pub struct EvalReport {
     /// Of knowledge-update questions, the share where an outdated statement ranks above
     /// the newest (or is recalled while the newest is not).
     pub stale_above_newest: f64,
-    /// Balanced accuracy of answering (≥ 1 hit) versus abstaining (no hit).
-    pub abstention_balanced_accuracy: f64,
     /// Share of answerable questions that got at least one hit.
     pub answered: f64,
     /// Share of unanswerable questions that got none.
@@ -329,6 +327,11 @@ pub struct EvalReport {
 }
 
 impl EvalReport {
+    /// Balanced accuracy of answering (≥ 1 hit) versus abstaining (no hit).
+    pub fn abstention_balanced_accuracy(&self) -> f64 {
+        (self.answered + self.abstained) / 2.0
+    }
+
     /// The score of `category`.
     pub fn category(&self, category: Category) -> CategoryScore {
         self.categories
@@ -356,7 +359,7 @@ impl EvalReport {
              (answered {:.1}% of the answerable, none for {:.1}% of the rest)",
             self.recall_at_5,
             self.stale_above_newest * 100.0,
-            self.abstention_balanced_accuracy,
+            self.abstention_balanced_accuracy(),
             self.answered * 100.0,
             self.abstained * 100.0
         ));
@@ -425,8 +428,6 @@ pub fn evaluate(set: &EvalSet, mut recall: impl FnMut(&EvalQuestion) -> Vec<Stri
         categories: sums,
         recall_at_5: found_total / evidence_total.max(1) as f64,
         stale_above_newest: rate(stale, updates),
-        abstention_balanced_accuracy: (rate(answered, answerable) + rate(abstained, unanswerable))
-            / 2.0,
         answered: rate(answered, answerable),
         abstained: rate(abstained, unanswerable),
     }

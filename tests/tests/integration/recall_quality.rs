@@ -130,9 +130,9 @@ fn assert_floors(
         semantic.stale_above_newest
     );
     assert!(
-        semantic.abstention_balanced_accuracy >= floors.balanced_accuracy,
+        semantic.abstention_balanced_accuracy() >= floors.balanced_accuracy,
         "abstention balanced accuracy {:.3}",
-        semantic.abstention_balanced_accuracy
+        semantic.abstention_balanced_accuracy()
     );
 }
 
