@@ -165,7 +165,9 @@ impl HostConfig {
         if let Some(dir) = data_dir_override {
             config.data_dir = dir.to_path_buf();
         }
-        config.validate()?;
+        config
+            .validate()
+            .map_err(|error| with_origin(error, file))?;
         Ok(config)
     }
 
@@ -286,6 +288,25 @@ fn variable_of(path: &str) -> String {
         .split('.')
         .filter(|key| !key.is_empty())
         .fold("CAIRN".to_string(), |prefix, key| env_name(&prefix, key))
+}
+
+/// Name where a value that failed [`HostConfig::validate`] came from: the `CAIRN_…`
+/// variable that set its field, else the config file, else the defaults.
+fn with_origin(error: ConfigError, file: Option<&Path>) -> ConfigError {
+    let ConfigError::Invalid { message, .. } = error else {
+        return error;
+    };
+    let field = message.split(':').next().unwrap_or_default();
+    let single_field = !field.is_empty() && !field.contains([' ', '/']);
+    let variable = variable_of(field);
+    let origin = if single_field && std::env::var_os(&variable).is_some() {
+        variable
+    } else if let Some(path) = file {
+        path.display().to_string()
+    } else {
+        "config".to_string()
+    };
+    ConfigError::Invalid { origin, message }
 }
 
 fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {

@@ -253,6 +253,11 @@ impl MemoryConfig {
         if !(recall.centring_count.is_finite() && recall.centring_count >= 0.0) {
             return Err("memory.recall.centring_count: expected a number of at least 0".into());
         }
+        if !(recall.half_life_hours.is_finite() && recall.half_life_hours > 0.0) {
+            return Err(
+                "memory.recall.half_life_hours: expected a positive number of hours".into(),
+            );
+        }
         if recall.crowding_neighbours == 0 {
             return Err("memory.recall.crowding_neighbours: expected at least 1".into());
         }

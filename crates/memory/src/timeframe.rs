@@ -403,7 +403,8 @@ pub fn compared_events(text: &str) -> Option<[String; 2]> {
     parts.iter().all(meaningful).then_some(parts)
 }
 
-/// A small count in words or digits ("two", "a couple of", "3"), and how many words it took.
+/// A count in words or digits ("two", "twenty-one", "a couple of", "3"), and how many words
+/// it took.
 fn count(first: &str, second: &str, third: &str) -> Option<(u32, usize)> {
     if let Ok(n) = first.parse::<u32>() {
         return (1..=1000).contains(&n).then_some((n, 1));
@@ -414,23 +415,56 @@ fn count(first: &str, second: &str, third: &str) -> Option<(u32, usize)> {
     if first == "a" && second == "few" {
         return Some((3, 2));
     }
-    let n = match first {
-        "a" | "an" | "one" => 1,
-        "two" => 2,
-        "three" => 3,
-        "four" => 4,
-        "five" => 5,
-        "six" => 6,
-        "seven" => 7,
-        "eight" => 8,
-        "nine" => 9,
-        "ten" => 10,
-        "eleven" => 11,
-        "twelve" => 12,
-        "few" | "several" => 3,
-        _ => return None,
-    };
-    Some((n, 1))
+    if let Some(tens) = tens(first) {
+        // "twenty-one" and "twenty one" alike (a hyphen splits words): read as one count,
+        // never as "one" alone.
+        return Some(match number_word(second) {
+            Some(ones) if (1..10).contains(&ones) => (tens + ones, 2),
+            _ => (tens, 1),
+        });
+    }
+    match first {
+        "a" | "an" => Some((1, 1)),
+        "few" | "several" => Some((3, 1)),
+        _ => number_word(first).map(|n| (n, 1)),
+    }
+}
+
+/// "one" to "nineteen".
+fn number_word(word: &str) -> Option<u32> {
+    const WORDS: [&str; 19] = [
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    WORDS.iter().position(|w| *w == word).map(|i| i as u32 + 1)
+}
+
+/// "twenty" to "ninety".
+fn tens(word: &str) -> Option<u32> {
+    const WORDS: [&str; 8] = [
+        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    WORDS
+        .iter()
+        .position(|w| *w == word)
+        .map(|i| (i as u32 + 2) * 10)
 }
 
 fn unit_ms(unit: Unit) -> i64 {
@@ -585,6 +619,15 @@ mod tests {
         );
         let three_days = frame("3 days ago");
         assert_eq!(three_days.from, Some(ms("2026-11-22")));
+        let compound = frame("What did I sign up for twenty-one days ago?");
+        assert_eq!(
+            compound.phrase, "twenty one days ago",
+            "not \"one days ago\""
+        );
+        assert!(compound.contains(NOW - 21 * DAY_MS) && !compound.contains(NOW - DAY_MS));
+        assert_eq!(frame("thirty two days ago").phrase, "thirty two days ago");
+        assert_eq!(frame("fifteen days ago").phrase, "fifteen days ago");
+        assert_eq!(frame("in the last twenty days").phrase, "last twenty days");
         let couple = frame("a couple of months ago");
         assert!(couple.contains(NOW - 61 * DAY_MS) && !couple.contains(NOW - 20 * DAY_MS));
         let past = frame("in the past 10 days");

@@ -355,6 +355,9 @@ pub trait JournalOperator: Send {
         patterns: &[String],
         limit: usize,
     ) -> Result<Vec<Event>, StorageError>;
+    /// The last sequence number handed out, pruned events included (0 before the first
+    /// append): a replay can start at most one past it.
+    fn last_seq(&self) -> Result<i64, StorageError>;
     /// Rewind (or advance) a subscriber's cursor so delivery resumes at `from_seq`, marked
     /// for the delivering host to take notice ([`JournalStore::take_rewind`]); whether the
     /// subscriber exists.
@@ -464,6 +467,15 @@ impl JournalOperator for JournalAdmin {
         limit: usize,
     ) -> Result<Vec<Event>, StorageError> {
         Ok(events_after(&self.conn, after, patterns, limit)?)
+    }
+
+    fn last_seq(&self) -> Result<i64, StorageError> {
+        // `events.seq` is AUTOINCREMENT: SQLite keeps the last one handed out here.
+        Ok(self.conn.query_row(
+            "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)",
+            [],
+            |row| row.get(0),
+        )?)
     }
 
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError> {

@@ -143,7 +143,7 @@ fn validate(
         && !(0..=received_at + SAID_AT_LEEWAY_MS).contains(&said_at)
     {
         return Err(BufferError::InvalidInput(format!(
-            "said-at: expected a time that has come (ms since the epoch, at most now), got {said_at}"
+            "said-at: expected a time from 1970 up to now (ms since the epoch), got {said_at}"
         )));
     }
     let chosen = config
@@ -432,7 +432,7 @@ mod tests {
                     said_at: Some(now_ms() + 3_600_000),
                     ..message("c", "{}")
                 },
-                "said-at: expected a time that has come",
+                "said-at: expected a time from 1970 up to now",
             ),
         ];
         for (bad, expected) in cases {

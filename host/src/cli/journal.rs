@@ -97,8 +97,16 @@ impl Journals<'_> {
             .map_err(storage_unusable)
     }
 
-    /// The journal to repair (created if needed).
+    /// The journal to repair; a data dir without one is refused (nothing to repair, and
+    /// nothing is created).
     fn write(&self) -> Result<Box<dyn JournalOperator>> {
+        if self.read()?.is_none() {
+            return Err(BadInput(format!(
+                "no journal in {}: no host has run on this data dir",
+                self.data_dir.display()
+            ))
+            .into());
+        }
         self.storage
             .journal_operator_for(self.data_dir, true)
             .map_err(storage_unusable)?
@@ -178,7 +186,18 @@ fn replay(journals: &Journals, subscriber: &str, from: i64) -> Result<ExitCode> 
     if from < 1 {
         return Err(BadInput("--from: expected a sequence number of 1 or more".into()).into());
     }
-    if !journals.write()?.replay_from(subscriber, from)? {
+    let journal = journals.write()?;
+    let last = journal.last_seq()?;
+    if from > last + 1 {
+        return Err(BadInput(format!(
+            "--from: the journal's last event is #{last}: expected #{} or earlier (#{} is \
+             the next event appended); a later start would skip the events appended before it",
+            last + 1,
+            last + 1
+        ))
+        .into());
+    }
+    if !journal.replay_from(subscriber, from)? {
         return Err(BadInput(format!(
             "--subscriber: no subscriber `{subscriber}` in this journal"
         ))

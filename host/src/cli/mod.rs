@@ -134,8 +134,17 @@ pub(crate) fn storage_unusable(error: StorageError) -> anyhow::Error {
 }
 
 fn load_config(cli: &Cli) -> Result<HostConfig> {
-    HostConfig::load(cli.config.as_deref(), cli.data.as_deref())
-        .map_err(|e| BadInput(e.to_string()).into())
+    let config = HostConfig::load(cli.config.as_deref(), cli.data.as_deref())
+        .map_err(|e| BadInput(e.to_string()))?;
+    let data_dir = &config.data_dir;
+    if data_dir.exists() && !data_dir.is_dir() {
+        return Err(BadInput(format!(
+            "data dir (--data, data_dir or CAIRN_DATA_DIR): {} is not a directory",
+            data_dir.display()
+        ))
+        .into());
+    }
+    Ok(config)
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {

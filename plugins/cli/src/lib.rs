@@ -19,12 +19,15 @@ use cairn::plugin::{buffer, lifecycle, log};
 use exports::cairn::plugin::channel_plugin::Guest;
 use wasi::io::streams::{InputStream, StreamError};
 
-/// Longest line accepted; longer input is cut into pieces of this size.
+/// Longest line accepted; a longer one is not stored (and the user is told), never cut
+/// into pieces.
 const MAX_LINE: usize = 64 * 1024;
 
 struct State {
     stdin: Option<InputStream>,
     pending: Vec<u8>,
+    /// The line being read is over [`MAX_LINE`]: its bytes are dropped up to its end.
+    skipping_long_line: bool,
     closed: bool,
     sender: String,
     conversation: String,
@@ -37,6 +40,7 @@ thread_local! {
         RefCell::new(State {
             stdin: None,
             pending: Vec::new(),
+            skipping_long_line: false,
             closed: false,
             sender: String::new(),
             conversation: String::new(),
@@ -46,6 +50,38 @@ thread_local! {
 }
 
 struct Cli;
+
+/// Take the complete lines read so far (and the last one once stdin is closed). A line over
+/// [`MAX_LINE`] is dropped whole, with a word to the user, rather than sent in pieces.
+fn complete_lines(state: &mut State) -> Vec<Vec<u8>> {
+    let mut lines = Vec::new();
+    while let Some(end) = state.pending.iter().position(|b| *b == b'\n') {
+        let line: Vec<u8> = state.pending.drain(..=end).collect();
+        if std::mem::take(&mut state.skipping_long_line) || line.len() > MAX_LINE + 1 {
+            refuse_long_line();
+        } else {
+            lines.push(line);
+        }
+    }
+    if state.pending.len() > MAX_LINE {
+        state.pending.clear();
+        state.skipping_long_line = true;
+    }
+    if state.closed {
+        if std::mem::take(&mut state.skipping_long_line) {
+            refuse_long_line();
+        } else if !state.pending.is_empty() {
+            lines.push(std::mem::take(&mut state.pending));
+        }
+    }
+    lines
+}
+
+fn refuse_long_line() {
+    let note = format!("a line longer than {} KiB was not sent", MAX_LINE / 1024);
+    log::log(LogLevel::Warn, &format!("cli: {note}"));
+    println!("cairn: {note}; send long text with `cairn send --json FILE`");
+}
 
 fn push_line(state: &State, line: &str) {
     let line = line.trim();
@@ -100,14 +136,7 @@ impl Guest for Cli {
                     }
                 }
             }
-            let mut lines = Vec::new();
-            while let Some(end) = state.pending.iter().position(|b| *b == b'\n') {
-                lines.push(state.pending.drain(..=end).collect::<Vec<u8>>());
-            }
-            if state.pending.len() >= MAX_LINE || (state.closed && !state.pending.is_empty()) {
-                lines.push(std::mem::take(&mut state.pending));
-            }
-            for line in lines {
+            for line in complete_lines(state) {
                 push_line(state, &String::from_utf8_lossy(&line));
             }
             if state.closed && state.stop_at_end {

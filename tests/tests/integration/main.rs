@@ -11,6 +11,7 @@ mod hostile;
 mod journal;
 mod llm;
 mod memory;
+mod operator_input;
 mod plugin_dev;
 mod plugin_host;
 mod postgres;

@@ -112,11 +112,19 @@ impl LocalMemory {
 /// and the directory flushed so the rename itself is durable.
 fn replace_durably(path: &Path, contents: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
-    let temporary = path.with_extension("md.tmp");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(contents)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)?;
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    let temporary = path.with_file_name(name);
+    let written = std::fs::File::create(&temporary).and_then(|mut file| {
+        file.write_all(contents)?;
+        file.sync_all()?;
+        std::fs::rename(&temporary, path)
+    });
+    if let Err(e) = written {
+        // Nothing half-written is left behind: the old file, if any, stays as it was.
+        let _ = std::fs::remove_file(&temporary);
+        return Err(e);
+    }
     let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
     std::fs::File::open(directory.unwrap_or(Path::new(".")))?.sync_all()
 }

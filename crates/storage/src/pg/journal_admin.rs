@@ -123,6 +123,14 @@ impl JournalOperator for PgJournalAdmin {
         self.events(after, patterns, limit, false)
     }
 
+    fn last_seq(&self) -> Result<i64, StorageError> {
+        self.pool.read(|client| {
+            Ok(client
+                .query_one("SELECT seq FROM journal_head", &[])?
+                .get(0))
+        })
+    }
+
     fn replay_from(&self, subscriber: &str, from_seq: i64) -> Result<bool, StorageError> {
         let subscriber = subscriber.to_string();
         let changed = self

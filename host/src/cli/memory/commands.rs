@@ -75,9 +75,6 @@ pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
         explain,
         json,
     } = args;
-    if *limit == 0 {
-        return Err(BadInput("--limit: expected at least 1".into()).into());
-    }
     let hits = memory
         .recall(&RecallQuery {
             text: query.clone(),
@@ -195,10 +192,35 @@ pub(super) fn purge(
     Ok(())
 }
 
+/// Refuse an `--output` path no file can be written at (a directory, or in a directory
+/// that does not exist) before anything is written.
+fn check_output(path: &Path) -> Result<()> {
+    if path.is_dir() {
+        return Err(BadInput(format!(
+            "--output: {} is a directory; expected the path of a file",
+            path.display()
+        ))
+        .into());
+    }
+    let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(directory) = directory
+        && !directory.is_dir()
+    {
+        return Err(BadInput(format!(
+            "--output: {}: the directory {} does not exist",
+            path.display(),
+            directory.display()
+        ))
+        .into());
+    }
+    Ok(())
+}
+
 /// `cairn memory export`.
 pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -> Result<()> {
     let records = match output {
         Some(path) => {
+            check_output(path)?;
             let file = std::fs::File::create(path)
                 .with_context(|| format!("cannot create {}", path.display()))?;
             let mut writer = std::io::BufWriter::new(file);
@@ -227,7 +249,10 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
 /// `cairn memory import`.
 pub(super) fn import(memory: &LocalMemory, file: &Path, json: &bool) -> Result<()> {
     let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).context("cannot read stdin")?
+        std::io::read_to_string(std::io::stdin()).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => BadInput(format!("-: stdin: {e}")).into(),
+            _ => anyhow::Error::new(e).context("cannot read stdin"),
+        })?
     } else {
         std::fs::read_to_string(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?
     };
@@ -270,6 +295,9 @@ pub(super) fn snapshot(
             );
         }
     } else {
+        if let Some(path) = output {
+            check_output(path)?;
+        }
         let path = output
             .map(Path::to_path_buf)
             .unwrap_or_else(|| config.data_dir.join(SNAPSHOT_FILE));

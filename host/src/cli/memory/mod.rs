@@ -68,7 +68,7 @@ pub enum MemoryCommand {
         #[arg(long)]
         all: bool,
         /// How many to list.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = parse_limit)]
         limit: usize,
         /// Machine-readable output.
         #[arg(long)]
@@ -183,6 +183,22 @@ pub(crate) fn parse_time(text: &str) -> Result<i64, String> {
     ))
 }
 
+/// A count of results: 1 or more.
+fn parse_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("`{text}`: expected a whole number of 1 or more")),
+    }
+}
+
+/// A relevance: a number from 0 to 1.
+fn parse_relevance(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(x) if (0.0..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!("`{text}`: expected a number from 0 to 1")),
+    }
+}
+
 fn memory_failure(error: MemoryError) -> anyhow::Error {
     match error {
         MemoryError::InvalidInput(text) | MemoryError::NotFound(text) => BadInput(text).into(),
@@ -211,10 +227,10 @@ pub struct SearchArgs {
     #[arg(long, value_parser = parse_time)]
     pub until: Option<i64>,
     /// How many hits.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, value_parser = parse_limit)]
     pub limit: usize,
     /// Drop hits less relevant than this (0–1; default from the config).
-    #[arg(long)]
+    #[arg(long, value_parser = parse_relevance)]
     pub min_relevance: Option<f64>,
     /// BM25 only, even when embeddings are on.
     #[arg(long)]

@@ -1,0 +1,196 @@
+//! An operator's mistakes on the command line: each exits 2, names the argument, setting or
+//! file at fault and what was expected, and writes nothing.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use cairn_tests::{Host, PluginDir, cairn, cairn_bin, journal_events, storage, test_env};
+
+const LONG: Duration = Duration::from_secs(60);
+
+fn refused(args: &[&str], expected: &str) {
+    let output = cairn(args);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(expected), "{args:?}: {stderr}");
+}
+
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .expect("read dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
+    let data = tempfile::tempdir().expect("data");
+    let d = data.path().display().to_string();
+    refused(&["memory", "list", "--limit", "0", "--data", &d], "--limit");
+    refused(
+        &[
+            "memory",
+            "search",
+            "tea",
+            "--min-relevance",
+            "2",
+            "--data",
+            &d,
+        ],
+        "--min-relevance",
+    );
+    if !storage::on_postgres() {
+        refused(
+            &[
+                "journal",
+                "replay",
+                "--subscriber",
+                "x",
+                "--from",
+                "5",
+                "--data",
+                &d,
+            ],
+            "no journal in",
+        );
+    }
+    let a_file = data.path().join("a-file");
+    std::fs::write(&a_file, "not a directory").expect("file");
+    let f = a_file.display().to_string();
+    refused(&["status", "--data", &f], "is not a directory");
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--data",
+            &f,
+            "hello",
+        ],
+        "is not a directory",
+    );
+    assert_eq!(entries(data.path()), ["a-file"], "nothing written");
+
+    let out_dir = data.path().join("out");
+    std::fs::create_dir(&out_dir).expect("out dir");
+    let o = out_dir.display().to_string();
+    refused(
+        &["memory", "snapshot", "--output", &o, "--data", &d],
+        "--output",
+    );
+    refused(
+        &["memory", "export", "--output", &o, "--data", &d],
+        "--output",
+    );
+    let missing = data.path().join("no-such-dir/x.md").display().to_string();
+    refused(
+        &["memory", "snapshot", "--output", &missing, "--data", &d],
+        "does not exist",
+    );
+    assert!(
+        entries(data.path())
+            .iter()
+            .all(|name| !name.ends_with(".tmp")),
+        "no temporary file left: {:?}",
+        entries(data.path())
+    );
+}
+
+#[test]
+fn a_setting_out_of_range_names_the_variable_that_set_it() {
+    for (variable, value, field) in [
+        (
+            "CAIRN_MEMORY_RECALL_MIN_RELEVANCE",
+            "5",
+            "memory.recall.min_relevance",
+        ),
+        (
+            "CAIRN_MEMORY_RECALL_HALF_LIFE_HOURS",
+            "0",
+            "memory.recall.half_life_hours",
+        ),
+    ] {
+        let output = Command::new(cairn_bin())
+            .arg("config")
+            .envs(test_env())
+            .env(variable, value)
+            .output()
+            .expect("run cairn");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{variable}={value}: {stderr}"
+        );
+        assert!(
+            stderr.contains(&format!("{variable}: {field}")),
+            "{variable}={value}: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.type_line(&"é".repeat(40_000));
+    host.type_line("hello after the long line");
+    host.wait_for("cairn: a line longer than 64 KiB was not sent", LONG);
+    host.wait_for("I received: user: hello after the long line", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    let events = journal_events(data.path());
+    let received: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["topic"] == "message.received")
+        .collect();
+    assert_eq!(
+        received.len(),
+        1,
+        "only the short line is a message: {received:?}"
+    );
+
+    let last = events
+        .iter()
+        .filter_map(|e| e["seq"].as_i64())
+        .max()
+        .expect("events");
+    let d = data.path().display().to_string();
+    let past = (last + 2).to_string();
+    refused(
+        &[
+            "journal",
+            "replay",
+            "--subscriber",
+            "host.lifecycle",
+            "--from",
+            &past,
+            "--data",
+            &d,
+        ],
+        "--from",
+    );
+    let next = (last + 1).to_string();
+    let replayed = cairn(&[
+        "journal",
+        "replay",
+        "--subscriber",
+        "host.lifecycle",
+        "--from",
+        &next,
+        "--data",
+        &d,
+    ]);
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+}
