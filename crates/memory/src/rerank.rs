@@ -16,6 +16,10 @@ pub struct Candidate {
     /// The same with the memory's common direction taken out (see
     /// [`crate::embed::centre`]), when it was.
     pub centred: Option<Vec<f32>>,
+    /// The query names a time and this memory's valid time is outside it: it is never
+    /// promoted above a memory inside that time (what the question dates is not outdated
+    /// by a later statement).
+    pub outside_asked_time: bool,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -94,6 +98,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                 let newer = &candidates[j];
                 !promoted.contains(&newer.hit.entry.id)
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
+                    && (older.outside_asked_time || !newer.outside_asked_time)
                     && same_subject.holds(older, newer)
             })
             .max_by_key(|&j| (candidates[j].hit.entry.valid_from, std::cmp::Reverse(j)));
@@ -190,6 +195,7 @@ mod tests {
             },
             vector: Some(plain.to_vec()),
             centred: centred.map(|v| v.to_vec()),
+            outside_asked_time: false,
         }
     }
 
@@ -211,6 +217,36 @@ mod tests {
         assert!(lone < 0.2, "the lone one is alike none: {lone}");
         assert_eq!(crowding[4], None, "no vector, no crowding");
         assert_eq!(super::crowding(&[Some(&hub)], 2), vec![None], "alone");
+    }
+
+    #[test]
+    fn a_newer_memory_outside_the_asked_time_is_not_promoted_over_one_inside() {
+        let order = |older_outside: bool, newer_outside: bool| {
+            let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+            older.hit.entry.valid_from = 10;
+            older.outside_asked_time = older_outside;
+            let mut newer = candidate("newer", 0.9, [1.0, 0.0], None);
+            newer.hit.entry.valid_from = 20;
+            newer.outside_asked_time = newer_outside;
+            let mut candidates = vec![older, newer];
+            promote_updates(&mut candidates, SameSubject::alike(0.5));
+            candidates
+                .into_iter()
+                .map(|c| c.hit.entry.id)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(order(false, false), ["newer", "older"], "no time asked");
+        assert_eq!(
+            order(false, true),
+            ["older", "newer"],
+            "only the older is inside"
+        );
+        assert_eq!(order(true, true), ["newer", "older"], "both outside");
+        assert_eq!(
+            order(true, false),
+            ["newer", "older"],
+            "only the newer is inside"
+        );
     }
 
     #[test]

@@ -363,6 +363,7 @@ impl LocalMemory {
             .map(|(seq, hit)| rerank::Candidate {
                 vector: signals.vectors.remove(&seq),
                 centred: signals.centred_vectors.remove(&seq),
+                outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
                 hit,
             })
             .collect();
@@ -435,6 +436,7 @@ fn fill_below_floor(
             hit,
             vector: None,
             centred: None,
+            outside_asked_time: false,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
