@@ -29,16 +29,6 @@ use runtime::{Runtime, RuntimeError};
 use status::{PluginState, PluginStatus, StatusLog};
 use supervisor::{PluginHandle, Supervised};
 
-/// The start order, except that a memory backend without dependencies starts first, so
-/// every other plugin's `init` can already reach memory through it.
-fn backend_first(set: &PluginSet) -> Vec<&manifest::Manifest> {
-    let mut order: Vec<&manifest::Manifest> = set.start_order().iter().collect();
-    order.sort_by_key(|m| {
-        !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
-    });
-    order
-}
-
 /// Compile (or load from the cache) and link a plugin off the async runtime. A plugin
 /// that cannot be loaded is recorded as failed and `None` returned: the others still start.
 async fn load(
@@ -122,7 +112,7 @@ impl PluginHost {
             "plugin runtime ready"
         );
         let mut plugins = Vec::new();
-        for manifest in backend_first(set) {
+        for manifest in set.start_order() {
             let manifest = Arc::new(manifest.clone());
             let Some(prepared) = load(&runtime, &manifest, config, &status).await? else {
                 continue;

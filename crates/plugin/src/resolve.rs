@@ -2,7 +2,8 @@
 //!
 //! Duplicate ids, missing dependencies, unsatisfied version requirements and cycles are
 //! all reported together; otherwise plugins start dependencies first (ties broken by id,
-//! so the order is stable) and stop in reverse.
+//! so the order is stable; a memory backend that depends on nothing first of all) and stop
+//! in reverse.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -140,8 +141,18 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
         return Err(errors);
     }
     Ok(PluginSet {
-        start_order: topological_order(by_id),
+        start_order: backend_first(topological_order(by_id)),
     })
+}
+
+/// `order` with each memory backend that depends on nothing moved to the front (it keeps
+/// every dependency before its dependents), so that every other plugin's `init` can already
+/// reach memory through it.
+fn backend_first(mut order: Vec<Manifest>) -> Vec<Manifest> {
+    order.sort_by_key(|m| {
+        !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
+    });
+    order
 }
 
 /// Kahn's algorithm over present dependencies, smallest id first among the ready ones.
@@ -276,6 +287,19 @@ mod tests {
         let set = load(dir.path()).expect("resolves");
         assert_eq!(ids(&set), ["alone", "log", "store", "app"]);
         assert_eq!(set.stop_order(), ["app", "store", "log", "alone"]);
+    }
+
+    #[test]
+    fn a_memory_backend_without_dependencies_starts_first_and_stops_last() {
+        let dir = dir_with(&[("alpha", "1.0.0", &[]), ("beta", "1.0.0", &[("alpha", "*")])]);
+        std::fs::write(
+            dir.path().join("zeta.yaml"),
+            "id: zeta\nversion: 1.0.0\nkind: memory-backend\ncomponent: c.wasm\napi: ^0.1\n",
+        )
+        .expect("backend manifest");
+        let set = load(dir.path()).expect("resolves");
+        assert_eq!(ids(&set), ["zeta", "alpha", "beta"]);
+        assert_eq!(set.stop_order(), ["beta", "alpha", "zeta"]);
     }
 
     #[test]
