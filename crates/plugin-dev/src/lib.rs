@@ -117,7 +117,7 @@ pub enum DevError {
     Exists(PathBuf),
     /// A plugin id that a manifest would refuse.
     #[error(
-        "plugin name `{0}`: expected lower-case letters, digits and `-`, starting with a letter"
+        "plugin name `{0}`: expected lower-case letters, digits and single dashes, starting with a letter and not ending with a dash, at most 64 characters"
     )]
     BadName(String),
     /// The WIT could not be read or bindings not made from it.

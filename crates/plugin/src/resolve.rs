@@ -70,6 +70,7 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
         }
         needs_disabled.is_empty()
     });
+    leave_out_dependents_of_invalid(&mut manifests, &mut errors);
     match resolve(manifests) {
         Ok(set) if errors.is_empty() => Ok(set),
         Ok(_) => Err(errors),
@@ -78,6 +79,36 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
             Err(errors)
         }
     }
+}
+
+/// A plugin that depends on one whose manifest (`<id>.yaml`) was refused is reported as
+/// such, and left out of resolution so the dependency is not reported as missing too.
+fn leave_out_dependents_of_invalid(manifests: &mut Vec<Manifest>, errors: &mut Vec<ManifestError>) {
+    let valid: BTreeSet<String> = manifests.iter().map(|m| m.id.clone()).collect();
+    let refused: BTreeMap<String, std::path::PathBuf> = errors
+        .iter()
+        .filter_map(|e| Some((e.file.file_stem()?.to_str()?.to_string(), e.file.clone())))
+        .filter(|(id, _)| !valid.contains(id))
+        .collect();
+    manifests.retain(|manifest| {
+        let mut kept = true;
+        for (i, dep) in manifest.depends_on.iter().enumerate() {
+            if let Some(file) = refused.get(&dep.id) {
+                errors.push(ManifestError {
+                    file: manifest.file.clone(),
+                    field: format!("depends_on[{i}].id"),
+                    message: format!(
+                        "`{}` depends on `{}`, whose manifest {} is invalid (see its error)",
+                        manifest.id,
+                        dep.id,
+                        file.display()
+                    ),
+                });
+                kept = false;
+            }
+        }
+        kept
+    });
 }
 
 /// Order valid manifests by their dependencies.
@@ -291,7 +322,10 @@ mod tests {
 
     #[test]
     fn a_memory_backend_without_dependencies_starts_first_and_stops_last() {
-        let dir = dir_with(&[("alpha", "1.0.0", &[]), ("beta", "1.0.0", &[("alpha", "*")])]);
+        let dir = dir_with(&[
+            ("alpha", "1.0.0", &[]),
+            ("beta", "1.0.0", &[("alpha", "*")]),
+        ]);
         std::fs::write(
             dir.path().join("zeta.yaml"),
             "id: zeta\nversion: 1.0.0\nkind: memory-backend\ncomponent: c.wasm\napi: ^0.1\n",
@@ -300,6 +334,24 @@ mod tests {
         let set = load(dir.path()).expect("resolves");
         assert_eq!(ids(&set), ["zeta", "alpha", "beta"]);
         assert_eq!(set.stop_order(), ["beta", "alpha", "zeta"]);
+    }
+
+    #[test]
+    fn a_dependent_of_an_invalid_manifest_names_it_as_invalid_not_missing() {
+        let dir = dir_with(&[("app", "1.0.0", &[("store", "*")])]);
+        std::fs::write(dir.path().join("store.yaml"), "id: store\nversion: nope\n")
+            .expect("invalid manifest");
+        let errors = load(dir.path()).expect_err("refused");
+        let app = errors
+            .iter()
+            .find(|e| e.file.ends_with("app.yaml"))
+            .expect("the dependent is reported");
+        assert!(
+            app.message.contains("store.yaml is invalid") && !app.message.contains("not in"),
+            "{}",
+            app.message
+        );
+        assert!(errors.iter().any(|e| e.file.ends_with("store.yaml")));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::BadInput;
 /// `cairn plugin new NAME --kind KIND --lang LANG [--dir DIR]`.
 #[derive(Args, Debug)]
 pub struct NewArgs {
-    /// The plugin id: lower-case letters, digits and `-`, starting with a letter.
+    /// The plugin id: lower-case letters, digits and single dashes, starting with a letter.
     name: String,
     /// channel, handler, consolidator, sleep-handler or memory-backend.
     #[arg(long, value_parser = parse_kind)]
@@ -82,6 +82,13 @@ fn shown(dir: &Path, language: Language) -> String {
 
 /// Build the project and report the component.
 pub fn build_project(dir: &Path) -> Result<ExitCode> {
+    if !dir.is_dir() {
+        return Err(BadInput(format!(
+            "{}: expected a plugin project directory (one `cairn plugins new` makes)",
+            dir.display()
+        ))
+        .into());
+    }
     let built = build(dir).map_err(dev_error)?;
     println!(
         "built {} ({}): {} ({} KiB)",
@@ -98,6 +105,7 @@ fn dev_error(error: DevError) -> anyhow::Error {
     if error.is_bad_input() {
         BadInput(error.to_string()).into()
     } else {
-        error.into()
+        // Its message already ends with the cause: printed as a chain it would repeat it.
+        anyhow::anyhow!("{error}")
     }
 }

@@ -79,6 +79,12 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     if let Some(listener) = console {
         serve_console(&config, &stores, listener, &mut workers, &stopping)?;
     }
+    if set.start_order().is_empty() {
+        tracing::warn!(
+            "no plugin manifests (*.yaml) in {}: no channel brings messages in; is --plugins right?",
+            plugins_dir.display()
+        );
+    }
     tracing::info!(
         data_dir = %config.data_dir.display(),
         plugins = set.start_order().len(),

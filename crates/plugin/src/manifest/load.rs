@@ -194,12 +194,18 @@ pub(super) fn split_serde_error(text: &str) -> (String, String) {
     }
 }
 
-/// The manifest files (`*.yaml`, `*.yml`) of a directory, sorted by file name.
+/// The manifest files (`*.yaml`, `*.yml`, not hidden) of a directory, sorted by file name.
 pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
         .filter(|path| {
-            path.is_file()
+            // A hidden file (`.old.yaml`, an editor's or a backup's) is not a plugin.
+            let hidden = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'));
+            !hidden
+                && path.is_file()
                 && matches!(
                     path.extension().and_then(|e| e.to_str()),
                     Some("yaml") | Some("yml")
