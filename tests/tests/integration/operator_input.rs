@@ -157,12 +157,28 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
         "only the short line is a message: {received:?}"
     );
 
+    // A question nothing answers: --explain says why nothing was recalled.
+    let d = data.path().display().to_string();
+    let searched = cairn(&[
+        "memory",
+        "search",
+        "quantum chromodynamics lecture",
+        "--explain",
+        "--data",
+        &d,
+    ]);
+    let said = String::from_utf8_lossy(&searched.stdout);
+    assert!(said.contains("nothing recalled"), "{said}");
+    assert!(
+        said.contains("is under memory.recall.") || said.contains("no memory in this scope"),
+        "the reason is given: {said}"
+    );
+
     let last = events
         .iter()
         .filter_map(|e| e["seq"].as_i64())
         .max()
         .expect("events");
-    let d = data.path().display().to_string();
     let past = (last + 2).to_string();
     refused(
         &[

@@ -61,7 +61,11 @@ pub(super) fn get(memory: &CommandMemory, id: &str, json: &bool) -> Result<()> {
 }
 
 /// `cairn memory search`.
-pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
+pub(super) fn search(
+    memory: &MemoryService,
+    args: &SearchArgs,
+    recall: &crate::memory::RecallConfig,
+) -> Result<()> {
     let SearchArgs {
         query,
         filter,
@@ -75,27 +79,43 @@ pub(super) fn search(memory: &MemoryService, args: &SearchArgs) -> Result<()> {
         explain,
         json,
     } = args;
-    let hits = memory
-        .recall(&RecallQuery {
-            text: query.clone(),
-            scope: filter.scope(),
-            kinds: filter.kinds.clone(),
-            categories: filter.category.iter().cloned().collect(),
-            exclude_session: None,
-            since: *since,
-            until: *until,
-            as_of: *as_of,
-            now: *at,
-            limit: *limit,
-            min_relevance: *min_relevance,
-            lexical_only: *lexical,
-            query_vector: None,
-        })
-        .map_err(memory_failure)?;
+    let mut request = RecallQuery {
+        text: query.clone(),
+        scope: filter.scope(),
+        kinds: filter.kinds.clone(),
+        categories: filter.category.iter().cloned().collect(),
+        exclude_session: None,
+        since: *since,
+        until: *until,
+        as_of: *as_of,
+        now: *at,
+        limit: *limit,
+        min_relevance: *min_relevance,
+        lexical_only: *lexical,
+        query_vector: None,
+    };
+    let hits = memory.recall(&request).map_err(memory_failure)?;
     if *json {
-        print_json(&hits)?;
-    } else {
-        print_hits(&hits, *explain);
+        return print_json(&hits);
+    }
+    print_hits(&hits, *explain);
+    if hits.is_empty() && *explain && min_relevance.is_none() {
+        // Say why: with a floor given, recall does not abstain, so it names the best match.
+        request.min_relevance = Some(0.0);
+        request.limit = 1;
+        let best = memory.recall(&request).map_err(memory_failure)?;
+        match best.first() {
+            Some(best) if best.explain.relevance < recall.min_relevance => println!(
+                "  the most relevant memory, {} (relevance {:.3}), is under memory.recall.min_relevance ({})",
+                best.entry.id, best.explain.relevance, recall.min_relevance
+            ),
+            Some(best) => println!(
+                "  the most relevant memory, {} (relevance {:.3}), is under memory.recall.abstain_below ({}): \
+                 recall answers nothing rather than something unrelated",
+                best.entry.id, best.explain.relevance, recall.abstain_below
+            ),
+            None => println!("  no memory in this scope matches the question"),
+        }
     }
     Ok(())
 }
@@ -221,14 +241,20 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
     let records = match output {
         Some(path) => {
             check_output(path)?;
-            let file = std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?;
-            let mut writer = std::io::BufWriter::new(file);
-            let records = memory.export(&mut writer).map_err(memory_failure)?;
-            writer
-                .flush()
-                .with_context(|| format!("cannot write {}", path.display()))?;
-            records
+            // Written beside the target and renamed over it: a failure half-way leaves the
+            // old file, if any, and no partial one.
+            let mut name = path.file_name().unwrap_or_default().to_os_string();
+            name.push(".tmp");
+            let temporary = path.with_file_name(name);
+            let written = export_to(memory, &temporary).and_then(|records| {
+                std::fs::rename(&temporary, path)
+                    .with_context(|| format!("cannot write {}", path.display()))?;
+                Ok(records)
+            });
+            if written.is_err() {
+                let _ = std::fs::remove_file(&temporary);
+            }
+            written?
         }
         None => {
             let stdout = std::io::stdout();
@@ -244,6 +270,20 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
         }
     }
     Ok(())
+}
+
+/// Export every record to a new file at `path`, flushed to disk; how many.
+fn export_to(memory: &LocalMemory, path: &Path) -> Result<u64> {
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let mut writer = std::io::BufWriter::new(file);
+    let records = memory.export(&mut writer).map_err(memory_failure)?;
+    writer
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|file| file.sync_all())
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    Ok(records)
 }
 
 /// `cairn memory import`.

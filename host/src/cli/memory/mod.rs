@@ -7,7 +7,6 @@ mod backend;
 mod commands;
 mod format;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -266,7 +265,7 @@ fn dispatch(config: &HostConfig, memory: &CommandMemory, command: &MemoryCommand
             json,
         } => list(service, filter, all, limit, json),
         MemoryCommand::Get { id, json } => get(memory, id, json),
-        MemoryCommand::Search(args) => search(service, args),
+        MemoryCommand::Search(args) => search(service, args, &config.memory.recall),
         MemoryCommand::Stats { json } => stats(memory, json),
         MemoryCommand::Forget { id, json } => forget(service, id, json),
         MemoryCommand::Purge {
