@@ -218,6 +218,14 @@ fn settle_dead_letters(
         return Err(BadInput("name the dead letters: --subscriber ID and/or --id N".into()).into());
     }
     let admin = journals.write()?;
+    if let Some(subscriber) = subscriber
+        && !admin.subscriber_lags()?.iter().any(|s| s.id == subscriber)
+    {
+        return Err(BadInput(format!(
+            "--subscriber: no subscriber `{subscriber}` in this journal"
+        ))
+        .into());
+    }
     let (changed, done) = match action {
         DeadLetterAction::Retry => (
             admin.retry_dead_letters(subscriber, id)?,

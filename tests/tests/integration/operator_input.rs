@@ -193,6 +193,18 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
         ],
         "--from",
     );
+    refused(
+        &[
+            "journal",
+            "dead-letters",
+            "retry",
+            "--subscriber",
+            "nobody",
+            "--data",
+            &d,
+        ],
+        "--subscriber: no subscriber `nobody`",
+    );
     let next = (last + 1).to_string();
     let replayed = cairn(&[
         "journal",
