@@ -430,41 +430,47 @@ fn count(first: &str, second: &str, third: &str) -> Option<(u32, usize)> {
     }
 }
 
+/// The number words "one" to "nineteen", in order.
+const UNITS_AND_TEENS: [&str; 19] = [
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+];
+
+/// The number words "twenty" to "ninety", in order.
+const TENS: [&str; 8] = [
+    "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+];
+
 /// "one" to "nineteen".
 fn number_word(word: &str) -> Option<u32> {
-    const WORDS: [&str; 19] = [
-        "one",
-        "two",
-        "three",
-        "four",
-        "five",
-        "six",
-        "seven",
-        "eight",
-        "nine",
-        "ten",
-        "eleven",
-        "twelve",
-        "thirteen",
-        "fourteen",
-        "fifteen",
-        "sixteen",
-        "seventeen",
-        "eighteen",
-        "nineteen",
-    ];
-    WORDS.iter().position(|w| *w == word).map(|i| i as u32 + 1)
+    place(&UNITS_AND_TEENS, word)
 }
 
 /// "twenty" to "ninety".
 fn tens(word: &str) -> Option<u32> {
-    const WORDS: [&str; 8] = [
-        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
-    ];
-    WORDS
-        .iter()
-        .position(|w| *w == word)
-        .map(|i| (i as u32 + 2) * 10)
+    place(&TENS, word).map(|n| (n + 1) * 10)
+}
+
+/// Where `word` stands in `words`, counting from 1.
+fn place(words: &[&str], word: &str) -> Option<u32> {
+    words.iter().position(|w| *w == word).map(|i| i as u32 + 1)
 }
 
 fn unit_ms(unit: Unit) -> i64 {

@@ -54,9 +54,14 @@ impl LocalMemory {
             ..ListFilter::default()
         })?;
         let text = snapshot::render(&entries)?;
-        replace_durably(path, text.as_bytes())
-            .map_err(|e| MemoryError::Write(format!("{}: {e}", path.display())))?;
+        replace_durably(path, |out| Ok(out.write_all(text.as_bytes())?))?;
         Ok(entries.len() as u64)
+    }
+
+    /// [`LocalMemory::export`] to the file at `path`, replacing it whole (see
+    /// [`replace_durably`]); how many records.
+    pub fn export_file(&self, path: &Path) -> Result<u64, MemoryError> {
+        replace_durably(path, |out| Ok(self.export(out)?))
     }
 
     /// Restore core memories from a snapshot, as a person may have edited it: a missing
@@ -107,26 +112,51 @@ impl LocalMemory {
     }
 }
 
-/// Replace the file at `path` with `contents` so that a crash or power loss at any moment
-/// leaves the old file or the new one, whole: written beside it, flushed, renamed over it,
-/// and the directory flushed so the rename itself is durable.
-fn replace_durably(path: &Path, contents: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
+/// Why a durable replacement failed: the writer's own error, or the file's.
+enum ReplaceError {
+    Memory(MemoryError),
+    Io(std::io::Error),
+}
+
+impl From<MemoryError> for ReplaceError {
+    fn from(error: MemoryError) -> Self {
+        ReplaceError::Memory(error)
+    }
+}
+
+impl From<std::io::Error> for ReplaceError {
+    fn from(error: std::io::Error) -> Self {
+        ReplaceError::Io(error)
+    }
+}
+
+/// Replace the file at `path` with what `write` writes, so that a crash or power loss at
+/// any moment leaves the old file or the new one, whole: written beside it, flushed,
+/// renamed over it, and the directory flushed so the rename itself is durable. A failure
+/// leaves no temporary file behind.
+fn replace_durably<T>(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> Result<T, ReplaceError>,
+) -> Result<T, MemoryError> {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let temporary = path.with_file_name(name);
-    let written = std::fs::File::create(&temporary).and_then(|mut file| {
-        file.write_all(contents)?;
-        file.sync_all()?;
-        std::fs::rename(&temporary, path)
-    });
-    if let Err(e) = written {
-        // Nothing half-written is left behind: the old file, if any, stays as it was.
+    let written = (|| {
+        let mut out = std::io::BufWriter::new(std::fs::File::create(&temporary)?);
+        let value = write(&mut out)?;
+        out.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+        std::fs::rename(&temporary, path)?;
+        let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
+        std::fs::File::open(directory.unwrap_or(Path::new(".")))?.sync_all()?;
+        Ok(value)
+    })();
+    written.map_err(|error| {
         let _ = std::fs::remove_file(&temporary);
-        return Err(e);
-    }
-    let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
-    std::fs::File::open(directory.unwrap_or(Path::new(".")))?.sync_all()
+        match error {
+            ReplaceError::Memory(error) => error,
+            ReplaceError::Io(e) => MemoryError::Write(format!("{}: {e}", path.display())),
+        }
+    })
 }
 
 /// The memory that supersedes `entry` with the text a person edited in the snapshot.

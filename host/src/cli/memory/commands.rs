@@ -241,20 +241,7 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
     let records = match output {
         Some(path) => {
             check_output(path)?;
-            // Written beside the target and renamed over it: a failure half-way leaves the
-            // old file, if any, and no partial one.
-            let mut name = path.file_name().unwrap_or_default().to_os_string();
-            name.push(".tmp");
-            let temporary = path.with_file_name(name);
-            let written = export_to(memory, &temporary).and_then(|records| {
-                std::fs::rename(&temporary, path)
-                    .with_context(|| format!("cannot write {}", path.display()))?;
-                Ok(records)
-            });
-            if written.is_err() {
-                let _ = std::fs::remove_file(&temporary);
-            }
-            written?
+            memory.export_file(path).map_err(memory_failure)?
         }
         None => {
             let stdout = std::io::stdout();
@@ -270,20 +257,6 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
         }
     }
     Ok(())
-}
-
-/// Export every record to a new file at `path`, flushed to disk; how many.
-fn export_to(memory: &LocalMemory, path: &Path) -> Result<u64> {
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut writer = std::io::BufWriter::new(file);
-    let records = memory.export(&mut writer).map_err(memory_failure)?;
-    writer
-        .into_inner()
-        .map_err(|e| e.into_error())
-        .and_then(|file| file.sync_all())
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    Ok(records)
 }
 
 /// `cairn memory import`.
