@@ -3,6 +3,7 @@
 //! [`MemoryStore`] that keeps the rows (`memory.db` through [`SqliteMemory`]).
 
 mod embedding;
+mod import_check;
 mod maintenance;
 mod search;
 
@@ -389,21 +390,6 @@ fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
         return bad("tags/sources: at most 64 tags and 1000 sources".into());
     }
     Ok(())
-}
-
-fn validate_entry(entry: &MemoryEntry) -> Result<(), MemoryError> {
-    if entry.id.trim().is_empty() {
-        return Err(MemoryError::InvalidInput(
-            "id: expected a non-empty id".into(),
-        ));
-    }
-    let mut check = NewMemory::new(entry.kind, entry.content.clone());
-    check.category = entry.category.clone();
-    check.importance = Some(entry.importance);
-    check.tags = entry.tags.clone();
-    check.subject = entry.subject.clone();
-    check.predicate = entry.predicate.clone();
-    validate(&check)
 }
 
 fn is_name(name: &str) -> bool {

@@ -47,7 +47,7 @@ pub enum JournalCommand {
         /// Only this subscriber's dead letters.
         #[arg(long)]
         subscriber: Option<String>,
-        /// Only this dead letter.
+        /// Only this dead letter (the number after "dead letter" in the list).
         #[arg(long)]
         id: Option<i64>,
         /// How many to list, newest first.
@@ -233,6 +233,15 @@ fn settle_dead_letters(
         ),
         _ => (admin.discard_dead_letters(subscriber, id)?, "discarded"),
     };
+    if let Some(id) = id
+        && changed == 0
+    {
+        let whose = subscriber.map_or(String::new(), |s| format!(" of `{s}`"));
+        return Err(BadInput(format!(
+            "--id: no dead letter #{id}{whose}: expected a number `cairn journal dead-letters` lists"
+        ))
+        .into());
+    }
     println!("{changed} dead letter(s) {done}");
     Ok(ExitCode::SUCCESS)
 }
@@ -250,8 +259,13 @@ fn list_dead_letters(journals: &Journals, limit: usize, json: bool) -> Result<Ex
     } else {
         for letter in letters {
             println!(
-                "{} #{} {} after {} attempt(s): {}",
-                letter.subscriber, letter.seq, letter.topic, letter.attempts, letter.error
+                "dead letter {}: {} #{} {} after {} attempt(s): {}",
+                letter.id,
+                letter.subscriber,
+                letter.seq,
+                letter.topic,
+                letter.attempts,
+                letter.error
             );
         }
     }

@@ -93,6 +93,14 @@ enum Command {
 #[error("{0}")]
 pub struct BadInput(String);
 
+/// Text that says something: not empty, not only blanks (a message or a question).
+pub(crate) fn parse_words(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        return Err("expected some words, not an empty text".into());
+    }
+    Ok(text.to_string())
+}
+
 /// Parse arguments, run the command and map the outcome to an exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

@@ -3,6 +3,7 @@
 //! or the terminal's stop request, then stops everything in reverse.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -47,6 +48,10 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let mut signals = StopSignals::listen();
     let set = resolve::load_enabled(plugins_dir, &config.plugins.disabled)
         .map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    let serves_webhooks = channels(&set).find(|m| serves_webhooks(m));
+    if let (Some(channel), Some(console)) = (serves_webhooks, config.console.listen) {
+        refuse_shared_port(console, config.http.listen, &channel.id)?;
+    }
     for id in &config.plugins.disabled {
         tracing::info!(plugin = %id, "disabled by plugins.disabled");
     }
@@ -54,13 +59,21 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
     check_memory_backend(&config, &set)?;
-    let listener = if channels(&set).any(serves_webhooks) {
-        Some(webhook::bind(&config.http).await?)
-    } else {
-        None
+    // A taken port is the operator's to change: said once, exit 2.
+    let listener = match serves_webhooks {
+        Some(_) => Some(
+            webhook::bind(&config.http)
+                .await
+                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
+        ),
+        None => None,
     };
     let console = match config.console.listen {
-        Some(address) => Some(console::bind(address).await?),
+        Some(address) => Some(
+            console::bind(address)
+                .await
+                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
+        ),
         None => None,
     };
     let stores = open_stores(&config, &set, plugins_dir)?;
@@ -142,6 +155,20 @@ fn channels(set: &resolve::PluginSet) -> impl Iterator<Item = &Manifest> {
     set.start_order()
         .iter()
         .filter(|m| m.kind == PluginKind::Channel)
+}
+
+/// Refuse a console set to listen where the webhook server does (for `channel`), which
+/// would otherwise fail at bind time as a port "already in use" by the host itself.
+fn refuse_shared_port(console: SocketAddr, http: SocketAddr, channel: &str) -> Result<()> {
+    let overlap =
+        console.ip() == http.ip() || console.ip().is_unspecified() || http.ip().is_unspecified();
+    if console.port() != 0 && console.port() == http.port() && overlap {
+        return Err(BadInput(format!(
+            "console.listen {console} is where the webhook server listens (http.listen {http}, for channel `{channel}`): expected another port"
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// Whether a channel asked for a webhook path.

@@ -36,6 +36,7 @@ pub struct SendArgs {
     #[arg(long, value_parser = crate::cli::memory::parse_time)]
     pub at: Option<i64>,
     /// The message text (sent as `{"text": TEXT}`).
+    #[arg(value_parser = crate::cli::parse_words)]
     pub text: Option<String>,
     /// A file holding the JSON payload (`-` for stdin).
     #[arg(long, value_name = "FILE")]

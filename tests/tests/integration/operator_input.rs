@@ -74,6 +74,43 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "is not a directory",
     );
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--data",
+            &d,
+            "  ",
+        ],
+        "expected some words",
+    );
+    refused(
+        &["memory", "search", "", "--data", &d],
+        "expected some words",
+    );
+    assert_eq!(entries(data.path()), ["a-file"], "nothing written");
+
+    // A console set where the webhook server listens is refused before anything starts.
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    let output = Command::new(cairn_bin())
+        .args(["run", "--plugins"])
+        .arg(dir.path())
+        .args(["--data", &d, "--console", "127.0.0.1:18795"])
+        .envs(test_env())
+        .env("CAIRN_HTTP_LISTEN", "127.0.0.1:18795")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run cairn");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("console.listen 127.0.0.1:18795 is where the webhook server listens"),
+        "{stderr}"
+    );
     assert_eq!(entries(data.path()), ["a-file"], "nothing written");
 
     let out_dir = data.path().join("out");
@@ -205,6 +242,23 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
         ],
         "--subscriber: no subscriber `nobody`",
     );
+    refused(
+        &[
+            "journal",
+            "dead-letters",
+            "discard",
+            "--id",
+            "999999",
+            "--data",
+            &d,
+        ],
+        "--id: no dead letter #999999",
+    );
+    refused(
+        &["memory", "purge", "--id", "no-such-memory", "--data", &d],
+        "--id: no memory `no-such-memory`",
+    );
+    an_import_that_would_drop_a_field_or_double_an_id_writes_nothing(&d);
     let next = (last + 1).to_string();
     let replayed = cairn(&[
         "journal",
@@ -221,4 +275,40 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
         "{}",
         String::from_utf8_lossy(&replayed.stderr)
     );
+}
+
+/// `memory import` of an export with a field added, or with a line given twice: exit 2
+/// naming the line, and memory as it was.
+fn an_import_that_would_drop_a_field_or_double_an_id_writes_nothing(data: &str) {
+    let exported = cairn(&["memory", "export", "--data", data]);
+    assert!(exported.status.success(), "export");
+    let lines: Vec<String> = String::from_utf8_lossy(&exported.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let (at, entry) = lines
+        .iter()
+        .enumerate()
+        .find(|(_, line)| line.starts_with(r#"{"type":"entry""#))
+        .expect("an entry in the export");
+    let changed = entry.replacen(r#""type":"entry","#, r#""type":"entry","mood":"calm","#, 1);
+    for (edited, expected) in [
+        (
+            changed,
+            format!("line {}: entry record: unknown field mood", at + 1),
+        ),
+        (
+            format!("{entry}\n{entry}"),
+            format!("line {}: entry id", at + 2),
+        ),
+    ] {
+        let mut file_lines = lines.clone();
+        file_lines[at] = edited;
+        let file = tempfile::NamedTempFile::new().expect("import file");
+        std::fs::write(file.path(), file_lines.join("\n")).expect("write");
+        let path = file.path().display().to_string();
+        refused(&["memory", "import", &path, "--data", data], &expected);
+    }
+    let after = cairn(&["memory", "export", "--data", data]);
+    assert_eq!(after.stdout, exported.stdout, "memory unchanged");
 }

@@ -19,25 +19,12 @@ impl LocalMemory {
         Ok(lines)
     }
 
-    /// Import JSONL records. Every line is checked first; one bad line rejects the whole
-    /// import (nothing is written) with its line number. Records whose id exists are skipped,
-    /// and so are audit rows already present, so importing the same file twice adds nothing.
+    /// Import JSONL records. Every line is checked first (see [`import_check`]); one bad
+    /// line rejects the whole import (nothing is written) with its line number. Records
+    /// whose id exists are skipped, and so are audit rows already present, so importing the
+    /// same file twice adds nothing.
     pub fn import(&self, input: &str) -> Result<ImportReport, MemoryError> {
-        let mut records = Vec::new();
-        for (n, line) in input.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let record: ExportRecord = serde_json::from_str(line)
-                .map_err(|e| MemoryError::InvalidInput(format!("line {}: {e}", n + 1)))?;
-            match &record {
-                ExportRecord::Entry(entry) => validate_entry(entry),
-                ExportRecord::Audit(row) => validate_audit(row),
-                ExportRecord::Session(_) => Ok(()),
-            }
-            .map_err(|e| MemoryError::InvalidInput(format!("line {}: {e}", n + 1)))?;
-            records.push(record);
-        }
+        let records = import_check::parse_records(input)?;
         let report = self.store.import(records).wait()?;
         if report.entries > 0 {
             self.signal.notify();
@@ -174,19 +161,4 @@ fn successor_of_edit(entry: MemoryEntry) -> NewMemory {
         supersedes: Some(entry.id),
         valid_from: None,
     }
-}
-
-fn validate_audit(row: &AuditRow) -> Result<(), MemoryError> {
-    for (field, value) in [
-        ("entry_id", &row.entry_id),
-        ("action", &row.action),
-        ("actor", &row.actor),
-    ] {
-        if value.trim().is_empty() {
-            return Err(MemoryError::InvalidInput(format!(
-                "{field}: expected non-empty text"
-            )));
-        }
-    }
-    Ok(())
 }

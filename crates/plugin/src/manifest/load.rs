@@ -164,6 +164,10 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
             return Err(problems.errors);
         }
     };
+    if let Err(message) = check_yaml_shape(&text) {
+        problems.add("", message);
+        return Err(problems.errors);
+    }
     let raw: RawManifest = match serde_yaml::from_str(&text) {
         Ok(raw) => raw,
         Err(e) => {
@@ -177,6 +181,23 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         Some(manifest) if problems.errors.is_empty() => Ok(manifest),
         _ => Err(problems.errors),
     }
+}
+
+/// A YAML syntax error, or a document that is not a mapping of fields, said as such (a
+/// typed parse would report either as a type mismatch, in the parser's own terms).
+fn check_yaml_shape(text: &str) -> Result<(), String> {
+    let document: serde_yaml::Value =
+        serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+    let found = match document {
+        serde_yaml::Value::Mapping(_) => return Ok(()),
+        serde_yaml::Value::Null => "an empty document",
+        serde_yaml::Value::Sequence(_) => "a list",
+        serde_yaml::Value::Tagged(_) => "a tagged value",
+        _ => "a single value",
+    };
+    Err(format!(
+        "expected a mapping of fields (`id: ...`, `version: ...`), found {found}"
+    ))
 }
 
 /// serde_yaml reports `path.to.field: message at line L column C`; split off the path.

@@ -395,6 +395,30 @@ mod tests {
     }
 
     #[test]
+    fn a_syntax_error_or_a_document_of_the_wrong_shape_is_said_as_such() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (body, expected) in [
+            ("id: [unclosed\n", "not valid YAML: "),
+            ("- id: counter\n", "expected a mapping of fields"),
+            ("", "found an empty document"),
+        ] {
+            let path = write_manifest(dir.path(), "p.yaml", body);
+            let errors = load_file(&path).expect_err(body);
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(
+                errors[0].message.contains(expected),
+                "{body:?}: {:?}",
+                errors[0]
+            );
+            assert!(
+                !errors[0].message.contains("RawManifest"),
+                "{:?}",
+                errors[0]
+            );
+        }
+    }
+
+    #[test]
     fn every_semantic_problem_of_a_file_is_reported() {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = "id: Bad_Id\nversion: one\nkind: channel\ncomponent: missing.wasm\napi: ^9\n\

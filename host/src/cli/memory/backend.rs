@@ -57,18 +57,6 @@ impl CommandMemory {
         })
     }
 
-    /// Refuse a command that only memory.db can serve while a plugin keeps the memories.
-    pub fn require_sqlite(&self, command: &str) -> Result<()> {
-        match self.service.backend_plugin() {
-            None => Ok(()),
-            Some(id) => Err(BadInput(format!(
-                "memory.backend is the plugin `{id}`: `cairn memory {command}` works on memory.db \
-                 (backend `sqlite`) only"
-            ))
-            .into()),
-        }
-    }
-
     /// Stop the embedder and the backend plugin.
     pub fn close(self) {
         self.local.stop_embedder();

@@ -203,6 +203,14 @@ pub(super) fn purge(
         )
         .into());
     }
+    for id in ids {
+        if memory.get(id).map_err(memory_failure)?.is_none() {
+            return Err(BadInput(format!(
+                "--id: no memory `{id}` (never stored, or purged already); nothing was removed"
+            ))
+            .into());
+        }
+    }
     let removed = memory.purge(ids, "cli").map_err(memory_failure)?;
     if *json {
         print_json(&json!({"removed": removed}))?;

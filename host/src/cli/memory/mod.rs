@@ -121,7 +121,8 @@ pub enum MemoryCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Read a JSONL export; a bad line rejects the whole file; existing ids are skipped.
+    /// Read a JSONL export; a bad line (an unknown field, an id given twice, inconsistent
+    /// times) rejects the whole file; ids already in memory are skipped.
     Import {
         /// The JSONL file (`-` for stdin).
         file: PathBuf,
@@ -209,6 +210,7 @@ fn memory_failure(error: MemoryError) -> anyhow::Error {
 #[derive(clap::Args, Debug)]
 pub struct SearchArgs {
     /// What to look for (plain words; no query syntax).
+    #[arg(value_parser = crate::cli::parse_words)]
     pub query: String,
     #[command(flatten)]
     pub filter: ScopeArgs,
@@ -242,12 +244,38 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
+impl MemoryCommand {
+    /// The name of a command only memory.db can serve (maintenance and transfer), none for
+    /// one any backend serves.
+    fn memory_db_only(&self) -> Option<&'static str> {
+        match self {
+            MemoryCommand::Purge { .. } => Some("purge"),
+            MemoryCommand::Export { .. } => Some("export"),
+            MemoryCommand::Import { .. } => Some("import"),
+            MemoryCommand::Snapshot { .. } => Some("snapshot"),
+            MemoryCommand::Reindex { .. } => Some("reindex"),
+            MemoryCommand::Hygiene { .. } => Some("hygiene"),
+            _ => None,
+        }
+    }
+}
+
 /// Run a `cairn memory` command; `plugins` is where a backend plugin is found.
 pub fn run(
     config: &HostConfig,
     plugins: Option<&Path>,
     command: &MemoryCommand,
 ) -> Result<ExitCode> {
+    if let Some(name) = command.memory_db_only()
+        && config.memory.backend != "sqlite"
+    {
+        return Err(BadInput(format!(
+            "memory.backend is the plugin `{}`: `cairn memory {name}` works on memory.db \
+             (backend `sqlite`) only",
+            config.memory.backend
+        ))
+        .into());
+    }
     let memory = CommandMemory::open(config, plugins)?;
     let outcome = dispatch(config, &memory, command);
     memory.close();
@@ -272,27 +300,15 @@ fn dispatch(config: &HostConfig, memory: &CommandMemory, command: &MemoryCommand
             ids,
             forgotten,
             json,
-        } => memory
-            .require_sqlite("purge")
-            .and_then(|()| purge(local, ids, forgotten, json)),
-        MemoryCommand::Export { output, json, .. } => memory
-            .require_sqlite("export")
-            .and_then(|()| export(local, output.as_deref(), json)),
-        MemoryCommand::Import { file, json } => memory
-            .require_sqlite("import")
-            .and_then(|()| import(local, file, json)),
+        } => purge(local, ids, forgotten, json),
+        MemoryCommand::Export { output, json, .. } => export(local, output.as_deref(), json),
+        MemoryCommand::Import { file, json } => import(local, file, json),
         MemoryCommand::Snapshot {
             output,
             hydrate,
             json,
-        } => memory
-            .require_sqlite("snapshot")
-            .and_then(|()| snapshot(local, config, output.as_deref(), hydrate.as_deref(), json)),
-        MemoryCommand::Reindex { force, json } => memory
-            .require_sqlite("reindex")
-            .and_then(|()| reindex(local, config, force, json)),
-        MemoryCommand::Hygiene { json } => memory
-            .require_sqlite("hygiene")
-            .and_then(|()| hygiene(local, json)),
+        } => snapshot(local, config, output.as_deref(), hydrate.as_deref(), json),
+        MemoryCommand::Reindex { force, json } => reindex(local, config, force, json),
+        MemoryCommand::Hygiene { json } => hygiene(local, json),
     }
 }

@@ -163,12 +163,22 @@ impl Target for Import {
             Just("9223372036854775807".to_string()),
             "[0-9]{1,14}"
         ];
-        let entry = (id, kind, "\\PC{0,20}", time.clone(), any::<u8>()).prop_map(
-            |(id, kind, content, at, importance)| {
-                serde_json::json!({"type": "entry", "id": id, "kind": kind, "content": content,
-                "category": "general", "scope": {"user_id": "u"}, "importance": importance,
-                "created_at": at, "updated_at": at})
-                .to_string()
+        // A whole record as `cairn memory export` writes it, sometimes with a field no
+        // record has (which the import must refuse rather than drop).
+        let extra = prop_oneof![3 => Just(None), 1 => Just(Some("mood"))];
+        let entry = (id, kind, "\\PC{0,20}", time.clone(), any::<u8>(), extra).prop_map(
+            |(id, kind, content, at, importance, extra)| {
+                let at: i64 = at.parse().unwrap_or_default();
+                let mut record = serde_json::json!({"type": "entry", "id": id, "kind": kind,
+                "content": content, "category": "general", "scope": {"user_id": "u"},
+                "importance": importance, "tags": [], "issue_refs": [], "pr_refs": [],
+                "sources": [], "subject": null, "predicate": null, "valid_from": at,
+                "valid_to": null, "recorded_at": at, "superseded_by": null,
+                "forgotten_at": null});
+                if let Some(field) = extra {
+                    record[field] = serde_json::json!("calm");
+                }
+                record.to_string()
             },
         );
         let audit = ("mem_[0-9a-f]{0,8}", prop_oneof![Just("forget"), Just("purge"), Just("supersede"), Just("edit"), Just("x")], time)

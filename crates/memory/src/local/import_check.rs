@@ -1,0 +1,203 @@
+//! Reading a JSONL import before anything is written: every line must be a whole, consistent
+//! record, with no field the store would drop, and no id given twice.
+
+use std::collections::HashMap;
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::{AuditRow, ExportRecord, MemoryEntry, MemoryError, NewMemory, validate};
+use cairn_vocab::session::Session;
+
+/// What the store writes into an audit row's `action`; an import may hold only these.
+const AUDIT_ACTIONS: [&str; 5] = ["forget", "purge", "supersede", "edit", "rescore"];
+
+/// The records of a JSONL import, each checked, in file order. The first bad line is the
+/// error, named by its number, so the caller writes nothing.
+pub(super) fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
+    let mut records = Vec::new();
+    let mut first_line_of: HashMap<(&'static str, String), usize> = HashMap::new();
+    for (index, line) in input.lines().enumerate() {
+        let number = index + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let at_line = |e: String| MemoryError::InvalidInput(format!("line {number}: {e}"));
+        let record = parse_line(line).map_err(at_line)?;
+        check_record(&record).map_err(at_line)?;
+        if let Some((kind, id)) = identity(&record)
+            && let Some(first) = first_line_of.insert((kind, id.to_string()), number)
+        {
+            return Err(at_line(format!(
+                "{kind} id {id:?} was already given on line {first}: expected each id once"
+            )));
+        }
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// One line as a record. A field no record of its type has is refused, not dropped:
+/// an export from a newer Cairn imported here would otherwise lose it without a word.
+fn parse_line(line: &str) -> Result<ExportRecord, String> {
+    let record: ExportRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(line) else {
+        return Err("expected a JSON object".into());
+    };
+    fields.remove("type");
+    let unknown = match &record {
+        ExportRecord::Entry(_) => ignored_fields::<MemoryEntry>(fields),
+        ExportRecord::Session(_) => ignored_fields::<Session>(fields),
+        ExportRecord::Audit(_) => ignored_fields::<AuditRow>(fields),
+    };
+    match unknown.as_slice() {
+        [] => Ok(record),
+        names => Err(format!(
+            "{} record: unknown field {}: expected only the fields `cairn memory export` writes",
+            record_kind(&record),
+            names.join(", "),
+        )),
+    }
+}
+
+/// The paths of the fields in `fields` that `T` does not read (`scope.team`, say).
+fn ignored_fields<T: DeserializeOwned>(fields: Map<String, Value>) -> Vec<String> {
+    let mut ignored = Vec::new();
+    let read: Result<T, _> =
+        serde_ignored::deserialize(Value::Object(fields), |path| ignored.push(path.to_string()));
+    match read {
+        Ok(_) => ignored,
+        Err(_) => Vec::new(),
+    }
+}
+
+fn record_kind(record: &ExportRecord) -> &'static str {
+    match record {
+        ExportRecord::Entry(_) => "entry",
+        ExportRecord::Session(_) => "session",
+        ExportRecord::Audit(_) => "audit",
+    }
+}
+
+/// The id a record claims for itself (audit rows have none of their own).
+fn identity(record: &ExportRecord) -> Option<(&'static str, &str)> {
+    match record {
+        ExportRecord::Entry(entry) => Some(("entry", &entry.id)),
+        ExportRecord::Session(session) => Some(("session", &session.id)),
+        ExportRecord::Audit(_) => None,
+    }
+}
+
+fn check_record(record: &ExportRecord) -> Result<(), String> {
+    match record {
+        ExportRecord::Entry(entry) => check_entry(entry),
+        ExportRecord::Session(session) => check_session(session),
+        ExportRecord::Audit(row) => check_audit(row),
+    }
+}
+
+fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
+    non_empty("id", &entry.id)?;
+    let mut check = NewMemory::new(entry.kind, entry.content.clone());
+    check.category = entry.category.clone();
+    check.importance = Some(entry.importance);
+    check.tags = entry.tags.clone();
+    check.subject = entry.subject.clone();
+    check.predicate = entry.predicate.clone();
+    validate(&check).map_err(|e| e.to_string())?;
+    if let Some(valid_to) = entry.valid_to
+        && valid_to < entry.valid_from
+    {
+        return Err(format!(
+            "valid_to: {valid_to} is before valid_from {}: expected a time at or after it",
+            entry.valid_from
+        ));
+    }
+    if let Some(successor) = &entry.superseded_by {
+        non_empty("superseded_by", successor)?;
+        if *successor == entry.id {
+            return Err("superseded_by: an entry cannot supersede itself".into());
+        }
+    }
+    Ok(())
+}
+
+fn check_session(session: &Session) -> Result<(), String> {
+    non_empty("id", &session.id)?;
+    match session.ended_at {
+        Some(ended) if ended < session.started_at => Err(format!(
+            "ended_at: {ended} is before started_at {}: expected a time at or after it",
+            session.started_at
+        )),
+        _ => Ok(()),
+    }
+}
+
+fn check_audit(row: &AuditRow) -> Result<(), String> {
+    non_empty("entry_id", &row.entry_id)?;
+    non_empty("actor", &row.actor)?;
+    if !AUDIT_ACTIONS.contains(&row.action.as_str()) {
+        return Err(format!(
+            "action: {:?} is not an action memory records: expected one of {}",
+            row.action,
+            AUDIT_ACTIONS.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn non_empty(field: &str, value: &str) -> Result<(), String> {
+    if value.trim().is_empty() {
+        return Err(format!("{field}: expected non-empty text"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ENTRY: &str = r#"{"type":"entry","id":"m1","kind":"fact","content":"I like tea","category":"core","scope":{"agent_id":null,"user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":10,"valid_to":null,"recorded_at":10,"superseded_by":null,"forgotten_at":null}"#;
+
+    fn error_of(input: &str) -> String {
+        match parse_records(input) {
+            Ok(records) => panic!("accepted {} records", records.len()),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn an_exported_entry_is_read_back() {
+        let records = parse_records(ENTRY).expect("the entry");
+        assert!(matches!(&records[..], [ExportRecord::Entry(e)] if e.id == "m1"));
+    }
+
+    #[test]
+    fn a_field_the_store_would_drop_is_refused_with_its_path() {
+        let extra = ENTRY.replace(r#""importance":5"#, r#""importance":5,"mood":"calm""#);
+        assert!(error_of(&extra).contains("line 1: entry record: unknown field mood:"));
+        let nested = ENTRY.replace(r#""session_id":null}"#, r#""session_id":null,"team":"x"}"#);
+        assert!(error_of(&nested).contains("scope.team"));
+    }
+
+    #[test]
+    fn an_id_given_twice_names_both_lines() {
+        let twice = format!("{ENTRY}\n\n{ENTRY}");
+        let error = error_of(&twice);
+        assert!(error.contains("line 3") && error.contains("already given on line 1"));
+    }
+
+    #[test]
+    fn inconsistent_times_and_unknown_actions_are_refused() {
+        let backwards = ENTRY.replace(r#""valid_to":null"#, r#""valid_to":5"#);
+        assert!(error_of(&backwards).contains("valid_to: 5 is before valid_from 10"));
+        let own = ENTRY.replace(r#""superseded_by":null"#, r#""superseded_by":"m1""#);
+        assert!(error_of(&own).contains("cannot supersede itself"));
+        let session = r#"{"type":"session","id":"cli:a","user_id":null,"agent_id":null,"started_at":10,"ended_at":3,"state":"ended"}"#;
+        assert!(error_of(session).contains("ended_at: 3 is before started_at 10"));
+        let audit = r#"{"type":"audit","entry_id":"m1","action":"rename","actor":"cli","at":1,"detail":null}"#;
+        assert!(error_of(audit).contains("action: \"rename\""));
+        let empty_id = r#"{"type":"session","id":" ","user_id":null,"agent_id":null,"started_at":1,"ended_at":null,"state":"active"}"#;
+        assert!(error_of(empty_id).contains("id: expected non-empty text"));
+    }
+}
