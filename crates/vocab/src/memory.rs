@@ -263,7 +263,7 @@ pub enum ExportRecord {
 pub struct AuditRow {
     /// The entry it is about.
     pub entry_id: String,
-    /// `forget`, `purge`, `supersede` or `edit`.
+    /// `forget`, `purge`, `supersede`, `edit` or `rescore`.
     pub action: String,
     /// Who did it: `cli`, `hygiene`, `plugin:<id>`, `store`.
     pub actor: String,
