@@ -61,32 +61,13 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     std::fs::write(&a_file, "not a directory").expect("file");
     let f = a_file.display().to_string();
     refused(&["status", "--data", &f], "is not a directory");
-    refused(
-        &[
-            "send",
-            "--channel",
-            "cli",
-            "--conversation",
-            "c",
-            "--data",
-            &f,
-            "hello",
-        ],
-        "is not a directory",
-    );
-    refused(
-        &[
-            "send",
-            "--channel",
-            "cli",
-            "--conversation",
-            "c",
-            "--data",
-            &d,
-            "  ",
-        ],
-        "expected some words",
-    );
+    for (data_dir, text, expected) in [
+        (&f, "hello", "is not a directory"),
+        (&d, "  ", "expected some words"),
+    ] {
+        let send = ["send", "--channel", "cli", "--conversation", "c"];
+        refused(&[&send[..], &["--data", data_dir, text]].concat(), expected);
+    }
     refused(
         &["memory", "search", "", "--data", &d],
         "expected some words",
