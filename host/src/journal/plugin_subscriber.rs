@@ -2,8 +2,10 @@
 //! to its thread per run; a handler of API 0.2.1 takes a run in `on-events` calls sized to its
 //! measured time per event, any other one `on-event` call per event.
 
+use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::Event;
@@ -39,8 +41,12 @@ impl Subscriber for PluginSubscriber {
 
     async fn take(&self, event: &Event) -> Result<(), Undelivered> {
         let delivered = event.clone();
+        let sizing = self.runs.clone();
         self.plugin
-            .call(move |instance| instance.on_event(&delivered))
+            .call(move |instance| {
+                sizing.reached(delivered.seq);
+                instance.on_event(&delivered)
+            })
             .await
             .map_err(describe)
     }
@@ -83,11 +89,12 @@ fn deliver_run(
             break;
         }
         let rest = &events[next..];
-        if !instance.takes_runs() || sizing.one_by_one(rest[0].seq) {
+        sizing.reached(rest[0].seq);
+        if !instance.takes_runs() || sizing.alone(rest[0].seq) {
             instance.on_event(&rest[0])?;
             next += 1;
         } else {
-            let run = &rest[..sizing.size(budget).min(rest.len())];
+            let run = &rest[..sizing.size(budget).min(sizing.before_fault(rest))];
             let called = Instant::now();
             match instance.on_events(run) {
                 Ok(()) => {
@@ -96,8 +103,8 @@ fn deliver_run(
                 }
                 Err(stopped) => {
                     taken.store(next + stopped.handled, Ordering::Relaxed);
-                    if let (CallError::Fault(_), Some(last)) = (&stopped.error, run.last()) {
-                        sizing.one_by_one_through(last.seq);
+                    if let CallError::Fault(_) = &stopped.error {
+                        sizing.faulted(run);
                     }
                     return Err(stopped.error);
                 }
@@ -119,17 +126,17 @@ struct RunSizing {
     /// Time per event in the plugin's last runs (a moving average), in ns; 0 before the
     /// first run, which takes one event.
     per_event_ns: AtomicU64,
-    /// The journal position through which events go one at a time: a run that faulted
-    /// does not say which event faulted, so its events are given one by one, each under its
-    /// own deadline, and the one that faults is retried and dead-lettered alone.
-    one_by_one_through: AtomicI64,
+    /// The journal positions of the last run that faulted, given one at a time: a run that
+    /// faulted does not say which event faulted, so its events are given one by one, each
+    /// under its own deadline, and the one that faults is retried and dead-lettered alone.
+    faulted: Mutex<Option<RangeInclusive<i64>>>,
 }
 
 impl Default for RunSizing {
     fn default() -> Self {
         Self {
             per_event_ns: AtomicU64::new(0),
-            one_by_one_through: AtomicI64::new(i64::MIN),
+            faulted: Mutex::new(None),
         }
     }
 }
@@ -156,19 +163,45 @@ impl RunSizing {
         self.per_event_ns.store(average.max(1), Ordering::Relaxed);
     }
 
-    /// Whether the event at `seq` goes alone. Once delivery is past the faulted run, runs
-    /// resume (and a replay from before it starts with runs again).
-    fn one_by_one(&self, seq: i64) -> bool {
-        let alone = seq <= self.one_by_one_through.load(Ordering::Relaxed);
-        if !alone {
-            self.one_by_one_through.store(i64::MIN, Ordering::Relaxed);
-        }
-        alone
+    /// Whether the event at `seq` goes alone: it was in the run that faulted.
+    fn alone(&self, seq: i64) -> bool {
+        self.fault().as_ref().is_some_and(|run| run.contains(&seq))
     }
 
-    /// Give the events through `seq` one at a time.
-    fn one_by_one_through(&self, seq: i64) {
-        self.one_by_one_through.fetch_max(seq, Ordering::Relaxed);
+    /// Delivery, in a run or alone, reached the event at `seq`: once past the faulted run,
+    /// runs resume.
+    fn reached(&self, seq: i64) {
+        let mut fault = self.fault();
+        if fault.as_ref().is_some_and(|run| seq > *run.end()) {
+            *fault = None;
+        }
+    }
+
+    /// How many of `events`, from the first, come before the faulted run (at least one; all
+    /// when none faulted): a replay from before it goes in runs that stop short of it.
+    fn before_fault(&self, events: &[Event]) -> usize {
+        let before = match self.fault().as_ref() {
+            Some(run) => events.iter().take_while(|e| e.seq < *run.start()).count(),
+            None => events.len(),
+        };
+        before.max(1)
+    }
+
+    /// The run of `events` faulted: give them one at a time.
+    fn faulted(&self, events: &[Event]) {
+        if let (Some(first), Some(last)) = (events.first(), events.last()) {
+            let mut fault = self.fault();
+            *fault = Some(match fault.take() {
+                Some(run) => (*run.start()).min(first.seq)..=(*run.end()).max(last.seq),
+                None => first.seq..=last.seq,
+            });
+        }
+    }
+
+    fn fault(&self) -> MutexGuard<'_, Option<RangeInclusive<i64>>> {
+        self.faulted
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -185,6 +218,20 @@ fn describe(error: CallError) -> Undelivered {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn event(seq: i64) -> Event {
+        Event {
+            seq,
+            topic: "t".into(),
+            payload: "{}".into(),
+            source: "host".into(),
+            session_id: None,
+            agent_id: None,
+            user_id: None,
+            created_at: 0,
+            depth: 0,
+        }
+    }
 
     #[test]
     fn a_run_is_sized_from_the_time_per_event_and_goes_one_by_one_past_a_fault() {
@@ -214,13 +261,21 @@ mod tests {
         sizing.measured(Duration::from_secs(400), 1);
         assert_eq!(sizing.size(budget), 1, "never fewer than one");
 
-        assert!(!sizing.one_by_one(10));
-        sizing.one_by_one_through(12);
-        assert!(sizing.one_by_one(11) && sizing.one_by_one(12));
-        assert!(!sizing.one_by_one(13), "past the faulted run, runs again");
-        assert!(
-            !sizing.one_by_one(11),
-            "and a replay from before it starts with runs"
+        let events: Vec<Event> = (1..=14).map(event).collect();
+        assert!(!sizing.alone(10));
+        assert_eq!(sizing.before_fault(&events), 14, "no fault: all in runs");
+        sizing.faulted(&events[10..12]);
+        assert!(sizing.alone(11) && sizing.alone(12));
+        assert!(!sizing.alone(10) && !sizing.alone(13));
+        assert_eq!(
+            sizing.before_fault(&events),
+            10,
+            "a replay from before the fault goes in runs that stop short of it"
         );
+        sizing.reached(12);
+        assert!(sizing.alone(11), "not past the faulted run yet");
+        sizing.reached(13);
+        assert!(!sizing.alone(11), "past it, a replay goes in runs again");
+        assert_eq!(sizing.before_fault(&events), 14);
     }
 }
