@@ -140,6 +140,11 @@ pub struct LlmConfig {
     pub backoff_initial_ms: u64,
     /// The longest backoff, `retry-after` included, in ms (default 20000).
     pub backoff_max_ms: u64,
+    /// The longest wait, in ms, before the agent asks again a provider that stayed
+    /// unavailable through every retry (default 300000). The agent's turn waits an outage
+    /// out, its messages kept in the buffer, instead of failing: the waits start at
+    /// `backoff_max_ms` and double up to this.
+    pub outage_wait_max_ms: u64,
     /// Tokens a completion may generate when the request does not say (default 1024).
     pub max_tokens: u32,
     /// The optional response cache.
@@ -157,6 +162,7 @@ impl Default for LlmConfig {
             max_retries: 3,
             backoff_initial_ms: 500,
             backoff_max_ms: 20_000,
+            outage_wait_max_ms: 300_000,
             max_tokens: 1024,
             cache: cache::CacheConfig::default(),
         }
@@ -182,6 +188,12 @@ impl LlmConfig {
         if self.backoff_initial_ms > self.backoff_max_ms {
             return Err(
                 "agent.llm.backoff_initial_ms: expected at most agent.llm.backoff_max_ms".into(),
+            );
+        }
+        if self.outage_wait_max_ms < self.backoff_max_ms.max(1) {
+            return Err(
+                "agent.llm.outage_wait_max_ms: expected at least agent.llm.backoff_max_ms (and 1)"
+                    .into(),
             );
         }
         if self.max_tokens == 0 {

@@ -217,7 +217,7 @@ impl Agent {
 
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
-    pub async fn main_turn(&self, batch: Batch) {
+    pub async fn main_turn(&self, batch: Batch, mut stop: watch::Receiver<bool>) {
         if self.finish_if_answered(&batch).await {
             return;
         }
@@ -252,9 +252,16 @@ impl Agent {
                 .await;
             timings.context = assembling.elapsed();
             timings.embedding = context.model_time;
-            let answer = self.ask(&batch, &context).await;
+            let answer = self.ask(&batch, &context, &mut stop).await;
             (context, answer)
         });
+        let Some(answer) = answer else {
+            tracing::info!(
+                batch = batch.id,
+                "stopping before the LLM provider answered: the batch is answered after the next start"
+            );
+            return;
+        };
         let outcome = self
             .deliver_and_keep(&batch, &session_id, user.as_deref(), answer)
             .await;
@@ -427,8 +434,14 @@ impl Agent {
             })
     }
 
-    /// Prompt the LLM with the batch and its context.
-    async fn ask(&self, batch: &Batch, context: &Assembled) -> Answer {
+    /// Prompt the LLM with the batch and its context (waiting out an outage, see
+    /// [`Agent::complete_through_outage`]); none when the host stops meanwhile.
+    async fn ask(
+        &self,
+        batch: &Batch,
+        context: &Assembled,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Answer> {
         let prompt = batch_prompt(batch, self.config.max_message_chars);
         let mut system = self.config.system_prompt.clone();
         for section in &context.sections {
@@ -436,10 +449,61 @@ impl Agent {
             system.push_str(section);
         }
         let asked = std::time::Instant::now();
-        let completion = self.complete(&system, prompt).await;
-        Answer {
+        let work = format!("batch {}", batch.id);
+        let completion = self
+            .complete_through_outage(&system, &prompt, &work, stop)
+            .await?;
+        Some(Answer {
             completion,
             llm_time: asked.elapsed(),
+        })
+    }
+
+    /// Ask the LLM once; when the host begins stopping meanwhile, wait for the answer up to
+    /// [`STOP_GRACE`], then leave it (none: the work resumes on the next start).
+    async fn complete_unless_stopped(
+        &self,
+        system: &str,
+        prompt: &str,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Result<llm::Completion, llm::LlmError>> {
+        let asking = self.complete(system, prompt.to_string());
+        tokio::pin!(asking);
+        tokio::select! {
+            answer = &mut asking => Some(answer),
+            () = until_stopped(stop) => tokio::time::timeout(STOP_GRACE, asking).await.ok(),
+        }
+    }
+
+    /// Ask the LLM until it answers or fails for good. A provider still unavailable after
+    /// its own retries (down, timing out, rate-limiting) is asked again after a wait that
+    /// starts at `agent.llm.backoff_max_ms` and doubles up to `outage_wait_max_ms`, so an
+    /// outage delays `work` instead of failing it: its messages stay in the buffer. None
+    /// when the host stops meanwhile (the work stays claimed and resumes on the next start).
+    async fn complete_through_outage(
+        &self,
+        system: &str,
+        prompt: &str,
+        work: &str,
+        stop: &mut watch::Receiver<bool>,
+    ) -> Option<Result<llm::Completion, llm::LlmError>> {
+        let llm = &self.config.llm;
+        let most = Duration::from_millis(llm.outage_wait_max_ms);
+        let mut wait = Duration::from_millis(llm.backoff_max_ms).min(most);
+        loop {
+            match self.complete_unless_stopped(system, prompt, stop).await? {
+                Err(error) if error.is_transient() => {
+                    tracing::warn!(
+                        "{work} waits for the LLM provider: {error}; its messages stay in the buffer, asking again in {:.1}s",
+                        wait.as_secs_f64()
+                    );
+                    if stopped_during(stop, wait).await {
+                        return None;
+                    }
+                    wait = (wait * 2).min(most);
+                }
+                answer => return Some(answer),
+            }
         }
     }
 
@@ -705,7 +769,7 @@ impl Agent {
     /// Run one spawned task as a sub-agent turn — in its conversation's session, with the
     /// same context providers as the main agent, its messages and result saved as episodes —
     /// and record its result.
-    pub async fn task_turn(&self, task: i64, batch: Batch) {
+    pub async fn task_turn(&self, task: i64, batch: Batch, mut stop: watch::Receiver<bool>) {
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
         let (text, query, session) = self.open_turn(&batch, user.as_deref());
@@ -734,7 +798,18 @@ impl Agent {
             system.push_str("\n\n");
             system.push_str(section);
         }
-        let (status, result, error) = match self.complete(&system, prompt).await {
+        let work = format!("task {task}");
+        let Some(answer) = self
+            .complete_through_outage(&system, &prompt, &work, &mut stop)
+            .await
+        else {
+            tracing::info!(
+                task,
+                "stopping before the LLM provider answered: the task runs after the next start"
+            );
+            return;
+        };
+        let (status, result, error) = match answer {
             Ok(completion) => (TaskStatus::Done, Some(completion.content), None),
             Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
         };
@@ -761,7 +836,7 @@ impl Agent {
             stop,
             "batch",
             || self.buffer.claim_main_batch(),
-            |batch| self.main_turn(batch),
+            |batch, stop| self.main_turn(batch, stop),
         )
         .await;
     }
@@ -773,7 +848,7 @@ impl Agent {
             stop,
             "task",
             || self.buffer.claim_task(),
-            |(task, batch)| self.task_turn(task, batch),
+            |(task, batch), stop| self.task_turn(task, batch, stop),
         )
         .await;
     }
@@ -786,7 +861,7 @@ async fn drain_queue<T, Claimed, Worked>(
     mut stop: watch::Receiver<bool>,
     what: &str,
     claim: impl Fn() -> Claimed,
-    work: impl Fn(T) -> Worked,
+    work: impl Fn(T, watch::Receiver<bool>) -> Worked,
 ) where
     Claimed: Future<Output = Result<Option<T>, BufferError>>,
     Worked: Future<Output = ()>,
@@ -798,7 +873,7 @@ async fn drain_queue<T, Claimed, Worked>(
         let woken = routed.notified();
         match claim().await {
             Ok(Some(item)) => {
-                work(item).await;
+                work(item, stop.clone()).await;
                 continue;
             }
             Ok(None) => {}
@@ -809,6 +884,29 @@ async fn drain_queue<T, Claimed, Worked>(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
             _ = stop.changed() => {}
         }
+    }
+}
+
+/// How long a turn still waits for the LLM's answer once the host begins stopping.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Return once the host begins stopping (never, if no one can stop it).
+async fn until_stopped(stop: &mut watch::Receiver<bool>) {
+    while !*stop.borrow() {
+        if stop.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// Wait `wait`; whether the host began stopping first.
+async fn stopped_during(stop: &mut watch::Receiver<bool>, wait: Duration) -> bool {
+    if *stop.borrow() {
+        return true;
+    }
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => *stop.borrow(),
+        _ = stop.changed() => true,
     }
 }
 

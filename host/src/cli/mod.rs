@@ -171,7 +171,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 .enable_all()
                 .build()
                 .context("cannot start the async runtime")?;
-            runtime.block_on(run_host(config, plugins))?;
+            let ran = runtime.block_on(run_host(config, plugins));
+            // Blocking work a stop left behind (an LLM request not answered yet) is not
+            // waited for: what it was doing resumes on the next start.
+            runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            ran?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Plugins {

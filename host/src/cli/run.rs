@@ -106,8 +106,16 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
     tracing::info!("stopping");
     let _ = stop.send(true);
-    drain(workers).await;
-    host.stop().await;
+    let stopping = async {
+        drain(workers).await;
+        stop_plugins(host).await;
+    };
+    tokio::select! {
+        () = stopping => {}
+        () = signals.received() => tracing::warn!(
+            "a second stop signal: stopping now (work in flight resumes on the next start)"
+        ),
+    }
     stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
@@ -391,6 +399,21 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
     }
 }
 
+/// Stop the plugins, up to [`PLUGIN_STOP_DEADLINE`]: a plugin busy in a long host call (an
+/// LLM request the provider does not answer) is left behind, and what it was doing is
+/// delivered again on the next start.
+async fn stop_plugins(host: PluginHost) {
+    if tokio::time::timeout(PLUGIN_STOP_DEADLINE, host.stop())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "plugins still busy after {}s; stopping without them (what they were doing is delivered again on the next start)",
+            PLUGIN_STOP_DEADLINE.as_secs()
+        );
+    }
+}
+
 /// `memory.backend` must be `sqlite` or the id of a memory-backend plugin of the directory.
 fn check_memory_backend(config: &HostConfig, set: &resolve::PluginSet) -> Result<()> {
     let backend = &config.memory.backend;
@@ -432,6 +455,9 @@ async fn run_memory_hygiene(memory: Arc<LocalMemory>, stop: watch::Receiver<bool
 
 /// How long a stop waits for the router, the agent and the webhook server to finish.
 const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long a stop then waits for the plugins to stop.
+const PLUGIN_STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask to stop (then let
 /// what it sent be answered first).

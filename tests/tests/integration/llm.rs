@@ -287,6 +287,60 @@ fn a_turn_of_the_real_binary_is_answered_by_an_openai_compatible_server() {
 }
 
 #[test]
+fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() {
+    // Down for three asks (two attempts each), then back.
+    let mut script = vec![Reply::status(503, "down for maintenance"); 6];
+    script.push(Reply::openai_chat("Back, and the boat is at pier seven."));
+    let server = StubServer::start(script);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let quick_retries = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data.path(), &quick_retries);
+    host.type_line("where is the boat?");
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    host.wait_for(
+        "cairn> Back, and the boat is at pier seven.",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(server.seen().len(), 7, "asked until it answered: {log}");
+    assert!(!log.contains("turn failed"), "{log}");
+
+    // A provider that stays down: the stop leaves the batch claimed, and the next start
+    // answers it.
+    let down = StubServer::start(vec![Reply::status(503, "down")]);
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&down, &plugins, data.path(), &quick_retries);
+    host.type_line("is anyone there?");
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("the batch is answered after the next start"),
+        "{log}"
+    );
+    let up = StubServer::start(vec![Reply::openai_chat("Yes, here now.")]);
+    let mut host = host_answered_by(&up, &plugins, data.path(), &quick_retries);
+    host.wait_for("cairn> Yes, here now.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let prompt = up.seen()[0].json()["messages"].to_string();
+    assert!(prompt.contains("is anyone there?"), "{prompt}");
+}
+
+#[test]
 fn the_response_cache_answers_a_repeated_request_without_the_provider() {
     let server = StubServer::start(vec![Reply::openai_chat("From the model.")]);
     let dir = tempfile::tempdir().expect("cache dir");
