@@ -206,6 +206,17 @@ impl HostConfig {
         if self.router.batch_window_ms == 0 {
             return problem("router.batch_window_ms: expected a positive number of milliseconds");
         }
+        if self.http.max_body_bytes == 0 {
+            return problem("http.max_body_bytes: expected a positive number of bytes");
+        }
+        if self.agent.deliver_attempts == 0 {
+            return problem("agent.deliver_attempts: expected at least 1");
+        }
+        if self.lifecycle.session_timeout_secs == 0 || self.lifecycle.sleep_timeout_secs == 0 {
+            return problem(
+                "lifecycle.session_timeout_secs / sleep_timeout_secs: expected a positive number of seconds",
+            );
+        }
         if self.buffer.max_payload_bytes == 0 {
             return problem("buffer.max_payload_bytes: expected a positive number of bytes");
         }

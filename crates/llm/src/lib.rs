@@ -179,6 +179,16 @@ impl LlmConfig {
                 self.base_url
             ));
         }
+        let variable_name = |name: &str| {
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        };
+        if !variable_name(&self.api_key_env) {
+            return Err(format!(
+                "agent.llm.api_key_env: `{}` is not an environment variable's name: expected letters, digits and `_`",
+                self.api_key_env
+            ));
+        }
         if self.timeout_ms == 0 {
             return Err("agent.llm.timeout_ms: expected at least 1".into());
         }
@@ -203,6 +213,41 @@ impl LlmConfig {
             return Err("agent.llm.cache.ttl_secs / max_entries: expected at least 1".into());
         }
         Ok(())
+    }
+
+    /// Why the host cannot ask the provider as configured, before it starts: the variable
+    /// `api_key_env` names is unset, or a provider that needs a key has none named (OpenAI's
+    /// and Anthropic's own APIs; a local OpenAI-compatible server may need none).
+    pub fn key_problem(&self) -> Option<String> {
+        let (name, own_api) = match self.provider {
+            ProviderKind::Offline => return None,
+            ProviderKind::Openai => ("openai", openai::DEFAULT_BASE_URL),
+            ProviderKind::Anthropic => ("anthropic", anthropic::DEFAULT_BASE_URL),
+        };
+        if !self.api_key_env.is_empty() {
+            return self.api_key().is_none().then(|| {
+                format!(
+                    "agent.llm.api_key_env: the environment variable `{}` is not set or is empty: expected the {name} API key in it",
+                    self.api_key_env
+                )
+            });
+        }
+        let url = if self.base_url.is_empty() {
+            own_api
+        } else {
+            self.base_url.as_str()
+        };
+        let host_of = |url: &str| {
+            url.split("://")
+                .nth(1)
+                .and_then(|rest| rest.split('/').next())
+                .map(str::to_string)
+        };
+        (host_of(url) == host_of(own_api)).then(|| {
+            format!(
+                "agent.llm.api_key_env: {name} at {url} needs an API key: expected the name of the environment variable holding it (CAIRN_AGENT_LLM_API_KEY_ENV)"
+            )
+        })
     }
 
     /// The API key from `api_key_env`, when set and not empty.

@@ -156,6 +156,14 @@ fn tail(
     }
     let patterns = vec![topic.to_string()];
     let mut admin = journals.read()?;
+    if admin.is_none() && !follow {
+        // (With --follow it waits for a host to start.)
+        return Err(BadInput(format!(
+            "no journal in {}: no host has run on this data dir",
+            journals.data_dir.display()
+        ))
+        .into());
+    }
     let mut last = 0;
     if let Some(admin) = &admin {
         for event in admin.recent(&patterns, limit)? {

@@ -48,6 +48,9 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let mut signals = StopSignals::listen();
     let set = resolve::load_enabled(plugins_dir, &config.plugins.disabled)
         .map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    if let Some(problem) = config.agent.llm.key_problem() {
+        return Err(BadInput(problem).into());
+    }
     let serves_webhooks = channels(&set).find(|m| serves_webhooks(m));
     if let (Some(channel), Some(console)) = (serves_webhooks, config.console.listen) {
         refuse_shared_port(console, config.http.listen, &channel.id)?;
@@ -198,7 +201,10 @@ fn open_stores(
     let host_db = storage.host(data_dir).map_err(storage_unusable)?;
     let kv = Arc::new(PluginKv::new(host_db.kv, config.kv.clone()));
     let status = Arc::new(StatusLog::new(host_db.status.clone()));
-    status.begin_run(plugins_dir)?;
+    // Recorded absolute: `cairn status` and the memory commands read it from anywhere.
+    let plugins_dir =
+        std::path::absolute(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
+    status.begin_run(&plugins_dir)?;
     let journal_store = storage
         .journal(data_dir, &config.journal)
         .map_err(storage_unusable)?;
@@ -233,6 +239,11 @@ fn open_stores(
 /// shared database's) when `agent.llm.cache.enabled`.
 fn llm_provider(config: &HostConfig, storage: &Storage) -> Result<Arc<dyn llm::LlmProvider>> {
     let provider = llm::provider(&config.agent.llm);
+    let key = match config.agent.llm.api_key_env.as_str() {
+        "" => "none".to_string(),
+        variable => format!("from ${variable}"),
+    };
+    tracing::info!(model = provider.model(), key = %key, "LLM provider: {}", provider.name());
     let cache = &config.agent.llm.cache;
     if !cache.enabled {
         return Ok(Arc::from(provider));

@@ -154,17 +154,30 @@ fn authorised(served: &Served, headers: &HeaderMap, query: Option<&str>) -> bool
     let Some(token) = &served.token else {
         return true;
     };
+    // The scheme is case-insensitive (RFC 7235).
     let bearer = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, given)| given.trim().to_string());
+    // As sent, or percent-decoded (a "+" stays a "+": tokens are not form text).
     let in_query = query
         .into_iter()
         .flat_map(|q| q.split('&'))
-        .find_map(|pair| pair.strip_prefix("token="));
-    [bearer, in_query]
+        .find_map(|pair| pair.strip_prefix("token="))
         .into_iter()
-        .flatten()
+        .flat_map(|raw| {
+            let decoded = percent_encoding::percent_decode_str(raw)
+                .decode_utf8()
+                .ok()
+                .map(|d| d.into_owned());
+            [Some(raw.to_string()), decoded]
+        })
+        .flatten();
+    bearer
+        .into_iter()
+        .chain(in_query)
         .any(|given| constant_time_eq(given.as_bytes(), token.as_bytes()))
 }
 
@@ -273,5 +286,28 @@ mod tests {
         assert!(authorised(&served, &headers, Some("a=1&token=s3cret")));
         headers.insert(header::AUTHORIZATION, "Bearer s3cret".parse().unwrap());
         assert!(authorised(&served, &headers, None));
+        headers.insert(header::AUTHORIZATION, "bearer s3cret".parse().unwrap());
+        assert!(
+            authorised(&served, &headers, None),
+            "the scheme in any case"
+        );
+
+        // A base64 token, as typed in a URL and as the page re-encodes it.
+        let served = Served {
+            token: Some("abc+def/1=".into()),
+            ..served
+        };
+        let headers = HeaderMap::new();
+        assert!(authorised(&served, &headers, Some("token=abc+def/1=")));
+        assert!(authorised(
+            &served,
+            &headers,
+            Some("token=abc%2Bdef%2F1%3D")
+        ));
+        assert!(!authorised(
+            &served,
+            &headers,
+            Some("token=abc%20def%2F1%3D")
+        ));
     }
 }

@@ -74,25 +74,37 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     );
     assert_eq!(entries(data.path()), ["a-file"], "nothing written");
 
-    // A console set where the webhook server listens is refused before anything starts.
+    // A console set where the webhook server listens, or an LLM provider without its key,
+    // is refused before anything starts.
     let dir = PluginDir::new();
     dir.bundled("webhook");
-    let output = Command::new(cairn_bin())
-        .args(["run", "--plugins"])
-        .arg(dir.path())
-        .args(["--data", &d, "--console", "127.0.0.1:18795"])
-        .envs(test_env())
-        .env("CAIRN_HTTP_LISTEN", "127.0.0.1:18795")
-        .stdin(std::process::Stdio::null())
-        .output()
-        .expect("run cairn");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("console.listen 127.0.0.1:18795 is where the webhook server listens"),
-        "{stderr}"
-    );
-    assert_eq!(entries(data.path()), ["a-file"], "nothing written");
+    for (extra, setting, expected) in [
+        (
+            &["--console", "127.0.0.1:18795"][..],
+            ("CAIRN_HTTP_LISTEN", "127.0.0.1:18795"),
+            "console.listen 127.0.0.1:18795 is where the webhook server listens",
+        ),
+        (
+            &[][..],
+            ("CAIRN_AGENT_LLM_PROVIDER", "anthropic"),
+            "agent.llm.api_key_env: anthropic at https://api.anthropic.com needs an API key",
+        ),
+    ] {
+        let output = Command::new(cairn_bin())
+            .args(["run", "--plugins"])
+            .arg(dir.path())
+            .args(["--data", &d])
+            .args(extra)
+            .envs(test_env())
+            .env(setting.0, setting.1)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run cairn");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+        assert_eq!(entries(data.path()), ["a-file"], "nothing written");
+    }
 
     let out_dir = data.path().join("out");
     std::fs::create_dir(&out_dir).expect("out dir");
