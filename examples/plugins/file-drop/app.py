@@ -23,6 +23,7 @@ from wit_world import exports
 from wit_world.imports import buffer, log, types
 
 INBOX = "/inbox"
+problems = {}  # what went wrong last, so a lasting problem is logged once
 OUTBOX = "/outbox"
 PROCESSED = os.path.join(INBOX, ".processed")
 REJECTED = os.path.join(INBOX, ".rejected")
@@ -50,7 +51,17 @@ class ChannelPlugin(exports.ChannelPlugin):
         info(f"watching {INBOX} for {', '.join(settings['extensions'])} files")
 
     def poll(self) -> None:
-        for sender, path in waiting_files():
+        try:
+            waiting = waiting_files()
+        except OSError as e:
+            # A name the sandbox cannot read (not UTF-8, say) fails the whole listing: say so
+            # once, and keep polling until someone renames it.
+            if str(e) != problems.get("listing"):
+                warn(f"cannot list the inbox ({e}): rename or remove the file it names")
+                problems["listing"] = str(e)
+            return
+        problems.pop("listing", None)
+        for sender, path in waiting:
             take_in(sender, path)
 
     def deliver(self, message: types.OutboundMessage) -> None:

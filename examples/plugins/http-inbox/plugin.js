@@ -82,11 +82,17 @@ export const channelPlugin = {
 };
 
 async function forward(reply) {
-  const response = await fetch(settings.forward_to, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify(reply),
-  });
+  let response;
+  try {
+    response = await fetch(settings.forward_to, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(reply),
+    });
+  } catch (e) {
+    // Unreachable, or not granted: an error the host retries, not a trap that restarts us.
+    throw { tag: "unavailable", val: `cannot reach forward_to: ${e}` };
+  }
   if (!response.ok) {
     throw { tag: "unavailable", val: `forward_to answered ${response.status}` };
   }

@@ -38,6 +38,14 @@ static void log_at(cairn_plugin_types_log_level_t level, const char *text) {
     cairn_plugin_log_log(level, &message);
 }
 
+// How many bytes of `text` (n bytes of UTF-8) fit in `most` without cutting a character
+// (the host takes only whole UTF-8 strings, a kv key included).
+static size_t utf8_prefix(const char *text, size_t n, size_t most) {
+    if (n <= most) return n;
+    while (most > 0 && ((unsigned char)text[most] & 0xC0) == 0x80) most--;
+    return most;
+}
+
 // Report an error from an export (the host frees the copy); the event will be retried.
 static bool fail(plugin_error *err, const char *what, cairn_plugin_types_error_t *cause) {
     char text[256];
@@ -163,11 +171,14 @@ bool exports_cairn_plugin_handler_plugin_on_event(exports_cairn_plugin_handler_p
     char *sender = json_string_field((const char *)event->payload.ptr, event->payload.len, "sender");
     char user[128] = "unknown";
     if (event->user_id.is_some) {
-        size_t n = event->user_id.val.len < sizeof user - 1 ? event->user_id.val.len : sizeof user - 1;
-        memcpy(user, event->user_id.val.ptr, n);
+        const char *id = (const char *)event->user_id.val.ptr;
+        size_t n = utf8_prefix(id, event->user_id.val.len, sizeof user - 1);
+        memcpy(user, id, n);
         user[n] = '\0';
     } else if (sender) {
-        snprintf(user, sizeof user, "%s", sender);
+        size_t n = utf8_prefix(sender, strlen(sender), sizeof user - 1);
+        memcpy(user, sender, n);
+        user[n] = '\0';
     }
     bool ok = true;
     if (text) {

@@ -14,10 +14,58 @@
 
 #include "channel.h"
 
+// The length of `text` (len bytes) without a UTF-8 character a fixed-size buffer cut
+// short at its end: the host takes only whole UTF-8 strings and traps on any other.
+static size_t whole_utf8(const char *text, size_t len) {
+    size_t start = len;
+    while (start > 0 && len - start < 3 && ((unsigned char)text[start - 1] & 0xC0) == 0x80) {
+        start--;
+    }
+    if (start == 0) return len;
+    unsigned char lead = (unsigned char)text[start - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return len - (start - 1) < need ? start - 1 : len;
+}
+
+// Log `text` (NUL-terminated, perhaps cut short by snprintf).
 static void log_info(const char *text) {
     channel_string_t message;
-    channel_string_set(&message, text);
+    message.ptr = (uint8_t *)text;
+    message.len = whole_utf8(text, strlen(text));
     cairn_plugin_log_log(CAIRN_PLUGIN_TYPES_LOG_LEVEL_INFO, &message);
+}
+
+// Whether `bytes` (len of them) are UTF-8: a message's text must be, and a request body can
+// hold anything.
+static bool is_utf8(const uint8_t *bytes, size_t len) {
+    size_t i = 0;
+    while (i < len) {
+        uint8_t c = bytes[i];
+        size_t more;
+        uint8_t low = 0x80, high = 0xBF;  // the range of the byte after the first
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if (c >= 0xC2 && c <= 0xDF) {
+            more = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            low = c == 0xE0 ? 0xA0 : low;   // no overlong forms
+            high = c == 0xED ? 0x9F : high; // no surrogates
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            low = c == 0xF0 ? 0x90 : low;
+            high = c == 0xF4 ? 0x8F : high; // nothing past U+10FFFF
+        } else {
+            return false;
+        }
+        if (len - i <= more || bytes[i + 1] < low || bytes[i + 1] > high) return false;
+        for (size_t k = 2; k <= more; k++) {
+            if ((bytes[i + k] & 0xC0) != 0x80) return false;
+        }
+        i += more + 1;
+    }
+    return true;
 }
 
 // `text` (len bytes) as a JSON object {"text": ...}, malloc'd and NUL-terminated.
@@ -98,6 +146,11 @@ void exports_cairn_plugin_channel_plugin_handle_webhook(
     }
     if (message.conversation.len == 0) {
         channel_string_set(&message.conversation, "default");
+    }
+    if (!is_utf8(request->body.ptr, request->body.len)) {
+        respond(ret, 400, "{\"error\":\"expected a UTF-8 text body\"}");
+        exports_cairn_plugin_channel_plugin_http_request_free(request);
+        return;
     }
     char *payload = text_payload(request->body.ptr, request->body.len);
     channel_string_set(&message.payload, payload);

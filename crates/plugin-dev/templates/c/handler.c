@@ -12,9 +12,24 @@
 
 #include "handler.h"
 
+// The length of `text` (len bytes) without a UTF-8 character a fixed-size buffer cut
+// short at its end: the host takes only whole UTF-8 strings and traps on any other.
+static size_t whole_utf8(const char *text, size_t len) {
+    size_t start = len;
+    while (start > 0 && len - start < 3 && ((unsigned char)text[start - 1] & 0xC0) == 0x80) {
+        start--;
+    }
+    if (start == 0) return len;
+    unsigned char lead = (unsigned char)text[start - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    return len - (start - 1) < need ? start - 1 : len;
+}
+
+// Log `text` (NUL-terminated, perhaps cut short by snprintf).
 static void log_info(const char *text) {
     handler_string_t message;
-    handler_string_set(&message, text);
+    message.ptr = (uint8_t *)text;
+    message.len = whole_utf8(text, strlen(text));
     cairn_plugin_log_log(CAIRN_PLUGIN_TYPES_LOG_LEVEL_INFO, &message);
 }
 
