@@ -159,6 +159,23 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
         }
     }
 
+    // The terminal has one reader: a second would take lines the first never sees.
+    let mut terminal = by_id.values().filter(|m| m.capabilities.stdio);
+    if let Some(first) = terminal.next() {
+        for other in terminal {
+            errors.push(ManifestError {
+                file: other.file.clone(),
+                field: "capabilities.stdio".into(),
+                message: format!(
+                    "`{}` and `{}` ({}) both read the terminal: expected one plugin with stdio",
+                    other.id,
+                    first.id,
+                    first.file.display()
+                ),
+            });
+        }
+    }
+
     for cycle in find_cycles(&by_id) {
         let first = &by_id[&cycle[0]];
         errors.push(ManifestError {
@@ -399,6 +416,21 @@ mod tests {
                 .any(|t| t.contains("requires `d` ^2 but the directory has version 1.0.0")),
             "{text:?}"
         );
+    }
+
+    #[test]
+    fn two_plugins_reading_the_terminal_are_refused() {
+        let dir = dir_with(&[]);
+        for id in ["cli", "cli2"] {
+            let body = format!(
+                "id: {id}\nversion: 1.0.0\nkind: channel\ncomponent: c.wasm\napi: ^0.2\ncapabilities:\n  stdio: true\n"
+            );
+            std::fs::write(dir.path().join(format!("{id}.yaml")), body).expect("manifest");
+        }
+        let errors = load(dir.path()).expect_err("two readers");
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "capabilities.stdio");
+        assert!(errors[0].message.contains("`cli2` and `cli`"), "{errors:?}");
     }
 
     #[test]

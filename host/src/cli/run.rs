@@ -97,7 +97,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     }
     if set.start_order().is_empty() {
         tracing::warn!(
-            "no plugin manifests (*.yaml) in {}: no channel brings messages in; is --plugins right?",
+            "no plugin manifests (*.yaml, *.yml) in {}: no channel brings messages in; is --plugins right?",
             plugins_dir.display()
         );
     }

@@ -52,10 +52,13 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
     let dir = &std::path::absolute(dir).map_err(io_error(dir))?;
     let manifest = project_manifest(dir)?;
     let language = Language::detect(dir)?;
+    // The toolchain writes beside the component, which is replaced only by a whole new one:
+    // a build that fails (or cannot start) leaves the last working component in place, and
+    // a stale one never passes for a fresh one.
     let target = &BuildTarget {
         dir: dir.clone(),
         world: World::of(manifest.kind),
-        output: manifest.component.clone(),
+        output: building_path(&manifest.component),
     };
     // The oldest version the manifest allows: every host it allows can load the plugin, and
     // a project keeps its contract until its manifest asks for a newer one (`^0.2.1`).
@@ -64,31 +67,45 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
     if let Some(parent) = target.output.parent() {
         std::fs::create_dir_all(parent).map_err(io_error(parent))?;
     }
-    // A stale component must never pass for a fresh one.
-    match std::fs::remove_file(&target.output) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(io_error(&target.output)(e));
-        }
-        _ => {}
-    }
-    match language {
-        Language::Rust => rust::build(target)?,
-        Language::Python => python::build(target)?,
-        Language::Js => js::build(target)?,
-        Language::C => c::build(target)?,
+    remove_if_there(&target.output)?;
+    let built = match language {
+        Language::Rust => rust::build(target),
+        Language::Python => python::build(target),
+        Language::Js => js::build(target),
+        Language::C => c::build(target),
+    };
+    if let Err(error) = built {
+        let _ = std::fs::remove_file(&target.output);
+        return Err(error);
     }
     let bytes = std::fs::metadata(&target.output)
         .map_err(|_| DevError::NoOutput {
             tool: language.name().to_string(),
-            expected: target.output.clone(),
+            expected: manifest.component.clone(),
         })?
         .len();
+    std::fs::rename(&target.output, &manifest.component).map_err(io_error(&manifest.component))?;
     Ok(Built {
         id: manifest.id,
         language,
-        component: target.output.clone(),
+        component: manifest.component,
         bytes,
     })
+}
+
+/// Where the toolchain writes the component before it replaces `component`:
+/// `<name>.building.wasm` beside it.
+fn building_path(component: &Path) -> PathBuf {
+    let stem = component.file_stem().unwrap_or_default().to_string_lossy();
+    component.with_file_name(format!("{stem}.building.wasm"))
+}
+
+/// Remove `path` (a leftover of a build that was killed), if it is there.
+fn remove_if_there(path: &Path) -> Result<(), DevError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_error(path)(e)),
+        _ => Ok(()),
+    }
 }
 
 /// The one manifest of a project, validated but for the component it is about to build.

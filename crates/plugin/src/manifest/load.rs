@@ -164,11 +164,13 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
             return Err(problems.errors);
         }
     };
-    if let Err(message) = check_yaml_shape(&text) {
+    // An editor's byte-order mark is not part of the YAML.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    if let Err(message) = check_yaml_shape(text) {
         problems.add("", message);
         return Err(problems.errors);
     }
-    let raw: RawManifest = match serde_yaml::from_str(&text) {
+    let raw: RawManifest = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
             let (field, message) = split_serde_error(&e.to_string());

@@ -416,6 +416,8 @@ mod tests {
                 errors[0]
             );
         }
+        let with_mark = write_manifest(dir.path(), "bom.yaml", &format!("\u{feff}{GOOD}"));
+        load_file(&with_mark).expect("a byte-order mark is not YAML");
     }
 
     #[test]
