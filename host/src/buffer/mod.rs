@@ -94,6 +94,12 @@ pub struct Buffer {
 /// How far ahead of the host's clock a producer's `said_at` may be (clocks differ a little).
 pub const SAID_AT_LEEWAY_MS: i64 = 60_000;
 
+/// Check a message as [`Buffer::push`] would, without a buffer: a producer outside the host
+/// (`cairn send`) refuses bad input before it opens or creates anything.
+pub fn check_message(message: &NewMessage, config: &BufferConfig) -> Result<(), BufferError> {
+    validate(message.clone(), config, &BTreeMap::new()).map(|_| ())
+}
+
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(
     message: NewMessage,

@@ -1,13 +1,15 @@
 //! `cairn send`: put a message into the buffer, whether or not a host runs, and print its id.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
 use super::{BadInput, storage_unusable};
-use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS};
-use crate::config::HostConfig;
+use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS, check_message};
+use crate::config::{HostConfig, Storage};
+use crate::store::host::SqliteHost;
+use cairn_vocab::plugin::PluginKind;
 
 /// The arguments of `cairn send`.
 #[derive(clap::Args, Debug)]
@@ -67,13 +69,6 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
             return Err(BadInput("give the message TEXT or --json FILE".into()).into());
         }
     };
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let storage = config.storage().map_err(storage_unusable)?;
-    let store = storage
-        .buffer(&config.data_dir, &config.buffer)
-        .map_err(storage_unusable)?;
-    let buffer = Buffer::over(store, config.buffer.clone())?;
     let message = NewMessage {
         channel: args.channel.clone(),
         sender: args.sender.clone(),
@@ -83,6 +78,19 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         dedup_key: args.dedup_key.clone(),
         said_at: args.at,
     };
+    if let Err(BufferError::InvalidInput(reason)) = check_message(&message, &config.buffer) {
+        return Err(BadInput(format!("message rejected: {reason}")).into());
+    }
+    let storage = config.storage().map_err(storage_unusable)?;
+    if let Storage::Sqlite = storage {
+        check_channel(&config.data_dir, &args.channel)?;
+    }
+    std::fs::create_dir_all(&config.data_dir)
+        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
+    let store = storage
+        .buffer(&config.data_dir, &config.buffer)
+        .map_err(storage_unusable)?;
+    let buffer = Buffer::over(store, config.buffer.clone())?;
     match buffer.push(message) {
         Ok(id) => {
             println!("{id}");
@@ -93,4 +101,28 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         }
         Err(error) => Err(error.into()),
     }
+}
+
+/// Refuse a channel the last host on `data_dir` did not run (a typo, say): the message
+/// would be answered and the reply would have nowhere to go. With no host run yet, any
+/// channel is taken.
+fn check_channel(data_dir: &Path, channel: &str) -> Result<()> {
+    let Some(report) = SqliteHost::read_status(data_dir)? else {
+        return Ok(());
+    };
+    let channels: Vec<&str> = report
+        .plugins
+        .iter()
+        .filter(|p| p.kind == PluginKind::Channel)
+        .map(|p| p.id.as_str())
+        .collect();
+    if report.host.is_none() || channels.is_empty() || channels.contains(&channel) {
+        return Ok(());
+    }
+    Err(BadInput(format!(
+        "--channel: the last host on {} ran no channel `{channel}` (its channels: {}): expected one of them, or start a host with that channel first",
+        data_dir.display(),
+        channels.join(", ")
+    ))
+    .into())
 }

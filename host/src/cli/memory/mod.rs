@@ -245,6 +245,19 @@ pub struct SearchArgs {
 }
 
 impl MemoryCommand {
+    /// Whether the command brings memories into a data dir (an import, a snapshot's
+    /// hydration), so it may be the data dir's first use; any other needs one that exists.
+    fn fills_memory(&self) -> bool {
+        matches!(
+            self,
+            MemoryCommand::Import { .. }
+                | MemoryCommand::Snapshot {
+                    hydrate: Some(_),
+                    ..
+                }
+        )
+    }
+
     /// The name of a command only memory.db can serve (maintenance and transfer), none for
     /// one any backend serves.
     fn memory_db_only(&self) -> Option<&'static str> {
@@ -273,6 +286,14 @@ pub fn run(
             "memory.backend is the plugin `{}`: `cairn memory {name}` works on memory.db \
              (backend `sqlite`) only",
             config.memory.backend
+        ))
+        .into());
+    }
+    let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
+    if on_sqlite && !config.data_dir.exists() && !command.fills_memory() {
+        return Err(BadInput(format!(
+            "--data: {} does not exist: no host has run there (expected the data dir a host ran on)",
+            config.data_dir.display()
         ))
         .into());
     }
