@@ -15,6 +15,7 @@
 //! instance: wasmtime poisons a trapped store, so the next start builds a fresh store from the
 //! plugin's `InstancePre`.
 
+mod poll_log;
 mod queue;
 
 use std::collections::VecDeque;
@@ -27,6 +28,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
 
+use poll_log::PollFailures;
 use queue::{CallQueue, Watched};
 
 use super::capabilities::HostServices;
@@ -204,6 +206,7 @@ impl Supervised {
             starts: 0,
             live: None,
             polling: Arc::new(AtomicBool::new(false)),
+            poll_failures: Arc::default(),
             next_watch: None,
             state: PluginState::Starting,
             next_poll: None,
@@ -316,6 +319,8 @@ struct Supervisor {
     live: Option<u64>,
     /// A poll is queued and not yet run (a slow poll is not stacked).
     polling: Arc<AtomicBool>,
+    /// What the log was told of failing polls (reported on the instance's thread).
+    poll_failures: Arc<Mutex<PollFailures>>,
     /// When to look next at how long the running call has taken.
     next_watch: Option<Instant>,
     state: PluginState,
@@ -541,15 +546,21 @@ impl Supervisor {
         }
         let plugin = self.prepared.manifest().id.clone();
         let polling = self.polling.clone();
+        let failures = self.poll_failures.clone();
         let poll = Job {
             run: Box::new(move |instance| {
+                let mut failures = failures.lock().unwrap_or_else(|p| p.into_inner());
                 let fault = match instance.map(|instance| instance.poll()) {
                     Ok(Err(CallError::Fault(fault))) => Some(fault),
                     Ok(Err(error)) => {
-                        tracing::warn!(plugin, "poll failed: {error}");
+                        failures.failed(&plugin, error.to_string());
                         None
                     }
-                    Ok(Ok(())) | Err(_) => None,
+                    Ok(Ok(())) => {
+                        failures.succeeded(&plugin);
+                        None
+                    }
+                    Err(_) => None,
                 };
                 polling.store(false, Ordering::Relaxed);
                 fault
