@@ -39,6 +39,11 @@ pub fn info(message: &str) {
     log::log(bindings::cairn::plugin::types::LogLevel::Info, message);
 }
 
+/// Log a line at `warn` under the plugin's name.
+pub fn warn(message: &str) {
+    log::log(bindings::cairn::plugin::types::LogLevel::Warn, message);
+}
+
 /// Append an event to the journal (the topic must be in the manifest's `events.emits`).
 pub fn emit(topic: &str, payload: serde_json::Value) -> Result<u64, Error> {
     journal::emit(topic, &payload.to_string())

@@ -17,7 +17,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use cognition::bindings::cairn::plugin::types::Session as PendingSession;
 use cognition::pipeline::{self, FactPolicy, Session};
-use cognition::{Error, Event, Guest, consolidation, emit, info};
+use cognition::{Error, Event, Guest, consolidation, emit, info, warn};
 
 struct MemoryConsolidator;
 
@@ -72,14 +72,20 @@ impl Guest for MemoryConsolidator {
                 Err(other) => return Err(other),
             }
         }
-        info(&format!(
+        let done = format!(
             "consolidated {} session(s) on {} ({} fact(s), {} failed, {} waiting)",
             report.consolidated.len(),
             event.topic,
             report.facts,
             report.failed,
             report.waiting
-        ));
+        );
+        match &report.stopped {
+            None => info(&done),
+            Some(reason) => warn(&format!(
+                "{done}; stopped early: {reason} (the rest waits for the next trigger)"
+            )),
+        }
         emit(
             "memory.consolidated",
             serde_json::json!({
