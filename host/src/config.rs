@@ -307,10 +307,14 @@ fn with_origin(error: ConfigError, file: Option<&Path>) -> ConfigError {
     let ConfigError::Invalid { message, .. } = error else {
         return error;
     };
-    let field = message.split(':').next().unwrap_or_default();
-    let single_field = !field.is_empty() && !field.contains([' ', '/']);
-    let variable = variable_of(field);
-    let origin = if single_field && std::env::var_os(&variable).is_some() {
+    // The variable of a setting the message names (a range check names one, a check across
+    // settings several), if that variable is what set it.
+    let set_by_variable = message
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+        .filter(|word| word.contains('.') && !word.starts_with('.') && !word.ends_with('.'))
+        .map(variable_of)
+        .find(|variable| std::env::var_os(variable).is_some());
+    let origin = if let Some(variable) = set_by_variable {
         variable
     } else if let Some(path) = file {
         path.display().to_string()
@@ -323,8 +327,37 @@ fn with_origin(error: ConfigError, file: Option<&Path>) -> ConfigError {
 fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {
     ConfigError::Invalid {
         origin: origin.to_string(),
-        message: error.to_string(),
+        message: in_plain_words(&error.to_string()),
     }
+}
+
+/// A parser's message with Rust's type names said as what they mean to an operator.
+fn in_plain_words(message: &str) -> String {
+    const WORDS: [(&str, &str); 12] = [
+        ("expected usize", "expected a whole number (0 or more)"),
+        ("expected u64", "expected a whole number (0 or more)"),
+        ("expected u32", "expected a whole number (0 or more)"),
+        ("expected u16", "expected a whole number (0 to 65535)"),
+        ("expected u8", "expected a whole number (0 to 255)"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("unit value", "an empty value"),
+        (
+            "expected struct HostConfig",
+            "expected a mapping of settings",
+        ),
+        (
+            "invalid socket address syntax",
+            "expected IP:PORT, such as 127.0.0.1:8787",
+        ),
+        ("expected any YAML value", "expected a number that fits"),
+    ];
+    WORDS
+        .iter()
+        .fold(message.to_string(), |text, (rust, plain)| {
+            text.replace(rust, plain)
+        })
 }
 
 /// Overlay `overlay`'s mapping keys onto `base`, recursively.
@@ -398,6 +431,18 @@ fn collect_settings(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_parsers_type_names_are_said_in_plain_words() {
+        assert_eq!(
+            in_plain_words("buffer.max_payload_bytes: invalid type: unit value, expected usize"),
+            "buffer.max_payload_bytes: invalid type: an empty value, expected a whole number (0 or more)"
+        );
+        assert_eq!(
+            in_plain_words("http.listen: invalid socket address syntax"),
+            "http.listen: expected IP:PORT, such as 127.0.0.1:8787"
+        );
+    }
 
     #[test]
     fn env_overrides_reach_nested_settings_with_typed_values() {
