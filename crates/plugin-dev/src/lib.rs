@@ -148,12 +148,12 @@ pub enum DevError {
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Manifest(Vec<cairn_plugin::manifest::ManifestError>),
     /// A project must hold exactly one manifest.
-    #[error("{dir}: expected one plugin manifest (*.yaml), found {found}")]
+    #[error("{dir}: expected one plugin manifest (*.yaml, *.yml), found {}{}", found.len(), listed(found))]
     ManifestCount {
         /// The project directory.
         dir: PathBuf,
-        /// How many it holds.
-        found: usize,
+        /// The manifests it holds.
+        found: Vec<PathBuf>,
     },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
@@ -178,6 +178,18 @@ impl DevError {
                 | DevError::Manifest(_)
                 | DevError::ManifestCount { .. }
         )
+    }
+}
+
+/// `: a.yaml, b.yaml` — the file names of `files`, when there are any.
+fn listed(files: &[PathBuf]) -> String {
+    let names: Vec<String> = files
+        .iter()
+        .filter_map(|f| f.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .collect();
+    match names.is_empty() {
+        true => String::new(),
+        false => format!(": {}", names.join(", ")),
     }
 }
 

@@ -496,7 +496,7 @@ fn a_hanging_subscriber_never_delays_the_others() {
     let (exit, log) = host.stop();
     assert!(exit.success());
     assert!(
-        log.contains("timeout: wasm trap: interrupt"),
+        log.contains("timeout (limits.timeout_ms): wasm trap: interrupt"),
         "the hanger was stopped by its deadline"
     );
 }

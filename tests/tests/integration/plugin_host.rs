@@ -101,9 +101,12 @@ fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     let expected_errors = [
         ("trap-init", "trap: "),
         ("error-init", "init failed: "),
-        ("loop-init", "timeout: "),
-        ("sleep-init", "timeout: call did not return"),
-        ("memory-bomb", "memory limit: "),
+        ("loop-init", "timeout (limits.timeout_ms): "),
+        (
+            "sleep-init",
+            "timeout (limits.timeout_ms): call did not return",
+        ),
+        ("memory-bomb", "memory limit (limits.memory_mb): "),
         ("trap-poll", "trap: "),
     ];
     for (id, error_prefix) in expected_errors {
@@ -121,7 +124,7 @@ fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     }
     assert!(
         host.log()
-            .contains("memory limit: forcing trap when growing memory")
+            .contains("memory limit (limits.memory_mb): forcing trap when growing memory")
     );
 
     // After every hostile plugin is quarantined, the steady one still ticks.

@@ -115,7 +115,7 @@ fn project_manifest(dir: &Path) -> Result<Manifest, DevError> {
         [file] => manifest::load_unbuilt(file).map_err(DevError::Manifest),
         _ => Err(DevError::ManifestCount {
             dir: dir.to_path_buf(),
-            found: yaml.len(),
+            found: yaml,
         }),
     }
 }

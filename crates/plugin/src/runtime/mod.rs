@@ -97,8 +97,8 @@ pub enum FaultKind {
 impl std::fmt::Display for FaultKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
-            FaultKind::Timeout => "timeout",
-            FaultKind::MemoryLimit => "memory limit",
+            FaultKind::Timeout => "timeout (limits.timeout_ms)",
+            FaultKind::MemoryLimit => "memory limit (limits.memory_mb)",
             FaultKind::Trap => "trap",
             FaultKind::Instantiate => "instantiation failed",
             FaultKind::InitFailed => "init failed",

@@ -447,7 +447,7 @@ impl Supervisor {
         Fault {
             kind: FaultKind::Timeout,
             message: format!(
-                "call did not return within {} ms (blocked in a host call); instance abandoned",
+                "call did not return within {} ms, the deadline's grace included (blocked in a host call, or never reached by the deadline); instance abandoned",
                 self.call_limit.as_millis()
             ),
         }
