@@ -742,12 +742,21 @@ fn the_channel_priority_holds_whether_or_not_a_host_runs() {
     // With the host down, `cairn send` applies the manifest priority it remembered.
     let while_down = cli("sent while the host is down", &[]);
     assert_eq!(priority(while_down), 10, "cli is a user DM channel");
-    let other = send(
+    // A channel the host did not run is refused: its reply would have nowhere to go.
+    let (code, stderr) = send(
         data.path(),
         &["--channel", "elsewhere", "--conversation", "c", "hello"],
     )
-    .expect("sent");
-    assert_eq!(priority(other), 100, "a channel no manifest declares");
+    .expect_err("refused");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("ran no channel `elsewhere` (its channels: cli)"),
+        "{stderr}"
+    );
+    let stored: i64 = buffer_db(data.path())
+        .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
+        .expect("count");
+    assert_eq!(stored, 3, "nothing stored for it");
 }
 
 #[test]
