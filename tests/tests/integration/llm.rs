@@ -299,6 +299,8 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
         ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
         ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
         ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+        // On shared storage a stopped host's claim is taken over once its lease runs out.
+        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1000"),
     ];
     let mut host = host_answered_by(&server, &plugins, data.path(), &quick_retries);
     host.type_line("where is the boat?");
