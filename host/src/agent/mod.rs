@@ -901,13 +901,9 @@ async fn until_stopped(stop: &mut watch::Receiver<bool>) {
 
 /// Wait `wait`; whether the host began stopping first.
 async fn stopped_during(stop: &mut watch::Receiver<bool>, wait: Duration) -> bool {
-    if *stop.borrow() {
-        return true;
-    }
-    tokio::select! {
-        _ = tokio::time::sleep(wait) => *stop.borrow(),
-        _ = stop.changed() => true,
-    }
+    tokio::time::timeout(wait, until_stopped(stop))
+        .await
+        .is_ok()
 }
 
 /// Save episodes in one commit off the async threads: a disk-full refusal is returned to be
