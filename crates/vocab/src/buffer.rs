@@ -187,8 +187,83 @@ pub struct Batch {
     /// How many times a host started this batch (1 the first time, 0 before any): more
     /// means an earlier attempt was cut short and may have answered it already.
     pub attempt: u32,
+    /// How many times an operator queued it again after it (or its task) failed
+    /// (`cairn buffer retry`): more than 0 means its messages were received, journaled and
+    /// remembered already, so a retry only asks and answers.
+    pub retried: u32,
+    /// The reply an earlier attempt made and could not deliver (the JSON the channel is
+    /// given): a retried batch delivers it rather than asking the model again.
+    pub kept_reply: Option<String>,
     /// The messages.
     pub messages: Vec<BufferedMessage>,
+}
+
+/// Main batches and tasks that ended `failed`, for `cairn buffer failed`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct FailedWork {
+    /// `batch` (a main batch) or `task` (a spawned task).
+    pub kind: FailedKind,
+    /// The batch's or the task's id: what `cairn buffer retry --batch|--task` takes.
+    pub id: i64,
+    /// The batch the work answers (the same as `id` for a batch).
+    pub batch_id: i64,
+    /// Channel of its messages.
+    pub channel: String,
+    /// Conversation of its messages.
+    pub conversation: String,
+    /// How many messages it holds.
+    pub messages: i64,
+    /// Why it failed, as recorded.
+    pub error: Option<String>,
+    /// Whether a reply was made and kept (its delivery failed): a retry delivers it.
+    pub reply_kept: bool,
+    /// How many times it was queued again already.
+    pub retried: u32,
+    /// When it failed (ms since the epoch).
+    pub finished_at: Option<i64>,
+}
+
+/// Which kind of work failed.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum FailedKind {
+    /// A main batch.
+    Batch,
+    /// A spawned task.
+    Task,
+}
+
+/// Failed work to queue again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetrySelection {
+    /// Every failed batch and task.
+    All,
+    /// These batches and tasks, each of which must have failed.
+    Named {
+        /// Main batch ids.
+        batches: Vec<i64>,
+        /// Task ids.
+        tasks: Vec<i64>,
+    },
+}
+
+/// What a retry did: either every piece of work named was queued again, or none was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetryOutcome {
+    /// Queued again (ids in order).
+    Queued {
+        /// Main batches queued again.
+        batches: Vec<i64>,
+        /// Tasks queued again.
+        tasks: Vec<i64>,
+    },
+    /// Nothing changed: these named ids are not failed (unknown, or queued, running or done).
+    NotFailed {
+        /// Batch ids named that are not failed main batches.
+        batches: Vec<i64>,
+        /// Task ids named that are not failed tasks.
+        tasks: Vec<i64>,
+    },
 }
 
 /// Unrouted messages of one channel, for `cairn status`.

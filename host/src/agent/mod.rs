@@ -217,7 +217,15 @@ impl Agent {
 
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
+    /// A batch queued again by `cairn buffer retry` was received, journaled and remembered
+    /// by its first attempt: it delivers the reply it kept, or asks and answers only.
     pub async fn main_turn(&self, batch: Batch, mut stop: watch::Receiver<bool>) {
+        if batch.retried > 0
+            && let Some(reply) = &batch.kept_reply
+        {
+            self.deliver_kept_reply(&batch, reply).await;
+            return;
+        }
         if self.finish_if_answered(&batch).await {
             return;
         }
@@ -236,7 +244,9 @@ impl Agent {
         let history_before = crate::store::now_ms();
         let received = async {
             Self::await_session(session).await;
-            self.receive(&batch, &session_id).await
+            if batch.retried == 0 {
+                self.receive(&batch, &session_id).await
+            }
         };
         let ((), (context, answer)) = tokio::join!(received, async {
             let assembling = std::time::Instant::now();
@@ -313,6 +323,45 @@ impl Agent {
             tracing::error!(batch = batch.id, "cannot record the earlier reply: {e}");
         }
         true
+    }
+
+    /// Deliver the reply an earlier attempt made and could not deliver, without asking the
+    /// model again, and record how it went.
+    async fn deliver_kept_reply(&self, batch: &Batch, reply: &str) {
+        let (status, error) = match self.deliver(batch, reply).await {
+            Ok(()) => {
+                tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, "delivered the reply kept from an earlier attempt");
+                (BatchStatus::Done, None)
+            }
+            Err(error) => {
+                tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
+                (BatchStatus::Failed, Some(error))
+            }
+        };
+        self.record_outcome(batch.id, status, Some(reply.to_string()), error)
+            .await;
+    }
+
+    /// Record how a main batch ended, waiting out a full disk.
+    async fn record_outcome(
+        &self,
+        batch: i64,
+        status: BatchStatus,
+        reply: Option<String>,
+        error: Option<String>,
+    ) {
+        let recorded = crate::retry::while_disk_full(
+            "record a turn's outcome",
+            crate::buffer::BufferError::is_disk_full,
+            || {
+                self.buffer
+                    .finish_batch(batch, status, reply.clone(), error.clone())
+            },
+        )
+        .await;
+        if let Err(e) = recorded {
+            tracing::error!(batch, "cannot record the turn's outcome: {e}");
+        }
     }
 
     /// Journal `message.received` for each message of a batch and, at the same time (the
@@ -616,21 +665,10 @@ impl Agent {
                 .emit("turn.completed", payload, session.clone(), user.clone())
                 .await;
         };
-        let finished = async {
-            let recorded = crate::retry::while_disk_full(
-                "record a turn's outcome",
-                crate::buffer::BufferError::is_disk_full,
-                || {
-                    self.buffer
-                        .finish_batch(batch.id, status, reply.clone(), error.clone())
-                },
-            )
-            .await;
-            if let Err(e) = recorded {
-                tracing::error!(batch = batch.id, "cannot record the turn's outcome: {e}");
-            }
-        };
-        tokio::join!(completed, finished);
+        tokio::join!(
+            completed,
+            self.record_outcome(batch.id, status, reply, error.clone())
+        );
     }
 
     /// Save a reply as the session's episode while journaling `agent.response` (both
@@ -775,7 +813,12 @@ impl Agent {
         let (text, query, session) = self.open_turn(&batch, user.as_deref());
         let session_id = session.id.clone();
         let history_before = crate::store::now_ms();
-        let episodes = self.user_episodes(&batch, &session_id);
+        // A retried task's messages were remembered by its first attempt.
+        let episodes = if batch.retried == 0 {
+            self.user_episodes(&batch, &session_id)
+        } else {
+            Vec::new()
+        };
         let remembered = async {
             Self::await_session(session).await;
             self.remember(&session_id, episodes).await

@@ -14,8 +14,9 @@ use cairn_storage::buffer::{BufferStore, MessageRow, SqliteBuffer};
 pub use cairn_storage::buffer::{MIGRATIONS, read_stats};
 use cairn_storage::{ErrorKind, StorageError, now_ms};
 pub use cairn_vocab::buffer::{
-    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, MAX_DEDUP_KEY_BYTES, NewBatch,
-    NewMessage, Route, StatusCounts, TaskRow, TaskStatus,
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedKind, FailedWork,
+    MAX_DEDUP_KEY_BYTES, NewBatch, NewMessage, RetryOutcome, RetrySelection, Route, StatusCounts,
+    TaskRow, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -357,6 +358,18 @@ impl Buffer {
     pub fn stats(&self) -> Result<BufferStats, BufferError> {
         Ok(self.store.stats()?)
     }
+
+    /// Main batches and tasks that ended `failed`, the latest first, at most `limit`.
+    pub fn failed(&self, limit: usize) -> Result<Vec<FailedWork>, BufferError> {
+        Ok(self.store.failed(limit)?)
+    }
+
+    /// Queue failed work again — all of it named, or none when a named id is not failed. A
+    /// running host takes it within a second (its queue's safety-net poll), else the next
+    /// host to start.
+    pub fn retry_failed(&self, which: RetrySelection) -> Result<RetryOutcome, BufferError> {
+        Ok(self.store.retry_failed(which).wait()?)
+    }
 }
 
 #[cfg(test)]
@@ -395,7 +408,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -600,6 +613,92 @@ mod tests {
             again.attempt, 2,
             "the second start says an attempt came before"
         );
+    }
+
+    async fn failed_work_is_listed_and_queued_again_all_named_or_none(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
+        let mut routed = Vec::new();
+        for (conversation, route) in [("m", Route::Main), ("s", Route::Spawn)] {
+            let id = buffer
+                .push_async(message(conversation, "{}"))
+                .await
+                .expect("push");
+            let batch = NewBatch {
+                channel: "cli".into(),
+                conversation: conversation.into(),
+                priority: 10,
+                route,
+                rule: None,
+                message_ids: vec![id],
+            };
+            routed.push(buffer.route(batch).await.expect("route"));
+        }
+        let batch = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        let reply = Some("{\"text\":\"kept\"}".to_string());
+        let refused = Some("cli refused the delivery".to_string());
+        buffer
+            .finish_batch(batch.id, BatchStatus::Failed, reply.clone(), refused)
+            .await
+            .expect("finish");
+        let (task, _) = buffer.claim_task().await.expect("claim").expect("one");
+        let denied = Some("denied: 401".to_string());
+        buffer
+            .finish_task(task, TaskStatus::Failed, None, denied)
+            .await
+            .expect("finish");
+        let listed = buffer.failed(10).expect("failed");
+        let kinds: Vec<_> = listed
+            .iter()
+            .map(|w| (w.kind, w.id, w.reply_kept))
+            .collect();
+        assert!(
+            kinds.contains(&(FailedKind::Batch, batch.id, true)),
+            "{listed:?}"
+        );
+        assert!(
+            kinds.contains(&(FailedKind::Task, task, false)),
+            "{listed:?}"
+        );
+
+        let unknown = RetrySelection::Named {
+            batches: vec![batch.id, routed[1]],
+            tasks: vec![task + 100],
+        };
+        assert_eq!(
+            buffer.retry_failed(unknown).expect("retry"),
+            RetryOutcome::NotFailed {
+                batches: vec![routed[1]],
+                tasks: vec![task + 100]
+            },
+            "a spawn batch is no failed main batch, and the task is unknown"
+        );
+        assert_eq!(
+            buffer.failed(10).expect("failed").len(),
+            2,
+            "nothing changed"
+        );
+
+        assert_eq!(
+            buffer.retry_failed(RetrySelection::All).expect("retry"),
+            RetryOutcome::Queued {
+                batches: vec![batch.id],
+                tasks: vec![task]
+            }
+        );
+        assert!(buffer.failed(10).expect("failed").is_empty());
+        let again = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        assert_eq!((again.id, again.retried), (batch.id, 1));
+        assert_eq!(again.kept_reply, reply, "the undelivered reply is kept");
+        let (task_again, spawned) = buffer.claim_task().await.expect("claim").expect("one");
+        assert_eq!((task_again, spawned.retried), (task, 1));
     }
 
     async fn pruning_keeps_unrouted_messages_and_unfinished_batches(place: Place) {

@@ -2,6 +2,7 @@
 //!
 //! Exit codes: 0 success, 1 failure at run time, 2 bad input (arguments, config, manifests).
 
+mod buffer;
 mod journal;
 mod lock;
 mod memory;
@@ -65,6 +66,11 @@ enum Command {
     },
     /// Put a message into the buffer (whether or not a host is running) and print its id.
     Send(send::SendArgs),
+    /// Failed batches and tasks: list them, queue them again.
+    Buffer {
+        #[command(subcommand)]
+        command: buffer::BufferCommand,
+    },
     /// Read the event journal.
     Journal {
         #[command(subcommand)]
@@ -208,6 +214,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Journal { command } => {
             let config = load_config(&cli)?;
             journal_command(&config, command)
+        }
+        Command::Buffer { command } => {
+            let config = load_config(&cli)?;
+            buffer::run(&config, command)
         }
         Command::Config { json } => {
             let config = load_config(&cli)?;

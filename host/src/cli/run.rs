@@ -119,6 +119,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
             "a second stop signal: stopping now (work in flight resumes on the next start)"
         ),
     }
+    release_claims(&stores.buffer).await;
     stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
@@ -337,7 +338,7 @@ async fn spawn_workers(
         tracing::info!(
             batches = requeued_batches,
             tasks = requeued_tasks,
-            "resuming work interrupted by the last stop"
+            "resuming work a host left running when it ended without a clean stop"
         );
     }
     let routed = Arc::new(Notify::new());
@@ -410,6 +411,27 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
     }
 }
 
+/// Queue again the batches and tasks the stop left unfinished (a turn waiting out a
+/// provider outage, say), so that another host on the same database takes them at once
+/// rather than when this host's claim lapses; on SQLite the next start finds them queued.
+async fn release_claims(buffer: &Buffer) {
+    match tokio::time::timeout(CLAIM_RELEASE_DEADLINE, buffer.requeue_interrupted()).await {
+        Ok(Ok((0, 0))) => {}
+        Ok(Ok((batches, tasks))) => tracing::info!(
+            batches,
+            tasks,
+            "work the stop left unfinished is queued for the next host"
+        ),
+        Ok(Err(e)) => tracing::warn!(
+            "cannot queue the unfinished work again (it is taken over when its claim lapses): {e}"
+        ),
+        Err(_) => tracing::warn!(
+            "the buffer did not answer in {}s; the unfinished work is taken over when its claim lapses",
+            CLAIM_RELEASE_DEADLINE.as_secs()
+        ),
+    }
+}
+
 /// Stop the plugins, up to [`PLUGIN_STOP_DEADLINE`]: a plugin busy in a long host call (an
 /// LLM request the provider does not answer) is left behind, and what it was doing is
 /// delivered again on the next start.
@@ -469,6 +491,9 @@ const SHUTDOWN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30
 
 /// How long a stop then waits for the plugins to stop.
 const PLUGIN_STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long a stop waits for the buffer to take back its unfinished work.
+const CLAIM_RELEASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask to stop (then let
 /// what it sent be answered first).

@@ -15,7 +15,8 @@ use crate::plugin::status;
 use crate::store::cache::{CacheStats, SqliteCache};
 use crate::store::journal::JournalOperator;
 
-fn age(since_ms: i64) -> String {
+/// How long ago `since_ms` was, in the largest unit that keeps it readable.
+pub(super) fn age(since_ms: i64) -> String {
     let seconds = (crate::store::now_ms() - since_ms).max(0) / 1000;
     match seconds {
         s if s < 120 => format!("{s}s ago"),
@@ -248,6 +249,13 @@ fn print_buffer(stats: &buffer::BufferStats) {
         }
     };
     println!("batches: {}", counts(&stats.batches));
+    let failed = stats.batches.get("main/failed").copied().unwrap_or(0)
+        + stats.tasks.get("failed").copied().unwrap_or(0);
+    if failed > 0 {
+        println!(
+            "  {failed} failed: `cairn buffer failed` lists them, `cairn buffer retry` queues them again"
+        );
+    }
     println!("tasks: {}", counts(&stats.tasks));
     for task in &stats.recent_tasks {
         let outcome = task

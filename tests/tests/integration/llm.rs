@@ -299,8 +299,6 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
         ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
         ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
         ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-        // On shared storage a stopped host's claim is taken over once its lease runs out.
-        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1000"),
     ];
     let mut host = host_answered_by(&server, &plugins, data.path(), &quick_retries);
     host.type_line("where is the boat?");
@@ -317,8 +315,8 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
     assert_eq!(server.seen().len(), 7, "asked until it answered: {log}");
     assert!(!log.contains("turn failed"), "{log}");
 
-    // A provider that stays down: the stop leaves the batch claimed, and the next start
-    // answers it.
+    // A provider that stays down: the stop queues the batch again (on shared storage too,
+    // without waiting out its 30 s claim lease), and the next start answers it.
     let down = StubServer::start(vec![Reply::status(503, "down")]);
     let data = tempfile::tempdir().expect("data");
     let mut host = host_answered_by(&down, &plugins, data.path(), &quick_retries);
@@ -331,6 +329,10 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
     assert!(status.success(), "{log}");
     assert!(
         log.contains("the batch is answered after the next start"),
+        "{log}"
+    );
+    assert!(
+        log.contains("work the stop left unfinished is queued for the next host batches=1"),
         "{log}"
     );
     let up = StubServer::start(vec![Reply::openai_chat("Yes, here now.")]);

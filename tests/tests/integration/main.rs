@@ -6,6 +6,7 @@ mod channels;
 mod cognition;
 mod console;
 mod examples;
+mod failed_work;
 mod faults;
 mod hostile;
 mod journal;

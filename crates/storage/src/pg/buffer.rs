@@ -17,12 +17,13 @@ use std::thread;
 use std::time::Duration;
 
 use cairn_vocab::buffer::{
-    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
-    TaskRow, TaskStatus,
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
+    RetryOutcome, RetrySelection, Route, StatusCounts, TaskRow, TaskStatus,
 };
 use postgres::{Client, GenericClient, Row, Transaction};
 
 use super::batch::Batcher;
+use super::failed;
 use super::{PgPool, PgUrl};
 use crate::buffer::{BufferStore, MessageRow};
 use crate::writer::Receipt;
@@ -35,6 +36,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/postgres/buffer/0001_init.sql"),
         include_str!("../../../../migrations/postgres/buffer/0002_batch_attempts.sql"),
         include_str!("../../../../migrations/postgres/buffer/0003_conversation_heads.sql"),
+        include_str!("../../../../migrations/postgres/buffer/0004_batch_retries.sql"),
     ],
 };
 
@@ -319,6 +321,14 @@ impl BufferStore for PgBuffer {
     fn stats(&self) -> Result<BufferStats, StorageError> {
         self.pool.read(stats)
     }
+
+    fn failed(&self, limit: usize) -> Result<Vec<FailedWork>, StorageError> {
+        self.pool.read(move |client| failed::list(client, limit))
+    }
+
+    fn retry_failed(&self, which: RetrySelection) -> Receipt<RetryOutcome> {
+        self.pool.submit(move |tx| failed::retry(tx, &which))
+    }
 }
 
 const MESSAGE_COLUMNS: &str =
@@ -554,7 +564,8 @@ fn prune(tx: &mut Transaction<'_>, before_ms: i64) -> Result<(usize, usize), Sto
 /// A batch with its messages, in id order.
 fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>, StorageError> {
     let Some(head) = client.query_opt(
-        "SELECT channel, conversation, priority, attempts FROM buffer_batches WHERE id = $1",
+        "SELECT channel, conversation, priority, attempts, retried, reply FROM buffer_batches
+          WHERE id = $1",
         &[&id],
     )?
     else {
@@ -576,6 +587,8 @@ fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>,
         conversation: head.get(1),
         priority: to_u32(head.get(2)),
         attempt: u32::try_from(head.get::<_, i32>(3)).unwrap_or(0),
+        retried: u32::try_from(head.get::<_, i32>(4)).unwrap_or(0),
+        kept_reply: head.get(5),
         messages,
     }))
 }

@@ -10,7 +10,8 @@
 //!
 //! - [`url`]: parsing and redacting the connection string.
 //! - [`migrate`]: versioned schema per store, applied once under an advisory lock.
-//! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases).
+//! - [`buffer`]: [`crate::buffer::BufferStore`] for several hosts (claims with leases);
+//!   `failed` lists failed work and queues it again.
 //! - [`cache`]: [`crate::cache::ResponseCacheStore`], one LLM response cache for all hosts.
 //! - [`host`]: [`crate::host::KvStore`], [`crate::host::StatusStore`] and
 //!   [`crate::host::LifecycleStore`] for several hosts (each reports its own run and
@@ -27,6 +28,7 @@ mod batch;
 pub mod buffer;
 pub mod cache;
 pub mod cluster;
+mod failed;
 pub mod host;
 pub mod journal;
 pub mod journal_admin;

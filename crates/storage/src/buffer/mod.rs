@@ -1,13 +1,16 @@
 //! The buffer's storage: the [`BufferStore`] interface the host's buffer service writes
 //! and reads through, and its SQLite implementation over `buffer.db` (WAL, group commit).
-//! The tables are `messages`, `batches`, `tasks` and `channel_priorities`.
+//! The tables are `messages`, `batches`, `tasks` and `channel_priorities`; [`failed`] holds
+//! what lists failed work and queues it again.
+
+mod failed;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use cairn_vocab::buffer::{
-    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, NewBatch, Route, StatusCounts,
-    TaskRow, TaskStatus,
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
+    RetryOutcome, RetrySelection, Route, StatusCounts, TaskRow, TaskStatus,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -22,10 +25,11 @@ pub const FILE: &str = "buffer.db";
 pub const MIGRATIONS: Migrations = Migrations {
     name: "buffer",
     scripts: &[
-        include_str!("../../../migrations/buffer/0001_init.sql"),
-        include_str!("../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
-        include_str!("../../../migrations/buffer/0003_said_at.sql"),
-        include_str!("../../../migrations/buffer/0004_batch_attempts.sql"),
+        include_str!("../../../../migrations/buffer/0001_init.sql"),
+        include_str!("../../../../migrations/buffer/0002_dedup_and_channel_priorities.sql"),
+        include_str!("../../../../migrations/buffer/0003_said_at.sql"),
+        include_str!("../../../../migrations/buffer/0004_batch_attempts.sql"),
+        include_str!("../../../../migrations/buffer/0005_batch_retries.sql"),
     ],
 };
 
@@ -100,6 +104,11 @@ pub trait BufferStore: Send + Sync {
     fn batch(&self, id: i64) -> Result<Option<Batch>, StorageError>;
     /// Depth, per-channel breakdown, batch and task counts.
     fn stats(&self) -> Result<BufferStats, StorageError>;
+    /// Main batches and tasks that ended `failed`, the latest first, at most `limit`.
+    fn failed(&self, limit: usize) -> Result<Vec<FailedWork>, StorageError>;
+    /// Queue failed batches and tasks again, all named or none (see [`RetryOutcome`]); a
+    /// batch keeps the reply it could not deliver, for the retry to deliver.
+    fn retry_failed(&self, which: RetrySelection) -> Receipt<RetryOutcome>;
 }
 
 /// `buffer.db`: a writer thread for writes, a connection for reads.
@@ -206,6 +215,14 @@ impl BufferStore for SqliteBuffer {
     fn stats(&self) -> Result<BufferStats, StorageError> {
         self.db.read(stats)
     }
+
+    fn failed(&self, limit: usize) -> Result<Vec<FailedWork>, StorageError> {
+        self.db.read(|conn| failed::list(conn, limit))
+    }
+
+    fn retry_failed(&self, which: RetrySelection) -> Receipt<RetryOutcome> {
+        self.db.submit(move |conn| failed::retry(conn, &which))
+    }
 }
 
 /// Read buffer statistics of a data dir without a running host; `None` if it has no buffer.
@@ -239,18 +256,23 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
 fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
     let head = conn
         .prepare_cached(
-            "SELECT channel, conversation, priority, attempts FROM batches WHERE id = ?1",
+            "SELECT channel, conversation, priority, attempts, retried, reply FROM batches
+              WHERE id = ?1",
         )?
         .query_row(params![id], |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                row.get::<_, String>(1)?,
-                row.get::<_, u32>(2)?,
-                row.get::<_, u32>(3)?,
-            ))
+            Ok(Batch {
+                id,
+                channel: row.get(0)?,
+                conversation: row.get(1)?,
+                priority: row.get(2)?,
+                attempt: row.get(3)?,
+                retried: row.get(4)?,
+                kept_reply: row.get(5)?,
+                messages: Vec::new(),
+            })
         })
         .optional()?;
-    let Some((channel, conversation, priority, attempt)) = head else {
+    let Some(head) = head else {
         return Ok(None);
     };
     let messages = conn
@@ -259,14 +281,7 @@ fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
         ))?
         .query_map(params![id], read_message)?
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Some(Batch {
-        id,
-        channel,
-        conversation,
-        priority,
-        attempt,
-        messages,
-    }))
+    Ok(Some(Batch { messages, ..head }))
 }
 
 /// Read buffer statistics from a connection (also used by `cairn status` without a host).

@@ -1,0 +1,190 @@
+//! Failed work is not lost: `cairn buffer failed` lists the batches a refusal or a failed
+//! delivery ended, and `cairn buffer retry` queues them again — on a running host — without
+//! receiving their messages twice, and delivering a reply that was kept rather than asking
+//! the model again.
+
+use std::path::Path;
+use std::time::Duration;
+
+use cairn_tests::stub_http::{Reply, StubServer};
+use cairn_tests::{Host, PluginDir, cairn, cairn_ok, count_lines, journal_events};
+use serde_json::Value;
+
+/// A host with `plugins` answered by the OpenAI-compatible `server`.
+fn host_answered_by(server: &StubServer, plugins: &Path, data: &Path) -> Host {
+    let base_url = format!("{}/v1", server.url());
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+        ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
+    ];
+    let mut host = Host::start(plugins, data, &env);
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host
+}
+
+/// `cairn buffer failed --json` on `data`.
+fn failed(data: &Path) -> Vec<Value> {
+    let out = cairn_ok(&[
+        "buffer",
+        "failed",
+        "--json",
+        "--data",
+        &data.display().to_string(),
+    ]);
+    serde_json::from_slice(&out.stdout).expect("buffer failed --json is JSON")
+}
+
+/// How many of `data`'s journal events have `topic`.
+fn events(data: &Path, topic: &str) -> usize {
+    journal_events(data)
+        .iter()
+        .filter(|event| event["topic"] == topic)
+        .count()
+}
+
+#[test]
+fn a_refused_turn_is_retried_on_the_running_host_without_receiving_its_message_twice() {
+    let server = StubServer::start(vec![
+        Reply::status(401, "invalid api key"),
+        Reply::openai_chat("Locker 42, by the stairs."),
+    ]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let at = data.display().to_string();
+    let mut host = host_answered_by(&server, plugins.path(), data);
+    host.type_line("what is my locker number?");
+    host.wait_for("turn failed", Duration::from_secs(30));
+
+    let listed = failed(data);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["kind"], "batch");
+    assert_eq!(
+        listed[0]["reply_kept"], false,
+        "the model refused: no reply"
+    );
+    assert!(
+        listed[0]["error"].as_str().unwrap_or("").contains("401"),
+        "{listed:?}"
+    );
+    let status = cairn_ok(&["status", "--data", &at]);
+    assert!(
+        String::from_utf8_lossy(&status.stdout).contains("1 failed: `cairn buffer failed`"),
+        "status points at the command"
+    );
+    // An id that is not failed is refused, and nothing is queued.
+    let id = listed[0]["id"].as_i64().expect("id");
+    let wrong = cairn(&[
+        "buffer",
+        "retry",
+        "--batch",
+        &id.to_string(),
+        "--batch",
+        "999",
+        "--data",
+        &at,
+    ]);
+    assert_eq!(wrong.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        said.contains("--batch 999: not a failed main batch"),
+        "{said}"
+    );
+    assert_eq!(failed(data).len(), 1, "nothing was queued");
+
+    // The key is fixed: the retry is answered by the host that runs.
+    let retried = cairn_ok(&["buffer", "retry", "--batch", &id.to_string(), "--data", &at]);
+    assert!(
+        String::from_utf8_lossy(&retried.stdout).contains(&format!("queued again: batch {id}"))
+    );
+    host.wait_for("cairn> Locker 42, by the stairs.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert_eq!(server.seen().len(), 2, "asked once more: {log}");
+    assert!(failed(data).is_empty());
+    assert_eq!(
+        events(data, "message.received"),
+        1,
+        "the message was received once"
+    );
+    let memories = cairn_ok(&["memory", "list", "--json", "--data", &at]);
+    let memories: Vec<Value> = serde_json::from_slice(&memories.stdout).expect("json");
+    let asked = memories
+        .iter()
+        .filter(|m| m["content"] == "what is my locker number?")
+        .count();
+    assert_eq!(asked, 1, "remembered once: {memories:?}");
+    assert!(
+        memories
+            .iter()
+            .any(|m| m["content"] == "Locker 42, by the stairs."),
+        "the answer is remembered: {memories:?}"
+    );
+}
+
+#[test]
+fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_again() {
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let at = data.display().to_string();
+    // Sent to a channel the first host does not run: the reply has nowhere to go.
+    cairn_ok(&[
+        "send",
+        "--channel",
+        "pager",
+        "--conversation",
+        "cli",
+        "--sender",
+        "user",
+        "--data",
+        &at,
+        "where did I park?",
+    ]);
+    let first = StubServer::start(vec![Reply::openai_chat("Level 3, row F.")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let mut host = host_answered_by(&first, plugins.path(), data);
+    host.wait_for("turn failed", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("no channel plugin `pager`"), "{log}");
+    let listed = failed(data);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["reply_kept"], true, "{listed:?}");
+
+    // Retried before any host runs; the next host has a `pager` channel (the terminal one).
+    let retried = cairn_ok(&["buffer", "retry", "--all", "--data", &at]);
+    assert!(String::from_utf8_lossy(&retried.stdout).contains("queued again: batch"));
+    let with_pager = PluginDir::new();
+    let manifest =
+        std::fs::read_to_string(cairn_tests::workspace_root().join("manifests/cli.yaml"))
+            .expect("cli manifest");
+    with_pager
+        .manifest("pager", &manifest.replace("id: cli", "id: pager"))
+        .component("cli");
+    let second = StubServer::start(vec![Reply::openai_chat("Asked again.")]);
+    let mut host = host_answered_by(&second, with_pager.path(), data);
+    host.wait_for("cairn> Level 3, row F.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        second.seen().is_empty(),
+        "the kept reply was delivered: {log}"
+    );
+    assert_eq!(
+        count_lines(&log, "delivered the reply kept from an earlier attempt"),
+        1,
+        "{log}"
+    );
+    assert!(failed(data).is_empty());
+    assert_eq!(events(data, "message.received"), 1);
+    assert_eq!(events(data, "agent.response"), 1, "answered once");
+    // Nothing failed: `--all` says so.
+    let again = cairn_ok(&["buffer", "retry", "--all", "--data", &at]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        "nothing has failed"
+    );
+}
