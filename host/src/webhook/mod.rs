@@ -170,9 +170,11 @@ async fn forward(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", error.message),
         ),
-        Err(not_running @ CallError::NotRunning { .. }) => {
-            plain(StatusCode::SERVICE_UNAVAILABLE, format!("{not_running}\n"))
-        }
+        // The state only: the fault behind it is the operator's, not the sender's.
+        Err(CallError::NotRunning { plugin, state, .. }) => plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("plugin {plugin} is {state}\n"),
+        ),
         Err(error) => {
             tracing::warn!(channel = %id, "webhook call failed: {error}");
             plain(

@@ -515,6 +515,17 @@ fn a_plugin_holding_a_host_call_forever_is_abandoned_and_its_neighbour_keeps_goi
         journal_json(data.path(), "hold.echo").len() as u64 == ticks
             && dead_letters_of(data.path(), "holder") as u64 == ticks
     });
+    // The events given up once it was quarantined say what put it there, not only that.
+    let errors: Vec<String> = dead_letters(data.path(), "holder")
+        .iter()
+        .map(|letter| letter["error"].as_str().unwrap_or_default().to_string())
+        .collect();
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains("plugin holder is quarantined after: timeout (limits.timeout_ms)")),
+        "{errors:?}"
+    );
     let (_, _, threads_held) = footprint(host.pid());
     let names_held = thread_names(host.pid());
     let lags = echo_lags(data.path(), "hold.tick", "hold.echo");

@@ -130,13 +130,23 @@ pub enum CallError {
     NotExported(World),
     /// The plugin is not running — restarting after a fault, quarantined or stopped — so
     /// the call was not made. Only `restarting` passes: see [`CallError::is_restarting`].
-    #[error("plugin {plugin} is {state}")]
+    #[error("plugin {plugin} is {state}{}", after_fault(.cause.as_deref()))]
     NotRunning {
         /// The plugin's id.
         plugin: String,
         /// Its state when the call came.
         state: cairn_vocab::plugin::PluginState,
+        /// When it is quarantined or failed, the fault that put it there: what a dead letter
+        /// or a turn's error should say, rather than only the state.
+        cause: Option<String>,
     },
+}
+
+/// ` after: <fault>` when there is one.
+fn after_fault(cause: Option<&str>) -> String {
+    cause
+        .map(|cause| format!(" after: {cause}"))
+        .unwrap_or_default()
 }
 
 impl CallError {

@@ -47,9 +47,26 @@ const HANG_GRACE: Duration = Duration::from_secs(1);
 /// took a call again, so an idle plugin wakes no thread.
 const HANG_WATCH: Duration = Duration::from_millis(200);
 
-/// A caller's call run on the instance, or given the plugin's state while it is not
-/// running; returns the fault it hit, if any.
-type CallWork = Box<dyn FnOnce(Result<&mut PluginInstance, PluginState>) -> Option<Fault> + Send>;
+/// A caller's call run on the instance, or told why there is none; returns the fault it
+/// hit, if any.
+type CallWork = Box<dyn FnOnce(Result<&mut PluginInstance, Unavailable>) -> Option<Fault> + Send>;
+
+/// Why a call found no instance taking calls: the plugin's state and, once it is
+/// quarantined or failed, the fault that put it there.
+struct Unavailable {
+    state: PluginState,
+    cause: Option<String>,
+}
+
+impl Unavailable {
+    /// Stopped with the host: no fault to name.
+    fn stopped() -> Self {
+        Self {
+            state: PluginState::Stopped,
+            cause: None,
+        }
+    }
+}
 
 /// A caller's call: `run` on the instance (or given the state while it is not running),
 /// and `abandon` to answer the caller if the instance hangs.
@@ -139,9 +156,10 @@ impl PluginHandle {
         let job = Job {
             run: Box::new(move |instance| {
                 let result = match instance {
-                    Err(state) => Err(CallError::NotRunning {
+                    Err(Unavailable { state, cause }) => Err(CallError::NotRunning {
                         plugin: plugin.to_string(),
                         state,
+                        cause,
                     }),
                     Ok(instance) => call(instance),
                 };
@@ -167,6 +185,7 @@ impl PluginHandle {
         CallError::NotRunning {
             plugin: self.id.to_string(),
             state: PluginState::Stopped,
+            cause: None,
         }
     }
 }
@@ -404,7 +423,16 @@ impl Supervisor {
             self.publish(PluginState::Stopped);
         }
         for job in closed.left {
-            (job.run)(Err(PluginState::Stopped));
+            (job.run)(Err(Unavailable::stopped()));
+        }
+    }
+
+    /// Why calls find no instance now: the state, and the last fault once it is final.
+    fn unavailable(&self) -> Unavailable {
+        let settled = matches!(self.state, PluginState::Quarantined | PluginState::Failed);
+        Unavailable {
+            state: self.state,
+            cause: settled.then(|| self.last_error.clone()).flatten(),
         }
     }
 
@@ -412,7 +440,7 @@ impl Supervisor {
     /// is answered with the plugin's state.
     fn call(&self, job: Job) {
         if let Err(job) = self.calls.push(job) {
-            (job.run)(Err(self.state));
+            (job.run)(Err(self.unavailable()));
         }
     }
 
@@ -424,7 +452,7 @@ impl Supervisor {
         self.next_watch = None;
         self.on_fault(fault);
         for job in closed.left {
-            (job.run)(Err(self.state));
+            (job.run)(Err(self.unavailable()));
         }
     }
 
