@@ -86,9 +86,11 @@ pub struct PluginHost {
 }
 
 impl PluginHost {
-    /// Compile and link every plugin, then start them in dependency order, each `init`
-    /// finishing (or faulting) before the next plugin starts. A plugin that cannot be loaded
-    /// is recorded as failed and the others still start.
+    /// Compile and link every plugin, then start them in dependency order: a plugin's
+    /// `init` runs once every plugin it depends on finished (or faulted) its first, and
+    /// plugins that do not depend on each other start together, so one `init` that hangs
+    /// until its `timeout_ms` delays only its dependents. A plugin that cannot be loaded is
+    /// recorded as failed and the others still start.
     pub async fn start(
         set: &PluginSet,
         config: &PluginHostConfig,
@@ -134,13 +136,23 @@ impl PluginHost {
                     supervised.handle().clone(),
                 )));
             }
-            let state = supervised.start().await;
-            if state != PluginState::Running {
-                tracing::warn!(plugin = %manifest.id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
+            plugins.push((manifest, supervised));
+        }
+        for level in resolve::start_levels(plugins.iter().map(|(manifest, _)| manifest.as_ref())) {
+            let starting: Vec<_> = level
+                .iter()
+                .map(|&index| (index, plugins[index].1.begin_start()))
+                .collect();
+            for (index, answer) in starting {
+                let state = answer.await.unwrap_or(PluginState::Stopped);
+                if state != PluginState::Running {
+                    let id = &plugins[index].0.id;
+                    tracing::warn!(plugin = %id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
+                }
             }
-            plugins.push(supervised);
         }
         runtime.prune_cache(CACHE_MAX_AGE);
+        let plugins = plugins.into_iter().map(|(_, plugin)| plugin).collect();
         Ok(Self { runtime, plugins })
     }
 

@@ -197,10 +197,13 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
 /// every dependency before its dependents), so that every other plugin's `init` can already
 /// reach memory through it.
 fn backend_first(mut order: Vec<Manifest>) -> Vec<Manifest> {
-    order.sort_by_key(|m| {
-        !(m.kind == manifest::PluginKind::MemoryBackend && m.depends_on.is_empty())
-    });
+    order.sort_by_key(|m| !is_lone_backend(m));
     order
+}
+
+/// A memory backend that depends on nothing: it starts before every other plugin.
+fn is_lone_backend(manifest: &Manifest) -> bool {
+    manifest.kind == manifest::PluginKind::MemoryBackend && manifest.depends_on.is_empty()
 }
 
 /// Kahn's algorithm over present dependencies, smallest id first among the ready ones.
@@ -290,6 +293,37 @@ fn find_cycles(by_id: &BTreeMap<String, Manifest>) -> Vec<Vec<String>> {
     cycles.into_iter().collect()
 }
 
+/// The plugins (indices of `in_start_order`) in groups that may start together: each
+/// after the groups holding everything it depends on, and every other plugin after a memory
+/// backend that depends on nothing (see [`backend_first`]). A dependency that is not among
+/// them (it could not be loaded) holds nothing back.
+pub fn start_levels<'a>(in_start_order: impl Iterator<Item = &'a Manifest>) -> Vec<Vec<usize>> {
+    let mut level_of: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut levels: Vec<Vec<usize>> = Vec::new();
+    let mut after_backend = 0;
+    for (index, manifest) in in_start_order.enumerate() {
+        let level = if is_lone_backend(manifest) {
+            after_backend = 1;
+            0
+        } else {
+            manifest
+                .depends_on
+                .iter()
+                .filter_map(|dependency| level_of.get(dependency.id.as_str()))
+                .map(|level| level + 1)
+                .max()
+                .unwrap_or(0)
+                .max(after_backend)
+        };
+        level_of.insert(&manifest.id, level);
+        if levels.len() <= level {
+            levels.resize_with(level + 1, Vec::new);
+        }
+        levels[level].push(index);
+    }
+    levels
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -325,6 +359,30 @@ mod tests {
     }
 
     #[test]
+    fn plugins_that_do_not_depend_on_each_other_start_together() {
+        let dir = dir_with(&[
+            ("app", "1.0.0", &[("store", "^2"), ("log", "*")]),
+            ("store", "2.1.0", &[("log", ">=1")]),
+            ("log", "1.0.0", &[]),
+            ("alone", "0.1.0", &[]),
+            ("meter", "0.1.0", &[("log", "*")]),
+        ]);
+        let set = load(dir.path()).expect("resolves");
+        let order = ids(&set);
+        let levels: Vec<Vec<&str>> = start_levels(set.start_order().iter())
+            .into_iter()
+            .map(|level| level.into_iter().map(|i| order[i]).collect())
+            .collect();
+        assert_eq!(
+            levels,
+            [vec!["alone", "log"], vec!["meter", "store"], vec!["app"]]
+        );
+        // A dependency that could not be loaded holds nothing back.
+        let without_log = set.start_order().iter().filter(|m| m.id != "log");
+        assert_eq!(start_levels(without_log), [vec![0, 1, 2], vec![3]]);
+    }
+
+    #[test]
     fn dependencies_start_first_and_stop_last() {
         let dir = dir_with(&[
             ("app", "1.0.0", &[("store", "^2"), ("log", "*")]),
@@ -351,6 +409,11 @@ mod tests {
         let set = load(dir.path()).expect("resolves");
         assert_eq!(ids(&set), ["zeta", "alpha", "beta"]);
         assert_eq!(set.stop_order(), ["beta", "alpha", "zeta"]);
+        assert_eq!(
+            start_levels(set.start_order().iter()),
+            [vec![0], vec![1], vec![2]],
+            "the backend's init ends before the others' begin"
+        );
     }
 
     #[test]

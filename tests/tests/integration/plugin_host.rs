@@ -77,6 +77,43 @@ fn a_sigterm_while_plugins_start_stops_the_host_cleanly_once_it_is_up() {
 }
 
 #[test]
+fn an_init_that_hangs_delays_only_its_dependents() {
+    let dir = PluginDir::new();
+    // First in start order by name, its init blocks until its 5 s limit.
+    dir.plugin(
+        "a-sleeper",
+        "handler",
+        "hostile",
+        "limits: {timeout_ms: 5000}\nconfig: {mode: sleep-init}\n",
+    );
+    dir.plugin(
+        "b-dependent",
+        "handler",
+        "hostile",
+        "config: {mode: ok}\ndepends_on: [{id: a-sleeper, version: '*'}]\n",
+    );
+    dir.steady();
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("cairn is running", LONG);
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let at = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("no {needle:?} in {log}"))
+    };
+    let sleeper_gave_up = at("timeout (limits.timeout_ms)");
+    assert!(
+        at("plugin started plugin=\"steady\"") < sleeper_gave_up,
+        "the independent plugin started beside the hanging init: {log}"
+    );
+    assert!(
+        at("plugin started plugin=\"b-dependent\"") > sleeper_gave_up,
+        "the dependent waited for it: {log}"
+    );
+}
+
+#[test]
 fn hostile_plugins_are_quarantined_while_a_steady_plugin_keeps_working() {
     let dir = PluginDir::new();
     dir.steady();

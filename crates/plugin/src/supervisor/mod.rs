@@ -253,14 +253,14 @@ impl Supervised {
         &self.handle
     }
 
-    /// Instantiate and `init` the plugin; returns the state after this first attempt
-    /// (`running`, or `restarting` when it faulted and will be retried).
-    pub async fn start(&self) -> PluginState {
+    /// Instantiate and `init` the plugin on its thread; the receiver yields the state
+    /// after this first attempt (`running`, or `restarting` when it faulted and will be
+    /// retried; an error when the supervisor is gone), so several plugins can start at once.
+    pub fn begin_start(&self) -> oneshot::Receiver<PluginState> {
         let (reply, answer) = oneshot::channel();
-        if self.handle.commands.send(Command::Start(reply)).is_err() {
-            return PluginState::Stopped;
-        }
-        answer.await.unwrap_or(PluginState::Stopped)
+        // A supervisor gone drops `reply` with the command: the receiver then errs.
+        let _ = self.handle.commands.send(Command::Start(reply));
+        answer
     }
 
     /// Stop the plugin once the calls made so far are done (waiting for them up to its call
