@@ -20,6 +20,7 @@ pub mod ports;
 pub mod retry;
 pub mod router;
 pub mod storage;
+pub mod unread_env;
 pub mod webhook;
 
 pub use cairn_llm as llm;

@@ -58,6 +58,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     for id in &config.plugins.disabled {
         tracing::info!(plugin = %id, "disabled by plugins.disabled");
     }
+    warn_unread_variables(&config, &set);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
@@ -408,6 +409,19 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
             "work still running after {}s; stopping anyway (it resumes on the next start)",
             SHUTDOWN_DEADLINE.as_secs()
         );
+    }
+}
+
+/// Warn about each `CAIRN_…` variable nothing reads (a mistyped setting, most likely).
+fn warn_unread_variables(config: &HostConfig, set: &resolve::PluginSet) {
+    let granted: Vec<String> = set
+        .start_order()
+        .iter()
+        .flat_map(|manifest| manifest.capabilities.env.iter().cloned())
+        .collect();
+    let set_names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for unread in crate::unread_env::unread_variables(config, set_names, &granted) {
+        tracing::warn!("{unread}");
     }
 }
 

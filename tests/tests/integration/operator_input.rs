@@ -170,6 +170,46 @@ fn a_setting_out_of_range_names_the_variable_that_set_it() {
 }
 
 #[test]
+fn a_mistyped_setting_variable_is_named_at_start_with_the_one_meant() {
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        plugins.path(),
+        data.path(),
+        &[
+            ("CAIRN_AGENT_LLM_PROVDER", "openai"),
+            ("CAIRN_GREETING", "hi"),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains("CAIRN_AGENT_LLM_PROVDER is set but no setting or plugin reads it (did you mean CAIRN_AGENT_LLM_PROVIDER?)"),
+        "{log}"
+    );
+    assert!(
+        log.contains("LLM provider: offline"),
+        "the default stands: {log}"
+    );
+    assert!(log.contains("CAIRN_GREETING is set"), "{log}");
+    // Granted to a plugin, a variable is read.
+    let plugins = PluginDir::new();
+    plugins.bundled_with("cli", |manifest| {
+        manifest.replace(
+            "capabilities:\n",
+            "capabilities:\n  env: [CAIRN_GREETING]\n",
+        )
+    });
+    let mut host = Host::start(plugins.path(), data.path(), &[("CAIRN_GREETING", "hi")]);
+    host.wait_for("cairn is running", LONG);
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("CAIRN_GREETING is set"), "{log}");
+}
+
+#[test]
 fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
     let data = tempfile::tempdir().expect("data");
     let dir = PluginDir::new();

@@ -1,0 +1,126 @@
+//! `CAIRN_…` environment variables that nothing reads. Settings come from `CAIRN_…`
+//! variables, so a mistyped one (`CAIRN_AGENT_LLM_PROVDER`) would otherwise be ignored
+//! without a word and the host run on the default; `cairn run` and `cairn config` warn about
+//! each, naming the setting's variable it most likely meant.
+
+use crate::config::HostConfig;
+
+/// Prefixes of variables read by Cairn's development tools (tests, benches), not the host.
+const TOOL_PREFIXES: [&str; 2] = ["CAIRN_TEST_", "CAIRN_BENCH_"];
+
+/// Variables read by Cairn's development tools: the PostgreSQL binaries the test cluster
+/// uses, the dev set's seed and the models directory `cargo xtask` installs into.
+const TOOL_VARIABLES: [&str; 3] = ["CAIRN_PG_BIN", "CAIRN_EVAL_SEED", "CAIRN_MODELS_DIR"];
+
+/// Edits within which a setting's variable counts as what was meant.
+const MAX_EDITS: usize = 3;
+
+/// A `CAIRN_…` variable that is set and that nothing reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadVariable {
+    /// Its name.
+    pub name: String,
+    /// The setting's variable it most likely meant, when one is close.
+    pub meant: Option<String>,
+}
+
+impl std::fmt::Display for UnreadVariable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is set but no setting or plugin reads it", self.name)?;
+        match &self.meant {
+            Some(meant) => write!(f, " (did you mean {meant}?)"),
+            None => write!(f, " (`cairn config` lists the settings' variables)"),
+        }
+    }
+}
+
+/// The `CAIRN_…` variables among `set` that no setting of `config` reads, nor a plugin is
+/// granted (`granted`, from the manifests' `capabilities.env`), nor the config names as a
+/// key's variable, nor Cairn's development tools read; sorted by name.
+pub fn unread_variables(
+    config: &HostConfig,
+    set: impl IntoIterator<Item = String>,
+    granted: &[String],
+) -> Vec<UnreadVariable> {
+    let settings: Vec<String> = config
+        .settings()
+        .into_iter()
+        .map(|(variable, _, _)| variable)
+        .collect();
+    let named_keys = [
+        Some(config.agent.llm.api_key_env.as_str()),
+        config.memory.embeddings.api_key_env.as_deref(),
+    ];
+    let mut unread: Vec<UnreadVariable> = set
+        .into_iter()
+        .filter(|name| name.starts_with("CAIRN_"))
+        .filter(|name| !settings.contains(name) && !granted.contains(name))
+        .filter(|name| !named_keys.contains(&Some(name.as_str())))
+        .filter(|name| !TOOL_PREFIXES.iter().any(|prefix| name.starts_with(prefix)))
+        .filter(|name| !TOOL_VARIABLES.contains(&name.as_str()))
+        .map(|name| UnreadVariable {
+            meant: closest(&name, &settings),
+            name,
+        })
+        .collect();
+    unread.sort_by(|a, b| a.name.cmp(&b.name));
+    unread
+}
+
+/// The variable of `known` fewest edits from `name`, if within [`MAX_EDITS`].
+fn closest(name: &str, known: &[String]) -> Option<String> {
+    known
+        .iter()
+        .map(|candidate| (strsim::levenshtein(name, candidate), candidate))
+        .filter(|(edits, _)| *edits <= MAX_EDITS)
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, candidate)| candidate.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_mistyped_setting_is_named_with_what_it_meant_and_read_ones_pass() {
+        let config = HostConfig::default();
+        let set = names(&[
+            "CAIRN_AGENT_LLM_PROVDER",
+            "CAIRN_AGENT_LLM_PROVIDER",
+            "CAIRN_WEBHOOK_SECRET",
+            "CAIRN_TEST_STORAGE",
+            "CAIRN_PG_BIN",
+            "CAIRN_SOMETHING_ELSE_ENTIRELY",
+            "HOME",
+        ]);
+        let unread = unread_variables(&config, set, &names(&["CAIRN_WEBHOOK_SECRET"]));
+        assert_eq!(
+            unread,
+            [
+                UnreadVariable {
+                    name: "CAIRN_AGENT_LLM_PROVDER".into(),
+                    meant: Some("CAIRN_AGENT_LLM_PROVIDER".into()),
+                },
+                UnreadVariable {
+                    name: "CAIRN_SOMETHING_ELSE_ENTIRELY".into(),
+                    meant: None,
+                },
+            ]
+        );
+        assert_eq!(
+            unread[0].to_string(),
+            "CAIRN_AGENT_LLM_PROVDER is set but no setting or plugin reads it (did you mean CAIRN_AGENT_LLM_PROVIDER?)"
+        );
+    }
+
+    #[test]
+    fn the_variable_a_key_setting_names_is_read() {
+        let mut config = HostConfig::default();
+        config.agent.llm.api_key_env = "CAIRN_OPENAI_KEY".into();
+        assert!(unread_variables(&config, names(&["CAIRN_OPENAI_KEY"]), &[]).is_empty());
+    }
+}
