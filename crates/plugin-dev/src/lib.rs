@@ -115,6 +115,14 @@ pub enum DevError {
     /// `plugin new` would overwrite something.
     #[error("{0} already exists; choose another name or directory")]
     Exists(PathBuf),
+    /// `plugin new --dir` names a place under a file: nothing can be written there.
+    #[error("--dir {dir}: {file} is a file, not a directory; expected a path inside a directory")]
+    InsideAFile {
+        /// The project directory asked for.
+        dir: PathBuf,
+        /// The file on its path.
+        file: PathBuf,
+    },
     /// A plugin id that a manifest would refuse.
     #[error(
         "plugin name `{0}`: expected lower-case letters, digits and single dashes, starting with a letter and not ending with a dash, at most 64 characters"
@@ -173,6 +181,7 @@ impl DevError {
             self,
             DevError::ToolMissing { .. }
                 | DevError::UnknownLanguage(_)
+                | DevError::InsideAFile { .. }
                 | DevError::Exists(_)
                 | DevError::BadName(_)
                 | DevError::Manifest(_)

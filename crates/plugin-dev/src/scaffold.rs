@@ -29,6 +29,17 @@ pub fn scaffold(project: &NewProject) -> Result<Vec<PathBuf>, DevError> {
     if project.dir.exists() {
         return Err(DevError::Exists(project.dir.clone()));
     }
+    if let Some(file) = project
+        .dir
+        .ancestors()
+        .find(|ancestor| ancestor.exists())
+        .filter(|ancestor| !ancestor.is_dir())
+    {
+        return Err(DevError::InsideAFile {
+            dir: project.dir.clone(),
+            file: file.to_path_buf(),
+        });
+    }
     let mut files = vec![(
         PathBuf::from(format!("{}.yaml", project.id)),
         manifest(project),
@@ -223,6 +234,18 @@ mod tests {
         let taken = project(temp.path(), "taken", PluginKind::Handler, Language::C);
         std::fs::create_dir(&taken.dir).expect("mkdir");
         assert!(matches!(scaffold(&taken), Err(DevError::Exists(_))));
+        let a_file = temp.path().join("notes.txt");
+        std::fs::write(&a_file, "not a folder").expect("file");
+        let inside = NewProject {
+            dir: a_file.join("sub"),
+            ..taken.clone()
+        };
+        let refused = scaffold(&inside).expect_err("refused");
+        assert!(refused.is_bad_input(), "{refused}");
+        assert!(
+            refused.to_string().contains("notes.txt is a file"),
+            "{refused}"
+        );
         assert_eq!(std::fs::read_dir(&taken.dir).expect("read").count(), 0);
         let bad = project(temp.path(), "Bad_Name", PluginKind::Handler, Language::C);
         assert!(matches!(scaffold(&bad), Err(DevError::BadName(_))));
