@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
 
-use crate::rate::TokenBucket;
+use crate::rate::{Take, TokenBucket};
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 
 /// Severity of a plugin log line.
@@ -42,14 +42,19 @@ impl PluginLog {
         }
     }
 
-    /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate.
+    /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate,
+    /// which is said at the first line a flood drops, and the count at each next line kept
+    /// (or when the instance goes).
     pub fn write(&self, level: Level, stream: &str, line: &str) {
-        let Some(suppressed) = self.bucket.take() else {
-            return;
-        };
         let plugin = &*self.plugin;
-        if suppressed > 0 {
-            tracing::warn!(target: "cairn::plugin", plugin, suppressed, "plugin log rate exceeded: {suppressed} lines dropped");
+        match self.bucket.take() {
+            Take::Refused { first: true } => {
+                tracing::warn!(target: "cairn::plugin", plugin, "plugin log rate exceeded (runtime.log_rate_per_sec): dropping lines until it slows");
+                return;
+            }
+            Take::Refused { first: false } => return,
+            Take::Taken { refused_before: 0 } => {}
+            Take::Taken { refused_before } => report_dropped(plugin, refused_before),
         }
         let line = truncate(line, self.line_max_bytes);
         match level {
@@ -60,6 +65,21 @@ impl PluginLog {
             Level::Error => tracing::error!(target: "cairn::plugin", plugin, stream, "{line}"),
         }
     }
+}
+
+impl Drop for PluginLog {
+    /// Lines dropped since the last one kept are counted when the instance goes.
+    fn drop(&mut self) {
+        let dropped = self.bucket.take_refused();
+        if dropped > 0 {
+            report_dropped(&self.plugin, dropped);
+        }
+    }
+}
+
+/// Say how many of a plugin's lines were dropped.
+fn report_dropped(plugin: &str, dropped: u64) {
+    tracing::warn!(target: "cairn::plugin", plugin, suppressed = dropped, "plugin log rate exceeded: {dropped} lines dropped");
 }
 
 fn truncate(line: &str, max: usize) -> &str {
@@ -170,7 +190,7 @@ mod tests {
             log.write(Level::Info, "log", "x");
         }
         // Three lines went out; the bucket is empty until it refills.
-        assert_eq!(log.bucket.take(), None);
+        assert!(matches!(log.bucket.take(), Take::Refused { .. }));
     }
 
     #[test]

@@ -97,6 +97,11 @@ fn an_emit_flood_is_rate_limited_and_an_emit_loop_stops_at_the_chain_limit() {
         "first refusal: Error::Unavailable(\"journal: over this plugin's limits.emits_per_sec"
     ));
     assert_eq!(
+        count_lines(&log, "refusing its emits until it slows"),
+        1,
+        "the host says at once, and once, that it refuses: {log}"
+    );
+    assert_eq!(
         journal_json(data.path(), "flood.tick").len() as u64,
         emitted
     );

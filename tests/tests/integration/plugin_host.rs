@@ -409,6 +409,11 @@ fn a_log_flood_is_rate_limited_and_does_not_stall_the_host() {
         "drops are reported:\n{}",
         &log[..log.len().min(4000)]
     );
+    assert_eq!(
+        count_lines(&log, "dropping lines until it slows"),
+        1,
+        "the flood is announced at once, and once"
+    );
 }
 
 #[test]

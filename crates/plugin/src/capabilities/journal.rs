@@ -1,6 +1,7 @@
 //! The host side of `journal`: events a plugin may emit (its manifest's `events.emits`).
 
 use super::*;
+use crate::rate::Take;
 
 impl wit::journal::Host for PluginContext {
     fn emit(&mut self, topic: String, payload: String) -> Result<u64, WitError> {
@@ -18,13 +19,19 @@ impl wit::journal::Host for PluginContext {
             return Err(unavailable("event journal"));
         };
         match self.grants.emit_rate.take() {
-            Some(0) => {}
-            Some(refused) => tracing::warn!(
+            Take::Taken { refused_before: 0 } => {}
+            Take::Taken { refused_before } => tracing::warn!(
                 plugin = &*self.plugin,
-                refused,
-                "plugin emits over limits.emits_per_sec: {refused} refused"
+                refused = refused_before,
+                "plugin emits over limits.emits_per_sec: {refused_before} refused"
             ),
-            None => {
+            Take::Refused { first } => {
+                if first {
+                    tracing::warn!(
+                        plugin = &*self.plugin,
+                        "plugin emits over limits.emits_per_sec: refusing its emits until it slows"
+                    );
+                }
                 return Err(WitError::Unavailable(
                     "journal: over this plugin's limits.emits_per_sec; emit again later".into(),
                 ));
