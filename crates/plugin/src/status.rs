@@ -36,6 +36,11 @@ impl StatusLog {
             .wait()
     }
 
+    /// Record that this host began stopping: `cairn status` says so until it stopped.
+    pub fn begin_stop(&self) -> Result<(), StorageError> {
+        self.store.begin_stop().wait()
+    }
+
     /// Record a clean stop.
     pub fn end_run(&self) -> Result<(), StorageError> {
         self.store.end_run().wait()
@@ -59,6 +64,10 @@ struct Detached;
 
 impl StatusStore for Detached {
     fn begin_run(&self, _pid: u32, _plugins_dir: &str) -> Receipt<()> {
+        Receipt::ready(Ok(()))
+    }
+
+    fn begin_stop(&self) -> Receipt<()> {
         Receipt::ready(Ok(()))
     }
 

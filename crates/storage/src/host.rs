@@ -24,6 +24,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../migrations/host/0001_init.sql"),
         include_str!("../../../migrations/host/0002_lifecycle.sql"),
         include_str!("../../../migrations/host/0003_llm_usage.sql"),
+        include_str!("../../../migrations/host/0004_stopping.sql"),
     ],
 };
 
@@ -47,6 +48,8 @@ pub trait KvStore: Send + Sync {
 pub trait StatusStore: Send + Sync {
     /// Forget the plugins of an earlier run and record this process as the running host.
     fn begin_run(&self, pid: u32, plugins_dir: &str) -> Receipt<()>;
+    /// Record that this host began stopping.
+    fn begin_stop(&self) -> Receipt<()>;
     /// Record a clean stop.
     fn end_run(&self) -> Receipt<()>;
     /// Write one plugin's status.
@@ -161,15 +164,25 @@ impl StatusStore for SqliteHost {
             conn.prepare_cached("DELETE FROM plugin_llm_usage")?.execute([])?;
             conn.prepare_cached("INSERT INTO host_run (id, pid, plugins_dir, started_at, stopped_at) VALUES (1, ?1, ?2, ?3, NULL)
                  ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, plugins_dir = excluded.plugins_dir,
-                     started_at = excluded.started_at, stopped_at = NULL")?.execute(params![pid, plugins_dir, now_ms()])?;
+                     started_at = excluded.started_at, stopped_at = NULL, stopping_at = NULL")?.execute(params![pid, plugins_dir, now_ms()])?;
+            Ok(())
+        })
+    }
+
+    fn begin_stop(&self) -> Receipt<()> {
+        self.db.submit(|conn| {
+            conn.prepare_cached("UPDATE host_run SET stopping_at = ?1 WHERE id = 1")?
+                .execute(params![now_ms()])?;
             Ok(())
         })
     }
 
     fn end_run(&self) -> Receipt<()> {
         self.db.submit(|conn| {
-            conn.prepare_cached("UPDATE host_run SET stopped_at = ?1 WHERE id = 1")?
-                .execute(params![now_ms()])?;
+            conn.prepare_cached(
+                "UPDATE host_run SET stopped_at = ?1, stopping_at = NULL WHERE id = 1",
+            )?
+            .execute(params![now_ms()])?;
             Ok(())
         })
     }
@@ -226,14 +239,17 @@ impl StatusStore for SqliteHost {
 fn read_report(conn: &Connection) -> rusqlite::Result<StatusReport> {
     let run = conn
         .prepare_cached(
-            "SELECT pid, plugins_dir, started_at, stopped_at FROM host_run WHERE id = 1",
+            // Every column: a host.db of an older build, read without migrating it, has
+            // no `stopping_at` yet.
+            "SELECT * FROM host_run WHERE id = 1",
         )?
         .query_row([], |row| {
             Ok(HostRun {
-                pid: row.get(0)?,
-                plugins_dir: row.get(1)?,
-                started_at: row.get(2)?,
-                stopped_at: row.get(3)?,
+                pid: row.get("pid")?,
+                plugins_dir: row.get("plugins_dir")?,
+                started_at: row.get("started_at")?,
+                stopped_at: row.get("stopped_at")?,
+                stopping_since: row.get("stopping_at").unwrap_or(None),
                 last_seen: None,
             })
         })

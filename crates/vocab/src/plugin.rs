@@ -158,6 +158,9 @@ pub struct HostRun {
     pub started_at: i64,
     /// When it stopped cleanly; none while running or after a crash.
     pub stopped_at: Option<i64>,
+    /// When it began stopping, while it stops (none while it runs normally, and once it
+    /// stopped).
+    pub stopping_since: Option<i64>,
     /// When it last said it was alive (ms since the epoch): hosts sharing a database renew
     /// it every few seconds; none where the data dir's lock tells whether it runs.
     pub last_seen: Option<i64>,

@@ -109,6 +109,9 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     );
     wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
     tracing::info!("stopping");
+    if let Err(e) = stores.status.begin_stop() {
+        tracing::warn!("cannot record that the host is stopping: {e}");
+    }
     let _ = stop.send(true);
     let stopping = async {
         drain(workers).await;

@@ -117,7 +117,8 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
     if json_output {
         let host = run.as_ref().map(|r| {
             json!({"pid": r.pid, "plugins_dir": r.plugins_dir, "started_at": r.started_at,
-                   "stopped_at": r.stopped_at, "running": running})
+                   "stopped_at": r.stopped_at, "running": running,
+                   "stopping_since": r.stopping_since.filter(|_| running)})
         });
         println!(
             "{}",
@@ -154,6 +155,13 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
 /// Whether a host runs here, and how the last run ended.
 fn print_host(data_dir: &Path, run: Option<&status::HostRun>, running: bool) {
     match run {
+        Some(r) if running && r.stopping_since.is_some() => println!(
+            "host: stopping since {} (pid {}, started {}, plugins {}); a stop waits up to 30 s for the work in flight and 10 s for the plugins",
+            age(r.stopping_since.unwrap_or(r.started_at)),
+            r.pid,
+            age(r.started_at),
+            r.plugins_dir
+        ),
         Some(r) if running => println!(
             "host: running (pid {}, started {}, plugins {})",
             r.pid,

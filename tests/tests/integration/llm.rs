@@ -15,8 +15,8 @@ use cairn::llm::{
 };
 use cairn::store::cache::SqliteCache;
 use cairn_tests::stub_http::{Reply, StubServer};
-use cairn_tests::{Host, PluginDir};
-use serde_json::json;
+use cairn_tests::{Host, PluginDir, cairn_ok, status_json};
+use serde_json::{Value, json};
 
 fn config(server: &StubServer, provider: ProviderKind) -> LlmConfig {
     LlmConfig {
@@ -342,6 +342,51 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
     assert!(status.success(), "{log}");
     let prompt = up.seen()[0].json()["messages"].to_string();
     assert!(prompt.contains("is anyone there?"), "{prompt}");
+}
+
+#[test]
+fn status_says_stopping_while_a_stop_waits_for_the_provider() {
+    // The provider takes longer than the 10 s a stop gives a request in flight.
+    let slow = Reply::Slow(
+        Duration::from_secs(60),
+        Box::new(Reply::openai_chat("Too late.")),
+    );
+    let server = StubServer::start(vec![slow]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
+    host.type_line("what time is it?");
+    let asked = std::time::Instant::now();
+    while server.seen().is_empty() {
+        assert!(asked.elapsed() < Duration::from_secs(30), "never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        status_json(data.path())["host"]["stopping_since"],
+        Value::Null
+    );
+    std::process::Command::new("kill")
+        .args(["-TERM", &host.pid().to_string()])
+        .status()
+        .expect("kill");
+    // The stop waits 10 s for the request in flight: status says so meanwhile.
+    host.wait_until(Duration::from_secs(30), "status saying stopping", |_| {
+        status_json(data.path())["host"]["stopping_since"].is_i64()
+    });
+    let seen = status_json(data.path());
+    assert_eq!(seen["host"]["running"], true, "{seen}");
+    let text = cairn_ok(&["status", "--data", &data.path().display().to_string()]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).starts_with("host: stopping since"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let after = status_json(data.path());
+    assert_eq!(after["host"]["running"], false, "{after}");
+    assert_eq!(after["host"]["stopping_since"], Value::Null, "{after}");
 }
 
 #[test]

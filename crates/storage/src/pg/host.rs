@@ -23,6 +23,7 @@ pub const MIGRATIONS: Migrations = Migrations {
     scripts: &[
         include_str!("../../../../migrations/postgres/host/0001_init.sql"),
         include_str!("../../../../migrations/postgres/host/0002_seen_at.sql"),
+        include_str!("../../../../migrations/postgres/host/0003_stopping.sql"),
     ],
 };
 
@@ -187,8 +188,19 @@ impl StatusStore for PgHost {
                  VALUES ($1, $2, $3, $4, NULL, $4)
                  ON CONFLICT (host_id) DO UPDATE SET pid = excluded.pid,
                      plugins_dir = excluded.plugins_dir, started_at = excluded.started_at,
-                     stopped_at = NULL, seen_at = excluded.seen_at",
+                     stopped_at = NULL, stopping_at = NULL, seen_at = excluded.seen_at",
                 &[&host, &pid, &plugins_dir, &now_ms()],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn begin_stop(&self) -> Receipt<()> {
+        let host = self.host.clone();
+        self.pool.submit(move |tx| {
+            tx.execute(
+                "UPDATE host_runs SET stopping_at = $2 WHERE host_id = $1",
+                &[&host, &now_ms()],
             )?;
             Ok(())
         })
@@ -198,7 +210,7 @@ impl StatusStore for PgHost {
         let host = self.host.clone();
         self.pool.submit(move |tx| {
             tx.execute(
-                "UPDATE host_runs SET stopped_at = $2 WHERE host_id = $1",
+                "UPDATE host_runs SET stopped_at = $2, stopping_at = NULL WHERE host_id = $1",
                 &[&host, &now_ms()],
             )?;
             Ok(())
@@ -274,7 +286,8 @@ impl StatusStore for PgHost {
 /// with that host's plugins and their LLM use.
 fn read_report(tx: &mut Transaction<'_>, own: &str) -> Result<StatusReport, StorageError> {
     let run = tx.query_opt(
-        "SELECT host_id, pid, plugins_dir, started_at, stopped_at, seen_at FROM host_runs
+        "SELECT host_id, pid, plugins_dir, started_at, stopped_at, seen_at, stopping_at
+           FROM host_runs
          ORDER BY (host_id = $1) DESC, started_at DESC, host_id LIMIT 1",
         &[&own],
     )?;
@@ -306,7 +319,8 @@ fn read_report(tx: &mut Transaction<'_>, own: &str) -> Result<StatusReport, Stor
     })
 }
 
-/// A `host_runs` row (host_id, pid, plugins_dir, started_at, stopped_at, seen_at).
+/// A `host_runs` row (host_id, pid, plugins_dir, started_at, stopped_at, seen_at,
+/// stopping_at).
 fn run_from(row: &Row) -> Result<HostRun, StorageError> {
     Ok(HostRun {
         pid: count_from_sql(row.get(1), "pid")?,
@@ -314,6 +328,7 @@ fn run_from(row: &Row) -> Result<HostRun, StorageError> {
         started_at: row.get(3),
         stopped_at: row.get(4),
         last_seen: row.get(5),
+        stopping_since: row.get(6),
     })
 }
 

@@ -1,0 +1,3 @@
+-- When the host began stopping (ms since the Unix epoch), while it stops: `cairn status`
+-- says "stopping" rather than "running" for the up to 40 s a stop may take.
+ALTER TABLE host_run ADD COLUMN stopping_at INTEGER;
