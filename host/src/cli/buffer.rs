@@ -67,8 +67,8 @@ pub fn run(config: &HostConfig, command: &BufferCommand) -> Result<ExitCode> {
                 RetrySelection::All
             } else {
                 RetrySelection::Named {
-                    batches: batch.clone(),
-                    tasks: task.clone(),
+                    batches: distinct(batch),
+                    tasks: distinct(task),
                 }
             };
             retry(&buffer, which)
@@ -186,6 +186,12 @@ fn retry(buffer: &Buffer, which: RetrySelection) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `ids` in order, each once (an id named twice is retried once).
+fn distinct(ids: &[i64]) -> Vec<i64> {
+    let mut seen = std::collections::BTreeSet::new();
+    ids.iter().copied().filter(|id| seen.insert(*id)).collect()
 }
 
 /// Ids as `1, 2, 3`.
