@@ -188,9 +188,12 @@ pub struct Batch {
     /// means an earlier attempt was cut short and may have answered it already.
     pub attempt: u32,
     /// How many times an operator queued it again after it (or its task) failed
-    /// (`cairn buffer retry`): more than 0 means its messages were received, journaled and
-    /// remembered already, so a retry only asks and answers.
+    /// (`cairn buffer retry`).
     pub retried: u32,
+    /// Whether an earlier attempt journaled `message.received` for its messages and
+    /// remembered them as episodes: a later attempt (after a stop, a crash or a retry)
+    /// only asks and answers, so nothing is received twice.
+    pub received: bool,
     /// The reply an earlier attempt made and could not deliver (the JSON the channel is
     /// given): a retried batch delivers it rather than asking the model again.
     pub kept_reply: Option<String>,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
-use crate::journal::{Journal, host_event};
+use crate::journal::{Event, Journal, host_event};
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::local::TurnInFlight;
@@ -217,8 +217,8 @@ impl Agent {
 
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
-    /// A batch queued again by `cairn buffer retry` was received, journaled and remembered
-    /// by its first attempt: it delivers the reply it kept, or asks and answers only.
+    /// A batch an earlier attempt received (see [`Batch::received`]) is not received again;
+    /// one queued again by `cairn buffer retry` delivers the reply it kept, if any.
     pub async fn main_turn(&self, batch: Batch, mut stop: watch::Receiver<bool>) {
         if batch.retried > 0
             && let Some(reply) = &batch.kept_reply
@@ -244,7 +244,7 @@ impl Agent {
         let history_before = crate::store::now_ms();
         let received = async {
             Self::await_session(session).await;
-            if batch.retried == 0 {
+            if !self.received_earlier(&batch) {
                 self.receive(&batch, &session_id).await
             }
         };
@@ -289,22 +289,8 @@ impl Agent {
     /// journaling `agent.response` and before finishing the batch — with that reply, rather
     /// than answer it a second time; whether it did. Only a retried batch is looked up.
     async fn finish_if_answered(&self, batch: &Batch) -> bool {
-        let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
+        let Some(earlier) = self.earlier_event(batch, "agent.response") else {
             return false;
-        };
-        let since = batch
-            .messages
-            .iter()
-            .map(|m| m.received_at)
-            .min()
-            .unwrap_or(0);
-        let earlier = match journal.find_event("agent.response", since, "batch_id", batch.id) {
-            Ok(Some(event)) => event,
-            Ok(None) => return false,
-            Err(e) => {
-                tracing::warn!(batch = batch.id, "cannot look for an earlier reply: {e}");
-                return false;
-            }
         };
         let reply = serde_json::from_str::<serde_json::Value>(&earlier.payload)
             .ok()
@@ -323,6 +309,32 @@ impl Agent {
             tracing::error!(batch = batch.id, "cannot record the earlier reply: {e}");
         }
         true
+    }
+
+    /// Whether an earlier attempt received this batch: it is marked so, or its host ended
+    /// after journaling `message.received` (which follows the episodes) and before marking.
+    fn received_earlier(&self, batch: &Batch) -> bool {
+        batch.received || self.earlier_event(batch, "message.received").is_some()
+    }
+
+    /// The first `topic` event an earlier attempt at `batch` journaled about it; none for a
+    /// first attempt, or when the journal cannot be read (logged).
+    fn earlier_event(&self, batch: &Batch, topic: &str) -> Option<Event> {
+        let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
+            return None;
+        };
+        let since = batch
+            .messages
+            .iter()
+            .map(|m| m.received_at)
+            .min()
+            .unwrap_or(0);
+        journal
+            .find_event(topic, since, "batch_id", batch.id)
+            .unwrap_or_else(|e| {
+                tracing::warn!(batch = batch.id, "cannot look for an earlier {topic}: {e}");
+                None
+            })
     }
 
     /// Deliver the reply an earlier attempt made and could not deliver, without asking the
@@ -367,11 +379,20 @@ impl Agent {
     /// Journal `message.received` for each message of a batch and, at the same time (the
     /// journal and memory are separate databases), save them all as episodes in one commit.
     async fn receive(&self, batch: &Batch, session_id: &str) {
-        let episodes = self.user_episodes(batch, session_id);
-        tokio::join!(
-            self.journal_received(batch, session_id),
-            self.remember(session_id, episodes)
-        );
+        // Episodes first: a `message.received` in the journal then means they are saved,
+        // which is how an attempt after a crash before the mark tells (`received_earlier`).
+        self.remember(session_id, self.user_episodes(batch, session_id))
+            .await;
+        self.journal_received(batch, session_id).await;
+        self.mark_received(batch.id).await;
+    }
+
+    /// Mark a batch received (a failure is logged: a later attempt then looks in the
+    /// journal, or, for a task, remembers its messages again).
+    async fn mark_received(&self, batch: i64) {
+        if let Err(e) = self.buffer.mark_received(batch).await {
+            tracing::warn!(batch, "cannot mark the batch received: {e}");
+        }
     }
 
     /// The episodes of a batch's messages, when episodes are saved.
@@ -813,15 +834,14 @@ impl Agent {
         let (text, query, session) = self.open_turn(&batch, user.as_deref());
         let session_id = session.id.clone();
         let history_before = crate::store::now_ms();
-        // A retried task's messages were remembered by its first attempt.
-        let episodes = if batch.retried == 0 {
-            self.user_episodes(&batch, &session_id)
-        } else {
-            Vec::new()
-        };
+        // An earlier attempt (cut short, or failed and retried) remembered its messages.
         let remembered = async {
             Self::await_session(session).await;
-            self.remember(&session_id, episodes).await
+            if !batch.received {
+                self.remember(&session_id, self.user_episodes(&batch, &session_id))
+                    .await;
+                self.mark_received(batch.id).await;
+            }
         };
         let (_, context) = tokio::join!(
             remembered,

@@ -300,6 +300,12 @@ impl Buffer {
         Ok(self.store.finish_batch(id, status, reply, error).await?)
     }
 
+    /// Record that a batch's messages were journaled and remembered, so no later attempt
+    /// receives them again.
+    pub async fn mark_received(&self, id: i64) -> Result<(), BufferError> {
+        Ok(self.store.mark_received(id).await?)
+    }
+
     /// Take the oldest queued task (marking it running), with its batch.
     pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
         match self.store.claim_task().await? {

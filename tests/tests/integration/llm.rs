@@ -345,6 +345,64 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
 }
 
 #[test]
+fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() {
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+        // A killed host's claim on shared storage lapses quickly.
+        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
+    ];
+    let down = StubServer::start(vec![Reply::status(503, "down")]);
+    let mut host = host_answered_by(&down, &plugins, data, &settings);
+    host.type_line("is the ferry running today?");
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let mut host = host_answered_by(&down, &plugins, data, &settings);
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    host.kill9();
+    if !cairn_tests::storage::on_postgres() {
+        // As if the host had died between journaling the message and marking the batch:
+        // the journal tells the next attempt.
+        rusqlite::Connection::open(data.join("buffer.db"))
+            .expect("buffer.db")
+            .execute("UPDATE batches SET received = 0", [])
+            .expect("unmark");
+    }
+
+    let up = StubServer::start(vec![Reply::openai_chat("Yes, every hour.")]);
+    let mut host = host_answered_by(&up, &plugins, data, &settings);
+    host.wait_for("cairn> Yes, every hour.", Duration::from_secs(60));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let events = cairn_tests::journal_events(data);
+    let count = |topic: &str| events.iter().filter(|e| e["topic"] == topic).count();
+    assert_eq!(count("message.received"), 1, "received once: {events:?}");
+    assert_eq!(count("agent.response"), 1, "answered once: {events:?}");
+    let at = data.display().to_string();
+    let listed = cairn_ok(&["memory", "list", "--json", "--data", &at]);
+    let memories: Vec<Value> = serde_json::from_slice(&listed.stdout).expect("json");
+    let asked = memories
+        .iter()
+        .filter(|m| m["content"] == "is the ferry running today?")
+        .count();
+    assert_eq!(asked, 1, "remembered once: {memories:?}");
+}
+
+#[test]
 fn status_says_stopping_while_a_stop_waits_for_the_provider() {
     // The provider takes longer than the 10 s a stop gives a request in flight.
     let slow = Reply::Slow(

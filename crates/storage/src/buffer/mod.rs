@@ -30,6 +30,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/buffer/0003_said_at.sql"),
         include_str!("../../../../migrations/buffer/0004_batch_attempts.sql"),
         include_str!("../../../../migrations/buffer/0005_batch_retries.sql"),
+        include_str!("../../../../migrations/buffer/0006_batch_received.sql"),
     ],
 };
 
@@ -86,6 +87,9 @@ pub trait BufferStore: Send + Sync {
         reply: Option<String>,
         error: Option<String>,
     ) -> Receipt<()>;
+    /// Record that a batch's messages were journaled and remembered (see
+    /// [`Batch::received`]).
+    fn mark_received(&self, id: i64) -> Receipt<()>;
     /// Mark the oldest queued task running; (task id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
     /// Record how a task ended.
@@ -185,6 +189,14 @@ impl BufferStore for SqliteBuffer {
             .submit(move |conn| finish_batch(conn, id, status, reply.as_deref(), error.as_deref()))
     }
 
+    fn mark_received(&self, id: i64) -> Receipt<()> {
+        self.db.submit(move |conn| {
+            conn.prepare_cached("UPDATE batches SET received = 1 WHERE id = ?1")?
+                .execute(params![id])?;
+            Ok(())
+        })
+    }
+
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
         self.db.submit(claim_task)
     }
@@ -256,8 +268,8 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
 fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
     let head = conn
         .prepare_cached(
-            "SELECT channel, conversation, priority, attempts, retried, reply FROM batches
-              WHERE id = ?1",
+            "SELECT channel, conversation, priority, attempts, retried, received, reply
+               FROM batches WHERE id = ?1",
         )?
         .query_row(params![id], |row| {
             Ok(Batch {
@@ -267,7 +279,8 @@ fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
                 priority: row.get(2)?,
                 attempt: row.get(3)?,
                 retried: row.get(4)?,
-                kept_reply: row.get(5)?,
+                received: row.get(5)?,
+                kept_reply: row.get(6)?,
                 messages: Vec::new(),
             })
         })

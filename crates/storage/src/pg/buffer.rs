@@ -37,6 +37,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/postgres/buffer/0002_batch_attempts.sql"),
         include_str!("../../../../migrations/postgres/buffer/0003_conversation_heads.sql"),
         include_str!("../../../../migrations/postgres/buffer/0004_batch_retries.sql"),
+        include_str!("../../../../migrations/postgres/buffer/0005_batch_received.sql"),
     ],
 };
 
@@ -259,6 +260,16 @@ impl BufferStore for PgBuffer {
         error: Option<String>,
     ) -> Receipt<()> {
         self.finish(Work::Batch, id, status.as_str(), reply, error)
+    }
+
+    fn mark_received(&self, id: i64) -> Receipt<()> {
+        self.pool.submit(move |tx| {
+            tx.execute(
+                "UPDATE buffer_batches SET received = TRUE WHERE id = $1",
+                &[&id],
+            )?;
+            Ok(())
+        })
     }
 
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
@@ -564,8 +575,8 @@ fn prune(tx: &mut Transaction<'_>, before_ms: i64) -> Result<(usize, usize), Sto
 /// A batch with its messages, in id order.
 fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>, StorageError> {
     let Some(head) = client.query_opt(
-        "SELECT channel, conversation, priority, attempts, retried, reply FROM buffer_batches
-          WHERE id = $1",
+        "SELECT channel, conversation, priority, attempts, retried, received, reply
+           FROM buffer_batches WHERE id = $1",
         &[&id],
     )?
     else {
@@ -588,7 +599,8 @@ fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>,
         priority: to_u32(head.get(2)),
         attempt: u32::try_from(head.get::<_, i32>(3)).unwrap_or(0),
         retried: u32::try_from(head.get::<_, i32>(4)).unwrap_or(0),
-        kept_reply: head.get(5),
+        received: head.get(5),
+        kept_reply: head.get(6),
         messages,
     }))
 }
