@@ -260,13 +260,34 @@ pub enum RetryOutcome {
         /// Tasks queued again.
         tasks: Vec<i64>,
     },
-    /// Nothing changed: these named ids are not failed (unknown, or queued, running or done).
+    /// Nothing changed: these named ids are not failed.
     NotFailed {
-        /// Batch ids named that are not failed main batches.
-        batches: Vec<i64>,
-        /// Task ids named that are not failed tasks.
-        tasks: Vec<i64>,
+        /// Batches named that are not failed main batches.
+        batches: Vec<NotFailed>,
+        /// Tasks named that are not failed tasks.
+        tasks: Vec<NotFailed>,
     },
+}
+
+/// A batch or task named for a retry that is not failed, and what it is instead, so the
+/// operator is told (`queued` already, `done`, `unknown`, …) rather than left to guess.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotFailed {
+    /// The id named.
+    pub id: i64,
+    /// Its state: `queued`, `running` or `done`; for a batch also `spawned as a task` or
+    /// `dropped by a routing rule`; `unknown` when there is no such id.
+    pub state: String,
+}
+
+impl NotFailed {
+    /// `id` in `state`, or `unknown` when the store found no state.
+    pub fn new(id: i64, state: Option<String>) -> Self {
+        Self {
+            id,
+            state: state.unwrap_or_else(|| "unknown".into()),
+        }
+    }
 }
 
 /// Unrouted messages of one channel, for `cairn status`.

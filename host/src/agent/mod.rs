@@ -42,7 +42,9 @@ struct TurnOutcome {
 /// A main turn being recorded: its batch, session, user, and where its time went.
 struct Turn<'a> {
     batch: &'a Batch,
-    session_id: &'a str,
+    /// None when the turn does not know its session (a kept reply's redelivery whose first
+    /// attempt's `agent.response` cannot be read).
+    session_id: Option<&'a str>,
     user: Option<String>,
     started: std::time::Instant,
     timings: TurnTimings,
@@ -277,7 +279,7 @@ impl Agent {
             .await;
         let turn = Turn {
             batch: &batch,
-            session_id: &session_id,
+            session_id: Some(&session_id),
             user,
             started,
             timings,
@@ -338,20 +340,35 @@ impl Agent {
     }
 
     /// Deliver the reply an earlier attempt made and could not deliver, without asking the
-    /// model again, and record how it went.
+    /// model again, and record how it went: `turn.completed` (no usage, no LLM time) in the
+    /// session the reply was made in.
     async fn deliver_kept_reply(&self, batch: &Batch, reply: &str) {
-        let (status, error) = match self.deliver(batch, reply).await {
-            Ok(()) => {
-                tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, "delivered the reply kept from an earlier attempt");
-                (BatchStatus::Done, None)
-            }
-            Err(error) => {
-                tracing::warn!(batch = batch.id, channel = %batch.channel, "turn failed: {error}");
-                (BatchStatus::Failed, Some(error))
-            }
+        let started = std::time::Instant::now();
+        let earlier = self.earlier_event(batch, "agent.response");
+        let delivered = self.deliver(batch, reply).await;
+        if delivered.is_ok() {
+            tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, "delivered the reply kept from an earlier attempt");
+        }
+        let (status, error) = match delivered {
+            Ok(()) => (BatchStatus::Done, None),
+            Err(error) => (BatchStatus::Failed, Some(error)),
         };
-        self.record_outcome(batch.id, status, Some(reply.to_string()), error)
-            .await;
+        let outcome = TurnOutcome {
+            status,
+            reply: Some(reply.to_string()),
+            error,
+            usage: None,
+            llm_time: Duration::ZERO,
+            deliver_time: started.elapsed(),
+        };
+        let turn = Turn {
+            batch,
+            session_id: earlier.as_ref().and_then(|e| e.session_id.as_deref()),
+            user: batch.messages.last().map(|m| m.sender.clone()),
+            started,
+            timings: TurnTimings::default(),
+        };
+        self.record(turn, &[], outcome).await;
     }
 
     /// Record how a main batch ended, waiting out a full disk.
@@ -376,8 +393,8 @@ impl Agent {
         }
     }
 
-    /// Journal `message.received` for each message of a batch and, at the same time (the
-    /// journal and memory are separate databases), save them all as episodes in one commit.
+    /// Receive a batch: save its messages as episodes in one commit, then journal their
+    /// `message.received` in one commit, then mark the batch received in the buffer.
     async fn receive(&self, batch: &Batch, session_id: &str) {
         // Episodes first: a `message.received` in the journal then means they are saved,
         // which is how an attempt after a crash before the mark tells (`received_earlier`).
@@ -651,7 +668,7 @@ impl Agent {
         } else {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, messages = batch.messages.len(), "replied");
         }
-        let session = Some(session_id.to_string());
+        let session = session_id.map(str::to_string);
         let completed = async {
             let Some(journal) = &self.journal else {
                 return;

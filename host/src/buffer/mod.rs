@@ -15,8 +15,8 @@ pub use cairn_storage::buffer::{MIGRATIONS, read_stats};
 use cairn_storage::{ErrorKind, StorageError, now_ms};
 pub use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedKind, FailedWork,
-    MAX_DEDUP_KEY_BYTES, NewBatch, NewMessage, RetryOutcome, RetrySelection, Route, StatusCounts,
-    TaskRow, TaskStatus,
+    MAX_DEDUP_KEY_BYTES, NewBatch, NewMessage, NotFailed, RetryOutcome, RetrySelection, Route,
+    StatusCounts, TaskRow, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -677,8 +677,8 @@ mod tests {
         assert_eq!(
             buffer.retry_failed(unknown).expect("retry"),
             RetryOutcome::NotFailed {
-                batches: vec![routed[1]],
-                tasks: vec![task + 100]
+                batches: vec![NotFailed::new(routed[1], Some("spawned as a task".into()))],
+                tasks: vec![NotFailed::new(task + 100, None)]
             },
             "a spawn batch is no failed main batch, and the task is unknown"
         );

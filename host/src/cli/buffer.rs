@@ -99,10 +99,18 @@ fn open(config: &HostConfig) -> Result<Option<Buffer>> {
     Ok(Some(Buffer::over(store, config.buffer.clone())?))
 }
 
-/// Print the failed work, one line each.
+/// Print the failed work, one line each, and say when `limit` cut the list.
 fn list(buffer: &Buffer, limit: usize, json: bool) -> Result<ExitCode> {
-    let failed = buffer.failed(limit)?;
+    let mut failed = buffer.failed(limit.saturating_add(1))?;
+    let cut = failed.len() > limit;
+    failed.truncate(limit);
+    let more = format!(
+        "more has failed: the latest {limit} are listed (--limit N lists more; `cairn status` counts them)"
+    );
     if json {
+        if cut {
+            eprintln!("{more}");
+        }
         println!("{}", serde_json::to_string_pretty(&failed)?);
         return Ok(ExitCode::SUCCESS);
     }
@@ -112,6 +120,9 @@ fn list(buffer: &Buffer, limit: usize, json: bool) -> Result<ExitCode> {
     }
     for work in &failed {
         println!("{}", describe(work));
+    }
+    if cut {
+        println!("{more}");
     }
     println!(
         "\n`cairn buffer retry --batch ID` / `--task ID` (repeatable) or `--all` queues them again"
@@ -168,18 +179,17 @@ fn retry(buffer: &Buffer, which: RetrySelection) -> Result<ExitCode> {
             );
         }
         RetryOutcome::NotFailed { batches, tasks } => {
-            let mut named = Vec::new();
-            if !batches.is_empty() {
-                named.push(format!(
-                    "--batch {}: not a failed main batch",
-                    join(&batches)
-                ));
-            }
-            if !tasks.is_empty() {
-                named.push(format!("--task {}: not a failed task", join(&tasks)));
-            }
+            let named: Vec<String> = batches
+                .iter()
+                .map(|b| format!("--batch {}: not a failed main batch ({})", b.id, b.state))
+                .chain(
+                    tasks
+                        .iter()
+                        .map(|t| format!("--task {}: not a failed task ({})", t.id, t.state)),
+                )
+                .collect();
             return Err(BadInput(format!(
-                "{} (unknown, or queued, running or done); expected ids `cairn buffer failed` lists; nothing was queued",
+                "{}; expected ids `cairn buffer failed` lists; nothing was queued",
                 named.join("; ")
             ))
             .into());

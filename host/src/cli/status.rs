@@ -270,10 +270,11 @@ fn print_buffer(stats: &buffer::BufferStats) {
             .result
             .as_deref()
             .or(task.error.as_deref())
-            .unwrap_or("");
+            .map(|outcome| format!(": {outcome}"))
+            .unwrap_or_default();
         println!(
-            "  task {} (batch {}) {}: {}",
-            task.id, task.batch_id, task.status, outcome
+            "  task {} (batch {}) {}{outcome}",
+            task.id, task.batch_id, task.status
         );
     }
 }

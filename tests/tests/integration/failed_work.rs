@@ -157,6 +157,15 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
     // Retried before any host runs; the next host has a `pager` channel (the terminal one).
     let retried = cairn_ok(&["buffer", "retry", "--all", "--data", &at]);
     assert!(String::from_utf8_lossy(&retried.stdout).contains("queued again: batch"));
+    let batch = listed[0]["id"].to_string();
+    let twice = cairn_tests::cairn(&["buffer", "retry", "--batch", &batch, "--data", &at]);
+    assert_eq!(twice.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&twice.stderr).contains(&format!(
+            "--batch {batch}: not a failed main batch (queued)"
+        )),
+        "the operator is told it is queued already: {twice:?}"
+    );
     let with_pager = PluginDir::new();
     let manifest =
         std::fs::read_to_string(cairn_tests::workspace_root().join("manifests/cli.yaml"))
@@ -181,6 +190,19 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
     assert!(failed(data).is_empty());
     assert_eq!(events(data, "message.received"), 1);
     assert_eq!(events(data, "agent.response"), 1, "answered once");
+    let completed: Vec<Value> = journal_events(data)
+        .iter()
+        .filter(|event| event["topic"] == "turn.completed")
+        .map(|event| serde_json::from_str(event["payload"].as_str().expect("payload")))
+        .collect::<Result<_, _>>()
+        .expect("json");
+    let statuses: Vec<&Value> = completed.iter().map(|p| &p["status"]).collect();
+    assert_eq!(statuses, ["failed", "done"], "{completed:?}");
+    assert_eq!(
+        completed[1]["usage"],
+        Value::Null,
+        "the model was not asked"
+    );
     // Nothing failed: `--all` says so.
     let again = cairn_ok(&["buffer", "retry", "--all", "--data", &at]);
     assert_eq!(

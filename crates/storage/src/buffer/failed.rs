@@ -1,7 +1,7 @@
 //! Failed work in `buffer.db`: listing the main batches and tasks that ended `failed`, and
 //! queueing them again (`cairn buffer failed|retry`).
 
-use cairn_vocab::buffer::{FailedKind, FailedWork, RetryOutcome, RetrySelection};
+use cairn_vocab::buffer::{FailedKind, FailedWork, NotFailed, RetryOutcome, RetrySelection};
 use rusqlite::{Connection, OptionalExtension, params};
 
 /// Failed main batches and tasks, the latest failure first, at most `limit`.
@@ -52,16 +52,8 @@ pub(super) fn retry(conn: &Connection, which: &RetrySelection) -> rusqlite::Resu
             )?,
         ),
         RetrySelection::Named { batches, tasks } => {
-            let unfailed_batches = not_failed(
-                conn,
-                batches,
-                "SELECT 1 FROM batches WHERE id = ?1 AND route = 'main' AND status = 'failed'",
-            )?;
-            let unfailed_tasks = not_failed(
-                conn,
-                tasks,
-                "SELECT 1 FROM tasks WHERE id = ?1 AND status = 'failed'",
-            )?;
+            let unfailed_batches = not_failed(conn, batches, BATCH_STATE)?;
+            let unfailed_tasks = not_failed(conn, tasks, "SELECT status FROM tasks WHERE id = ?1")?;
             if !unfailed_batches.is_empty() || !unfailed_tasks.is_empty() {
                 return Ok(RetryOutcome::NotFailed {
                     batches: unfailed_batches,
@@ -102,16 +94,26 @@ fn ids(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<i64>> {
         .collect()
 }
 
-/// Those of `named` for which `is_failed` (taking the id) finds no row.
-fn not_failed(conn: &Connection, named: &[i64], is_failed: &str) -> rusqlite::Result<Vec<i64>> {
-    let mut statement = conn.prepare_cached(is_failed)?;
+/// A batch's state as a retry sees it: a main batch's status, else what its route did.
+const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
+                                WHEN 'spawn' THEN 'spawned as a task'
+                                ELSE 'dropped by a routing rule' END
+                             FROM batches WHERE id = ?1";
+
+/// Those of `named` whose state (`state_of` takes the id) is not `failed`, with it.
+fn not_failed(
+    conn: &Connection,
+    named: &[i64],
+    state_of: &str,
+) -> rusqlite::Result<Vec<NotFailed>> {
+    let mut statement = conn.prepare_cached(state_of)?;
     let mut unfailed = Vec::new();
     for id in named {
-        let found: Option<i64> = statement
+        let state: Option<String> = statement
             .query_row(params![id], |row| row.get(0))
             .optional()?;
-        if found.is_none() {
-            unfailed.push(*id);
+        if state.as_deref() != Some("failed") {
+            unfailed.push(NotFailed::new(*id, state));
         }
     }
     Ok(unfailed)

@@ -1,7 +1,7 @@
 //! Failed work on PostgreSQL: listing the main batches and tasks that ended `failed`, and
 //! queueing them again (`cairn buffer failed|retry`), for every host on the database.
 
-use cairn_vocab::buffer::{FailedKind, FailedWork, RetryOutcome, RetrySelection};
+use cairn_vocab::buffer::{FailedKind, FailedWork, NotFailed, RetryOutcome, RetrySelection};
 use postgres::{Client, Transaction};
 
 use crate::StorageError;
@@ -61,15 +61,13 @@ pub(super) fn retry(
     let (batches, tasks) = match which {
         RetrySelection::All => (failed_batches, failed_tasks),
         RetrySelection::Named { batches, tasks } => {
-            let unfailed = |named: &[i64], failed: &[i64]| -> Vec<i64> {
-                named
-                    .iter()
-                    .copied()
-                    .filter(|id| !failed.contains(id))
-                    .collect()
-            };
-            let unfailed_batches = unfailed(batches, &failed_batches);
-            let unfailed_tasks = unfailed(tasks, &failed_tasks);
+            let unfailed_batches = not_failed(tx, batches, &failed_batches, BATCH_STATE)?;
+            let unfailed_tasks = not_failed(
+                tx,
+                tasks,
+                &failed_tasks,
+                "SELECT status FROM buffer_tasks WHERE id = $1",
+            )?;
             if !unfailed_batches.is_empty() || !unfailed_tasks.is_empty() {
                 return Ok(RetryOutcome::NotFailed {
                     batches: unfailed_batches,
@@ -99,6 +97,27 @@ pub(super) fn retry(
         &[&tasks],
     )?;
     Ok(RetryOutcome::Queued { batches, tasks })
+}
+
+/// A batch's state as a retry sees it: a main batch's status, else what its route did.
+const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
+                                WHEN 'spawn' THEN 'spawned as a task'
+                                ELSE 'dropped by a routing rule' END
+                             FROM buffer_batches WHERE id = $1";
+
+/// Those of `named` not among `failed`, each with its state (`state_of` takes the id).
+fn not_failed(
+    tx: &mut Transaction<'_>,
+    named: &[i64],
+    failed: &[i64],
+    state_of: &str,
+) -> Result<Vec<NotFailed>, StorageError> {
+    let mut unfailed = Vec::new();
+    for id in named.iter().filter(|id| !failed.contains(id)) {
+        let state = tx.query_opt(state_of, &[id])?.map(|row| row.get(0));
+        unfailed.push(NotFailed::new(*id, state));
+    }
+    Ok(unfailed)
 }
 
 /// The ids a query lists.
