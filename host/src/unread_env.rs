@@ -12,7 +12,9 @@ const TOOL_PREFIXES: [&str; 2] = ["CAIRN_TEST_", "CAIRN_BENCH_"];
 /// uses, the dev set's seed and the models directory `cargo xtask` installs into.
 const TOOL_VARIABLES: [&str; 3] = ["CAIRN_PG_BIN", "CAIRN_EVAL_SEED", "CAIRN_MODELS_DIR"];
 
-/// Edits within which a setting's variable counts as what was meant.
+/// Edits within which a known variable counts as what was meant: one per four characters
+/// after `CAIRN_`, at least one and at most this, so a short name is not matched to
+/// anything merely short.
 const MAX_EDITS: usize = 3;
 
 /// A `CAIRN_…` variable that is set and that nothing reads.
@@ -53,13 +55,13 @@ pub fn unread_variables(
     ];
     let mut unread: Vec<UnreadVariable> = set
         .into_iter()
-        .filter(|name| name.starts_with("CAIRN_"))
+        .filter(|name| name.to_ascii_uppercase().starts_with("CAIRN_"))
         .filter(|name| !settings.contains(name) && !granted.contains(name))
         .filter(|name| !named_keys.contains(&Some(name.as_str())))
         .filter(|name| !TOOL_PREFIXES.iter().any(|prefix| name.starts_with(prefix)))
         .filter(|name| !TOOL_VARIABLES.contains(&name.as_str()))
         .map(|name| UnreadVariable {
-            meant: closest(&name, &settings),
+            meant: closest(&name, settings.iter().chain(granted)),
             name,
         })
         .collect();
@@ -67,12 +69,14 @@ pub fn unread_variables(
     unread
 }
 
-/// The variable of `known` fewest edits from `name`, if within [`MAX_EDITS`].
-fn closest(name: &str, known: &[String]) -> Option<String> {
+/// The variable of `known` fewest edits from `name` (case aside; two letters swapped are
+/// one edit), if within its share of [`MAX_EDITS`].
+fn closest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> Option<String> {
+    let name = name.to_ascii_uppercase();
+    let allowed = (name.len().saturating_sub("CAIRN_".len()) / 4).clamp(1, MAX_EDITS);
     known
-        .iter()
-        .map(|candidate| (strsim::levenshtein(name, candidate), candidate))
-        .filter(|(edits, _)| *edits <= MAX_EDITS)
+        .map(|candidate| (strsim::damerau_levenshtein(&name, candidate), candidate))
+        .filter(|(edits, _)| *edits <= allowed)
         .min_by_key(|(edits, _)| *edits)
         .map(|(_, candidate)| candidate.clone())
 }
@@ -115,6 +119,24 @@ mod tests {
             unread[0].to_string(),
             "CAIRN_AGENT_LLM_PROVDER is set but no setting or plugin reads it (did you mean CAIRN_AGENT_LLM_PROVIDER?)"
         );
+    }
+
+    #[test]
+    fn suggestions_ignore_case_count_a_swap_once_and_include_plugin_grants() {
+        let config = HostConfig::default();
+        let granted = names(&["CAIRN_WEBHOOK_SECRET"]);
+        let meant = |name: &str| {
+            unread_variables(&config, names(&[name]), &granted)
+                .first()
+                .and_then(|unread| unread.meant.clone())
+        };
+        assert_eq!(meant("cairn_log").as_deref(), Some("CAIRN_LOG"));
+        assert_eq!(meant("CAIRN_LGO").as_deref(), Some("CAIRN_LOG"));
+        assert_eq!(
+            meant("CAIRN_WEBHOOK_SECRT").as_deref(),
+            Some("CAIRN_WEBHOOK_SECRET")
+        );
+        assert_eq!(meant("CAIRN_X"), None, "too short to be anything's typo");
     }
 
     #[test]
