@@ -9,8 +9,17 @@ use crate::config::HostConfig;
 const TOOL_PREFIXES: [&str; 2] = ["CAIRN_TEST_", "CAIRN_BENCH_"];
 
 /// Variables read by Cairn's development tools: the PostgreSQL binaries the test cluster
-/// uses, the dev set's seed and the models directory `cargo xtask` installs into.
-const TOOL_VARIABLES: [&str; 3] = ["CAIRN_PG_BIN", "CAIRN_EVAL_SEED", "CAIRN_MODELS_DIR"];
+/// uses, the dev set's seed, the models directory `cargo xtask` installs into, and the
+/// paths the test crate's build script gives it (cargo sets them for the tests it runs,
+/// and the hosts a test starts inherit them).
+const TOOL_VARIABLES: [&str; 6] = [
+    "CAIRN_PG_BIN",
+    "CAIRN_EVAL_SEED",
+    "CAIRN_MODELS_DIR",
+    "CAIRN_GUESTS_DIR",
+    "CAIRN_PYTHON_PLUGIN",
+    "CAIRN_WORKSPACE_ROOT",
+];
 
 /// Edits within which a known variable counts as what was meant: one per four characters
 /// after `CAIRN_`, at least one and at most this, so a short name is not matched to

@@ -15,6 +15,7 @@ use crate::agent::Agent;
 use crate::buffer::Buffer;
 use crate::config::{HostConfig, Storage};
 use crate::console;
+use crate::journal::dispatch::Subscriber;
 use crate::journal::{Journal, dispatch, plugin_subscriber};
 use crate::lifecycle::{Lifecycle, StopRequest};
 use crate::llm;
@@ -81,9 +82,10 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         None => None,
     };
     let stores = open_stores(&config, &set, plugins_dir)?;
+    let (stop, stopping) = watch::channel(false);
+    register_subscribers(&set, &stores, &stopping).await;
     let stop_request = Arc::new(StopRequest::default());
     let host = start_plugins(&config, &set, &stores, stop_request.clone()).await?;
-    let (stop, stopping) = watch::channel(false);
     let mut workers = spawn_workers(&config, &set, &stores, &host, &stopping).await?;
     if let Some(listener) = listener {
         let address = listener.local_addr()?;
@@ -326,6 +328,31 @@ fn channel_handles(
         .filter(|m| !webhooks_only || serves_webhooks(m))
         .filter_map(|m| host.handle(&m.id).map(|h| (m.id.clone(), h.clone())))
         .collect()
+}
+
+/// Register the journal's subscribers — the lifecycle and every plugin that subscribes —
+/// before the plugins start and before any work that journals. A subscriber's first cursor
+/// is the journal's end when it registers, so an event journaled before (by a plugin's
+/// `init`, a first turn, or another host on a shared journal while this one's registration
+/// waited) would otherwise never reach it.
+async fn register_subscribers(
+    set: &resolve::PluginSet,
+    stores: &Stores,
+    stopping: &watch::Receiver<bool>,
+) {
+    let plugins = set
+        .start_order()
+        .iter()
+        .filter(|m| !m.events.subscribes.is_empty())
+        .map(|m| (m.id.clone(), m.events.subscribes.clone()));
+    let lifecycle = (
+        stores.lifecycle.id().to_string(),
+        Lifecycle::subscriptions(),
+    );
+    let mut stop = stopping.clone();
+    for (id, patterns) in std::iter::once(lifecycle).chain(plugins) {
+        dispatch::subscribe(&stores.journal, &id, &patterns, &mut stop).await;
+    }
 }
 
 /// Resume interrupted work and start the router, the agent, the lifecycle, retention,

@@ -450,8 +450,11 @@ async fn take_rewind(journal: &Journal, id: &str) -> Option<i64> {
 
 /// Register `id` on `patterns`, trying again while the store refuses (hosts starting at the
 /// same moment on a shared journal can deadlock each other's registrations), so a passing
-/// error never leaves a subscriber unserved; false when the host stops first.
-async fn subscribe(
+/// error never leaves a subscriber unserved; false when the host stops first. A new
+/// subscriber's cursor starts at the journal's end, so a host registers its subscribers
+/// before it starts any work that journals (see `cairn run`); [`serve`] registers again,
+/// which changes nothing but the patterns.
+pub async fn subscribe(
     journal: &Journal,
     id: &str,
     patterns: &[String],
