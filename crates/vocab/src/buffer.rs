@@ -190,10 +190,11 @@ pub struct Batch {
     /// How many times an operator queued it again after it (or its task) failed
     /// (`cairn buffer retry`).
     pub retried: u32,
-    /// Whether an earlier attempt journaled `message.received` for its messages and
-    /// remembered them as episodes: a later attempt (after a stop, a crash or a retry)
-    /// only asks and answers, so nothing is received twice.
-    pub received: bool,
+    /// When the earlier attempt that journaled `message.received` for its messages and
+    /// remembered them as episodes began (ms): a later attempt (after a stop, a crash or a
+    /// retry) only asks and answers, so nothing is received twice, and reads the
+    /// conversation's history as it stood then, without the batch's own messages.
+    pub received_at: Option<i64>,
     /// The reply an earlier attempt made and could not deliver (the JSON the channel is
     /// given): a retried batch delivers it rather than asking the model again.
     pub kept_reply: Option<String>,
@@ -275,8 +276,8 @@ pub enum RetryOutcome {
 pub struct NotFailed {
     /// The id named.
     pub id: i64,
-    /// Its state: `queued`, `running` or `done`; for a batch also `spawned as a task` or
-    /// `dropped by a routing rule`; `unknown` when there is no such id.
+    /// Its state: `queued`, `running` or `done`; for a batch also `spawned as task N: retry
+    /// it with --task N` or `dropped by a routing rule`; `unknown` when there is no such id.
     pub state: String,
 }
 

@@ -219,7 +219,7 @@ impl Agent {
 
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
-    /// A batch an earlier attempt received (see [`Batch::received`]) is not received again;
+    /// A batch an earlier attempt received (see [`Batch::received_at`]) is not received again;
     /// one queued again by `cairn buffer retry` delivers the reply it kept, if any.
     pub async fn main_turn(&self, batch: Batch, mut stop: watch::Receiver<bool>) {
         if batch.retried > 0
@@ -243,11 +243,14 @@ impl Agent {
         // The batch's journal events and episodes are written (once a new session's row is)
         // while the turn reads its context and asks the model; all are on disk before the
         // reply is kept.
-        let history_before = crate::store::now_ms();
+        // The conversation's history ends where this batch's messages begin: now, or when
+        // an earlier attempt received them (they are not quoted back as earlier turns).
+        let received_earlier = self.received_earlier(&batch);
+        let history_before = received_earlier.unwrap_or_else(crate::store::now_ms);
         let received = async {
             Self::await_session(session).await;
-            if !self.received_earlier(&batch) {
-                self.receive(&batch, &session_id).await
+            if received_earlier.is_none() {
+                self.receive(&batch, &session_id, history_before).await
             }
         };
         let ((), (context, answer)) = tokio::join!(received, async {
@@ -313,10 +316,14 @@ impl Agent {
         true
     }
 
-    /// Whether an earlier attempt received this batch: it is marked so, or its host ended
-    /// after journaling `message.received` (which follows the episodes) and before marking.
-    fn received_earlier(&self, batch: &Batch) -> bool {
-        batch.received || self.earlier_event(batch, "message.received").is_some()
+    /// When an earlier attempt that received this batch began, if one did: it is marked so,
+    /// or its host ended after journaling `message.received` (which follows the episodes)
+    /// and before marking — then the batch's first arrival stands in for when.
+    fn received_earlier(&self, batch: &Batch) -> Option<i64> {
+        batch.received_at.or_else(|| {
+            self.earlier_event(batch, "message.received")?;
+            batch.messages.iter().map(|m| m.received_at).min()
+        })
     }
 
     /// The first `topic` event an earlier attempt at `batch` journaled about it; none for a
@@ -395,19 +402,20 @@ impl Agent {
 
     /// Receive a batch: save its messages as episodes in one commit, then journal their
     /// `message.received` in one commit, then mark the batch received in the buffer.
-    async fn receive(&self, batch: &Batch, session_id: &str) {
+    async fn receive(&self, batch: &Batch, session_id: &str, began: i64) {
         // Episodes first: a `message.received` in the journal then means they are saved,
         // which is how an attempt after a crash before the mark tells (`received_earlier`).
         self.remember(session_id, self.user_episodes(batch, session_id))
             .await;
         self.journal_received(batch, session_id).await;
-        self.mark_received(batch.id).await;
+        self.mark_received(batch.id, began).await;
     }
 
-    /// Mark a batch received (a failure is logged: a later attempt then looks in the
-    /// journal, or, for a task, remembers its messages again).
-    async fn mark_received(&self, batch: i64) {
-        if let Err(e) = self.buffer.mark_received(batch).await {
+    /// Mark a batch received by the attempt that began at `began` (a failure is logged: a
+    /// later attempt then looks in the journal, or, for a task, remembers its messages
+    /// again).
+    async fn mark_received(&self, batch: i64, began: i64) {
+        if let Err(e) = self.buffer.mark_received(batch, began).await {
             tracing::warn!(batch, "cannot mark the batch received: {e}");
         }
     }
@@ -850,14 +858,14 @@ impl Agent {
         let user = batch.messages.last().map(|m| m.sender.clone());
         let (text, query, session) = self.open_turn(&batch, user.as_deref());
         let session_id = session.id.clone();
-        let history_before = crate::store::now_ms();
         // An earlier attempt (cut short, or failed and retried) remembered its messages.
+        let history_before = batch.received_at.unwrap_or_else(crate::store::now_ms);
         let remembered = async {
             Self::await_session(session).await;
-            if !batch.received {
+            if batch.received_at.is_none() {
                 self.remember(&session_id, self.user_episodes(&batch, &session_id))
                     .await;
-                self.mark_received(batch.id).await;
+                self.mark_received(batch.id, history_before).await;
             }
         };
         let (_, context) = tokio::join!(

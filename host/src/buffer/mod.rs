@@ -300,10 +300,10 @@ impl Buffer {
         Ok(self.store.finish_batch(id, status, reply, error).await?)
     }
 
-    /// Record that a batch's messages were journaled and remembered, so no later attempt
-    /// receives them again.
-    pub async fn mark_received(&self, id: i64) -> Result<(), BufferError> {
-        Ok(self.store.mark_received(id).await?)
+    /// Record that a batch's messages were journaled and remembered by the attempt that
+    /// began at `at` (ms), so no later attempt receives them again.
+    pub async fn mark_received(&self, id: i64, at: i64) -> Result<(), BufferError> {
+        Ok(self.store.mark_received(id, at).await?)
     }
 
     /// Take the oldest queued task (marking it running), with its batch.
@@ -677,7 +677,12 @@ mod tests {
         assert_eq!(
             buffer.retry_failed(unknown).expect("retry"),
             RetryOutcome::NotFailed {
-                batches: vec![NotFailed::new(routed[1], Some("spawned as a task".into()))],
+                batches: vec![NotFailed::new(
+                    routed[1],
+                    Some(format!(
+                        "spawned as task {task}: retry it with --task {task}"
+                    ))
+                )],
                 tasks: vec![NotFailed::new(task + 100, None)]
             },
             "a spawn batch is no failed main batch, and the task is unknown"

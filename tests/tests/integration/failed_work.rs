@@ -103,6 +103,12 @@ fn a_refused_turn_is_retried_on_the_running_host_without_receiving_its_message_t
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert_eq!(server.seen().len(), 2, "asked once more: {log}");
+    let prompt = server.seen()[1].json()["messages"].to_string();
+    assert_eq!(
+        prompt.matches("what is my locker number?").count(),
+        1,
+        "asked, not also quoted back as an earlier turn: {prompt}"
+    );
     assert!(failed(data).is_empty());
     assert_eq!(
         events(data, "message.received"),

@@ -378,7 +378,7 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
         // the journal tells the next attempt.
         rusqlite::Connection::open(data.join("buffer.db"))
             .expect("buffer.db")
-            .execute("UPDATE batches SET received = 0", [])
+            .execute("UPDATE batches SET received_at = NULL", [])
             .expect("unmark");
     }
 
@@ -400,6 +400,12 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
         .filter(|m| m["content"] == "is the ferry running today?")
         .count();
     assert_eq!(asked, 1, "remembered once: {memories:?}");
+    let prompt = up.seen()[0].json()["messages"].to_string();
+    assert_eq!(
+        prompt.matches("is the ferry running today?").count(),
+        1,
+        "asked, not also quoted back as an earlier turn: {prompt}"
+    );
 }
 
 #[test]

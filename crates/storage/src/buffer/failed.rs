@@ -96,9 +96,11 @@ fn ids(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<i64>> {
 
 /// A batch's state as a retry sees it: a main batch's status, else what its route did.
 const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
-                                WHEN 'spawn' THEN 'spawned as a task'
+                                WHEN 'spawn' THEN (SELECT 'spawned as task ' || t.id
+                                                          || ': retry it with --task ' || t.id
+                                                     FROM tasks t WHERE t.batch_id = b.id)
                                 ELSE 'dropped by a routing rule' END
-                             FROM batches WHERE id = ?1";
+                             FROM batches b WHERE id = ?1";
 
 /// Those of `named` whose state (`state_of` takes the id) is not `failed`, with it.
 fn not_failed(

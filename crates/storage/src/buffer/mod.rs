@@ -87,9 +87,9 @@ pub trait BufferStore: Send + Sync {
         reply: Option<String>,
         error: Option<String>,
     ) -> Receipt<()>;
-    /// Record that a batch's messages were journaled and remembered (see
-    /// [`Batch::received`]).
-    fn mark_received(&self, id: i64) -> Receipt<()>;
+    /// Record that a batch's messages were journaled and remembered by the attempt that
+    /// began at `at` (see [`Batch::received_at`]); an earlier mark stays.
+    fn mark_received(&self, id: i64, at: i64) -> Receipt<()>;
     /// Mark the oldest queued task running; (task id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
     /// Record how a task ended.
@@ -189,10 +189,12 @@ impl BufferStore for SqliteBuffer {
             .submit(move |conn| finish_batch(conn, id, status, reply.as_deref(), error.as_deref()))
     }
 
-    fn mark_received(&self, id: i64) -> Receipt<()> {
+    fn mark_received(&self, id: i64, at: i64) -> Receipt<()> {
         self.db.submit(move |conn| {
-            conn.prepare_cached("UPDATE batches SET received = 1 WHERE id = ?1")?
-                .execute(params![id])?;
+            conn.prepare_cached(
+                "UPDATE batches SET received_at = ?2 WHERE id = ?1 AND received_at IS NULL",
+            )?
+            .execute(params![id, at])?;
             Ok(())
         })
     }
@@ -268,7 +270,7 @@ fn read_message(row: &rusqlite::Row<'_>) -> rusqlite::Result<BufferedMessage> {
 fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
     let head = conn
         .prepare_cached(
-            "SELECT channel, conversation, priority, attempts, retried, received, reply
+            "SELECT channel, conversation, priority, attempts, retried, received_at, reply
                FROM batches WHERE id = ?1",
         )?
         .query_row(params![id], |row| {
@@ -279,7 +281,7 @@ fn read_batch(conn: &Connection, id: i64) -> rusqlite::Result<Option<Batch>> {
                 priority: row.get(2)?,
                 attempt: row.get(3)?,
                 retried: row.get(4)?,
-                received: row.get(5)?,
+                received_at: row.get(5)?,
                 kept_reply: row.get(6)?,
                 messages: Vec::new(),
             })

@@ -262,11 +262,11 @@ impl BufferStore for PgBuffer {
         self.finish(Work::Batch, id, status.as_str(), reply, error)
     }
 
-    fn mark_received(&self, id: i64) -> Receipt<()> {
+    fn mark_received(&self, id: i64, at: i64) -> Receipt<()> {
         self.pool.submit(move |tx| {
             tx.execute(
-                "UPDATE buffer_batches SET received = TRUE WHERE id = $1",
-                &[&id],
+                "UPDATE buffer_batches SET received_at = $2 WHERE id = $1 AND received_at IS NULL",
+                &[&id, &at],
             )?;
             Ok(())
         })
@@ -575,7 +575,7 @@ fn prune(tx: &mut Transaction<'_>, before_ms: i64) -> Result<(usize, usize), Sto
 /// A batch with its messages, in id order.
 fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>, StorageError> {
     let Some(head) = client.query_opt(
-        "SELECT channel, conversation, priority, attempts, retried, received, reply
+        "SELECT channel, conversation, priority, attempts, retried, received_at, reply
            FROM buffer_batches WHERE id = $1",
         &[&id],
     )?
@@ -599,7 +599,7 @@ fn read_batch(client: &mut impl GenericClient, id: i64) -> Result<Option<Batch>,
         priority: to_u32(head.get(2)),
         attempt: u32::try_from(head.get::<_, i32>(3)).unwrap_or(0),
         retried: u32::try_from(head.get::<_, i32>(4)).unwrap_or(0),
-        received: head.get(5),
+        received_at: head.get(5),
         kept_reply: head.get(6),
         messages,
     }))

@@ -101,9 +101,11 @@ pub(super) fn retry(
 
 /// A batch's state as a retry sees it: a main batch's status, else what its route did.
 const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
-                                WHEN 'spawn' THEN 'spawned as a task'
+                                WHEN 'spawn' THEN (SELECT 'spawned as task ' || t.id
+                                                          || ': retry it with --task ' || t.id
+                                                     FROM buffer_tasks t WHERE t.batch_id = b.id)
                                 ELSE 'dropped by a routing rule' END
-                             FROM buffer_batches WHERE id = $1";
+                             FROM buffer_batches b WHERE id = $1";
 
 /// Those of `named` not among `failed`, each with its state (`state_of` takes the id).
 fn not_failed(
