@@ -45,6 +45,25 @@ pub struct SendArgs {
     pub json: Option<PathBuf>,
 }
 
+/// The buffer's reason for refusing a message, its field named as the flag that set it
+/// (`conversation: …` → `--conversation: …`); the payload's reasons stay as they are.
+fn as_flag(reason: &str) -> String {
+    const FLAGS: [(&str, &str); 4] = [
+        ("channel: ", "--channel: "),
+        ("sender: ", "--sender: "),
+        ("conversation: ", "--conversation: "),
+        ("dedup-key: ", "--dedup-key: "),
+    ];
+    FLAGS
+        .iter()
+        .find_map(|(field, flag)| {
+            reason
+                .strip_prefix(field)
+                .map(|rest| format!("{flag}{rest}"))
+        })
+        .unwrap_or_else(|| reason.to_string())
+}
+
 /// Store the message and print its id; bad input is reported as such (exit 2).
 pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     if let Some(at) = args.at
@@ -79,7 +98,7 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         said_at: args.at,
     };
     if let Err(BufferError::InvalidInput(reason)) = check_message(&message, &config.buffer) {
-        return Err(BadInput(format!("message rejected: {reason}")).into());
+        return Err(BadInput(format!("message rejected: {}", as_flag(&reason))).into());
     }
     let storage = config.storage().map_err(storage_unusable)?;
     if let Storage::Sqlite = storage {

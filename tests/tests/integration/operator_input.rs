@@ -69,6 +69,19 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         refused(&[&send[..], &["--data", data_dir, text]].concat(), expected);
     }
     refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            " ",
+            "--data",
+            &d,
+            "hello",
+        ],
+        "message rejected: --conversation: expected a non-empty string",
+    );
+    refused(
         &["memory", "search", "", "--data", &d],
         "expected some words",
     );
