@@ -487,6 +487,23 @@ pub fn status_json(data: &Path) -> serde_json::Value {
     serde_json::from_slice(&output.stdout).expect("status --json is JSON")
 }
 
+/// The data dir's memories (`cairn memory list --json`), parsed.
+pub fn memory_list(data: &Path) -> Vec<serde_json::Value> {
+    let output = cairn_ok(&[
+        "memory",
+        "list",
+        "--json",
+        "--data",
+        &data.display().to_string(),
+    ]);
+    serde_json::from_slice(&output.stdout).expect("memory list --json is JSON")
+}
+
+/// How many of `memories` say exactly `content`.
+pub fn saying(memories: &[serde_json::Value], content: &str) -> usize {
+    memories.iter().filter(|m| m["content"] == content).count()
+}
+
 /// The status row of one plugin from `cairn status --json`.
 pub fn plugin_status(data: &Path, id: &str) -> Option<serde_json::Value> {
     status_json(data)["plugins"]

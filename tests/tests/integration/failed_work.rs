@@ -115,17 +115,12 @@ fn a_refused_turn_is_retried_on_the_running_host_without_receiving_its_message_t
         1,
         "the message was received once"
     );
-    let memories = cairn_ok(&["memory", "list", "--json", "--data", &at]);
-    let memories: Vec<Value> = serde_json::from_slice(&memories.stdout).expect("json");
-    let asked = memories
-        .iter()
-        .filter(|m| m["content"] == "what is my locker number?")
-        .count();
+    let memories = cairn_tests::memory_list(data);
+    let asked = cairn_tests::saying(&memories, "what is my locker number?");
     assert_eq!(asked, 1, "remembered once: {memories:?}");
-    assert!(
-        memories
-            .iter()
-            .any(|m| m["content"] == "Locker 42, by the stairs."),
+    assert_eq!(
+        cairn_tests::saying(&memories, "Locker 42, by the stairs."),
+        1,
         "the answer is remembered: {memories:?}"
     );
 }

@@ -392,13 +392,8 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
     let count = |topic: &str| events.iter().filter(|e| e["topic"] == topic).count();
     assert_eq!(count("message.received"), 1, "received once: {events:?}");
     assert_eq!(count("agent.response"), 1, "answered once: {events:?}");
-    let at = data.display().to_string();
-    let listed = cairn_ok(&["memory", "list", "--json", "--data", &at]);
-    let memories: Vec<Value> = serde_json::from_slice(&listed.stdout).expect("json");
-    let asked = memories
-        .iter()
-        .filter(|m| m["content"] == "is the ferry running today?")
-        .count();
+    let memories = cairn_tests::memory_list(data);
+    let asked = cairn_tests::saying(&memories, "is the ferry running today?");
     assert_eq!(asked, 1, "remembered once: {memories:?}");
     let prompt = up.seen()[0].json()["messages"].to_string();
     assert_eq!(
