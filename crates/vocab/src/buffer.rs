@@ -277,7 +277,8 @@ pub struct NotFailed {
     /// The id named.
     pub id: i64,
     /// Its state: `queued`, `running` or `done`; for a batch also `spawned as task N: retry
-    /// it with --task N` or `dropped by a routing rule`; `unknown` when there is no such id.
+    /// it with --task N` (its task failed), `spawned as task N, done` (or `queued`,
+    /// `running`) or `dropped by a routing rule`; `unknown` when there is no such id.
     pub state: String,
 }
 

@@ -264,16 +264,7 @@ impl ContextProvider for RecentTurns {
     }
 
     fn provide(&self, turn: &TurnInput) -> Result<Option<Section>, MemoryError> {
-        let mut episodes = self.memory.list(&ListFilter {
-            scope: Scope {
-                session_id: Some(turn.session_id.clone()),
-                ..Scope::default()
-            },
-            kinds: vec![MemoryKind::Episode],
-            limit: self.limit + turn.own_messages,
-            ..ListFilter::default()
-        })?;
-        episodes.retain(|e| e.recorded_at < turn.history_before);
+        let mut episodes = self.episodes_before(turn)?;
         episodes.truncate(self.limit);
         if episodes.is_empty() {
             return Ok(None);
@@ -300,6 +291,35 @@ impl ContextProvider for RecentTurns {
         }))
     }
 }
+
+impl RecentTurns {
+    /// The session's newest episodes recorded before the turn's history ends, at least
+    /// `limit` when there are: a re-attempted batch's history ends where it was first
+    /// received, so turns answered since then are read past, a larger page each time.
+    fn episodes_before(&self, turn: &TurnInput) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let mut page = self.limit + turn.own_messages;
+        loop {
+            let mut episodes = self.memory.list(&ListFilter {
+                scope: Scope {
+                    session_id: Some(turn.session_id.clone()),
+                    ..Scope::default()
+                },
+                kinds: vec![MemoryKind::Episode],
+                limit: page,
+                ..ListFilter::default()
+            })?;
+            let read_all = episodes.len() < page || page >= MAX_HISTORY_PAGE;
+            episodes.retain(|e| e.recorded_at < turn.history_before);
+            if episodes.len() >= self.limit || read_all {
+                return Ok(episodes);
+            }
+            page = (page * 4).min(MAX_HISTORY_PAGE);
+        }
+    }
+}
+
+/// The most episodes read to find a re-attempted turn's history.
+const MAX_HISTORY_PAGE: usize = 1024;
 
 /// The user's core memories (and those shared by all users), newest first.
 struct CoreMemories {

@@ -701,6 +701,21 @@ mod tests {
             }
         );
         assert!(buffer.failed(10).expect("failed").is_empty());
+        let spawned_batch = RetrySelection::Named {
+            batches: vec![routed[1]],
+            tasks: Vec::new(),
+        };
+        assert_eq!(
+            buffer.retry_failed(spawned_batch).expect("retry"),
+            RetryOutcome::NotFailed {
+                batches: vec![NotFailed::new(
+                    routed[1],
+                    Some(format!("spawned as task {task}, queued"))
+                )],
+                tasks: Vec::new()
+            },
+            "its task is queued again, so no retry is suggested"
+        );
         let again = buffer
             .claim_main_batch()
             .await

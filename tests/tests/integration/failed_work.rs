@@ -211,3 +211,57 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         "nothing has failed"
     );
 }
+
+#[test]
+fn a_retried_turn_reads_the_history_its_first_attempt_read_past_turns_answered_since() {
+    let server = StubServer::start(vec![
+        Reply::openai_chat("Answer A."),
+        Reply::openai_chat("Answer B."),
+        Reply::status(401, "invalid api key"),
+        Reply::openai_chat("Answer D."),
+        Reply::openai_chat("Answer C."),
+    ]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let base_url = format!("{}/v1", server.url());
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+        ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
+        // Room for two earlier turns: the two answered before the first attempt.
+        ("CAIRN_AGENT_HISTORY_TURNS", "4"),
+    ];
+    let mut host = Host::start(plugins.path(), data, &env);
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host.type_line("turn A");
+    host.wait_for("cairn> Answer A.", Duration::from_secs(30));
+    host.type_line("turn B");
+    host.wait_for("cairn> Answer B.", Duration::from_secs(30));
+    host.type_line("turn C");
+    host.wait_for("turn failed", Duration::from_secs(30));
+    host.type_line("turn D");
+    host.wait_for("cairn> Answer D.", Duration::from_secs(30));
+    let id = failed(data)[0]["id"].to_string();
+    cairn_ok(&[
+        "buffer",
+        "retry",
+        "--batch",
+        &id,
+        "--data",
+        &data.display().to_string(),
+    ]);
+    host.wait_for("cairn> Answer C.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let prompt = |n: usize| server.seen()[n].json()["messages"].to_string();
+    let (first, retried) = (prompt(2), prompt(4));
+    for earlier in ["turn A", "Answer A.", "turn B", "Answer B."] {
+        assert!(first.contains(earlier), "{first}");
+        assert!(retried.contains(earlier), "as its first attempt: {retried}");
+    }
+    assert!(!retried.contains("turn D"), "a later turn: {retried}");
+    assert_eq!(retried.matches("turn C").count(), 1, "{retried}");
+}

@@ -97,7 +97,9 @@ fn ids(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<i64>> {
 /// A batch's state as a retry sees it: a main batch's status, else what its route did.
 const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
                                 WHEN 'spawn' THEN (SELECT 'spawned as task ' || t.id
-                                                          || ': retry it with --task ' || t.id
+                                                          || CASE t.status
+                                                             WHEN 'failed' THEN ': retry it with --task ' || t.id
+                                                             ELSE ', ' || t.status END
                                                      FROM tasks t WHERE t.batch_id = b.id)
                                 ELSE 'dropped by a routing rule' END
                              FROM batches b WHERE id = ?1";

@@ -102,7 +102,9 @@ pub(super) fn retry(
 /// A batch's state as a retry sees it: a main batch's status, else what its route did.
 const BATCH_STATE: &str = "SELECT CASE route WHEN 'main' THEN status
                                 WHEN 'spawn' THEN (SELECT 'spawned as task ' || t.id
-                                                          || ': retry it with --task ' || t.id
+                                                          || CASE t.status
+                                                             WHEN 'failed' THEN ': retry it with --task ' || t.id
+                                                             ELSE ', ' || t.status END
                                                      FROM buffer_tasks t WHERE t.batch_id = b.id)
                                 ELSE 'dropped by a routing rule' END
                              FROM buffer_batches b WHERE id = $1";
