@@ -109,6 +109,13 @@ pub trait JournalStore: Send + Sync {
         let _ = subscriber;
         Receipt::ready(Ok(true))
     }
+    /// Give up this host's hold on `subscriber` (it stops delivering to it), so another host
+    /// takes it over at its next look rather than after the lease; nothing when another
+    /// host holds it, or on a journal one host owns.
+    fn release(&self, subscriber: &str) -> Receipt<()> {
+        let _ = subscriber;
+        Receipt::ready(Ok(()))
+    }
     /// Call `wake` with the topic of events other hosts append, soon after they commit: a
     /// hint that lets a subscriber read at once rather than at its next look. It may come
     /// late, twice, or not at all; readers never depend on it. A journal only one host

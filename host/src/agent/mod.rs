@@ -50,6 +50,13 @@ struct Turn<'a> {
     timings: TurnTimings,
 }
 
+/// What an earlier attempt that received a batch left: when it began (the batch's history
+/// ends there) and the session its messages went to, when the journal says.
+struct EarlierReceipt {
+    began: i64,
+    session: Option<String>,
+}
+
 /// What the model answered a turn, and how long it took.
 struct Answer {
     completion: Result<llm::Completion, llm::LlmError>,
@@ -234,7 +241,8 @@ impl Agent {
         let started = std::time::Instant::now();
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let (text, query, session) = self.open_turn(&batch, user.as_deref());
+        let received_earlier = self.received_earlier(&batch);
+        let (text, query, session) = self.open_turn(&batch, user.as_deref(), &received_earlier);
         let session_id = session.id.clone();
         let mut timings = TurnTimings {
             session: started.elapsed(),
@@ -245,8 +253,9 @@ impl Agent {
         // reply is kept.
         // The conversation's history ends where this batch's messages begin: now, or when
         // an earlier attempt received them (they are not quoted back as earlier turns).
-        let received_earlier = self.received_earlier(&batch);
-        let history_before = received_earlier.unwrap_or_else(crate::store::now_ms);
+        let history_before = received_earlier
+            .as_ref()
+            .map_or_else(crate::store::now_ms, |earlier| earlier.began);
         let received = async {
             Self::await_session(session).await;
             if received_earlier.is_none() {
@@ -316,13 +325,20 @@ impl Agent {
         true
     }
 
-    /// When an earlier attempt that received this batch began, if one did: it is marked so,
-    /// or its host ended after journaling `message.received` (which follows the episodes)
-    /// and before marking — then the batch's first arrival stands in for when.
-    fn received_earlier(&self, batch: &Batch) -> Option<i64> {
-        batch.received_at.or_else(|| {
-            self.earlier_event(batch, "message.received")?;
-            batch.messages.iter().map(|m| m.received_at).min()
+    /// The earlier attempt that received this batch, if one did: it is marked so, or its
+    /// host ended after journaling `message.received` (which follows the episodes) and
+    /// before marking — then the batch's first arrival stands in for when it began.
+    fn received_earlier(&self, batch: &Batch) -> Option<EarlierReceipt> {
+        let event = self.earlier_event(batch, "message.received");
+        let first_arrival = || batch.messages.iter().map(|m| m.received_at).min();
+        let began = match (batch.received_at, &event) {
+            (Some(at), _) => at,
+            (None, Some(_)) => first_arrival()?,
+            (None, None) => return None,
+        };
+        Some(EarlierReceipt {
+            began,
+            session: event.and_then(|event| event.session_id),
         })
     }
 
@@ -477,6 +493,7 @@ impl Agent {
         &self,
         batch: &Batch,
         user: Option<&str>,
+        received_earlier: &Option<EarlierReceipt>,
     ) -> (String, Option<Arc<QueryEmbedding>>, SessionChoice) {
         let text: Vec<String> = batch
             .messages
@@ -485,7 +502,13 @@ impl Agent {
             .collect();
         let text = text.join("\n");
         let query = self.context.start_embedding(&text);
-        (text, query, self.session_for(batch, user))
+        // A batch received earlier is answered in the session its question went to (the
+        // lifecycle keeps that session open meanwhile), not in one begun since.
+        let session = match received_earlier.as_ref().and_then(|e| e.session.as_deref()) {
+            Some(id) => SessionChoice::recorded(id),
+            None => self.session_for(batch, user),
+        };
+        (text, query, session)
     }
 
     /// Wait until a new session's row is on disk (its first events name it); a session that
@@ -799,7 +822,7 @@ impl Agent {
     /// The session of a batch: `<channel>:<conversation>`, numbered `#2`, `#3`, … by the
     /// lifecycle when the conversation resumes after its session ended.
     fn session_for(&self, batch: &Batch, user: Option<&str>) -> SessionChoice {
-        let conversation = format!("{}:{}", batch.channel, batch.conversation);
+        let conversation = crate::lifecycle::conversation_key(&batch.channel, &batch.conversation);
         let Some(lifecycle) = &self.lifecycle else {
             return SessionChoice::unrecorded(&conversation);
         };
@@ -856,7 +879,7 @@ impl Agent {
     pub async fn task_turn(&self, task: i64, batch: Batch, mut stop: watch::Receiver<bool>) {
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let (text, query, session) = self.open_turn(&batch, user.as_deref());
+        let (text, query, session) = self.open_turn(&batch, user.as_deref(), &None);
         let session_id = session.id.clone();
         // An earlier attempt (cut short, or failed and retried) remembered its messages.
         let history_before = batch.received_at.unwrap_or_else(crate::store::now_ms);

@@ -306,6 +306,16 @@ impl Buffer {
         Ok(self.store.mark_received(id, at).await?)
     }
 
+    /// The conversations (channel, conversation) with a main batch that was received and
+    /// is not answered yet (queued again after a stop or a crash, or running), or that
+    /// finished at or after `finished_since` (ms).
+    pub fn awaiting_answer(
+        &self,
+        finished_since: i64,
+    ) -> Result<Vec<(String, String)>, BufferError> {
+        Ok(self.store.awaiting_answer(finished_since)?)
+    }
+
     /// Take the oldest queued task (marking it running), with its batch.
     pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
         match self.store.claim_task().await? {
@@ -414,7 +424,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_received_batch_awaits_its_answer_until_answered_and_a_while_after);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -618,6 +628,53 @@ mod tests {
         assert_eq!(
             again.attempt, 2,
             "the second start says an attempt came before"
+        );
+    }
+
+    async fn a_received_batch_awaits_its_answer_until_answered_and_a_while_after(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
+        for conversation in ["asked", "unread"] {
+            let id = buffer
+                .push_async(message(conversation, "{}"))
+                .await
+                .expect("push");
+            let batch = NewBatch {
+                channel: "cli".into(),
+                conversation: conversation.into(),
+                priority: 10,
+                route: Route::Main,
+                rule: None,
+                message_ids: vec![id],
+            };
+            buffer.route(batch).await.expect("route");
+        }
+        let asked = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        let awaiting = |since| buffer.awaiting_answer(since).expect("awaiting");
+        assert!(awaiting(0).is_empty(), "nothing received yet");
+        buffer.mark_received(asked.id, 1).await.expect("mark");
+        let conversation = vec![("cli".to_string(), "asked".to_string())];
+        assert_eq!(awaiting(0), conversation, "received, running");
+        buffer.requeue_interrupted().await.expect("requeue");
+        assert_eq!(awaiting(0), conversation, "received, queued again");
+        let again = buffer
+            .claim_main_batch()
+            .await
+            .expect("claim")
+            .expect("one");
+        buffer
+            .finish_batch(again.id, BatchStatus::Done, None, None)
+            .await
+            .expect("finish");
+        let finished = buffer.batch(again.id).expect("read").expect("kept");
+        assert!(finished.received_at.is_some());
+        assert_eq!(awaiting(0), conversation, "answered lately");
+        assert!(
+            awaiting(crate::store::now_ms() + 1_000).is_empty(),
+            "answered long ago"
         );
     }
 

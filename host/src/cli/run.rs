@@ -225,6 +225,7 @@ fn open_stores(
         config.lifecycle.clone(),
         memory_db.sessions,
         host_db.lifecycle,
+        buffer.clone(),
         journal.clone(),
     ));
     let llm = llm_provider(config, &storage)?;

@@ -362,6 +362,13 @@ impl Journal {
         Ok(self.store.hold(subscriber).await?)
     }
 
+    /// Give up this host's hold on `subscriber` as it stops delivering to it (see
+    /// [`JournalStore::release`]), so another host takes it over without waiting out the
+    /// lease.
+    pub async fn release(&self, subscriber: &str) -> Result<(), JournalError> {
+        Ok(self.store.release(subscriber).await?)
+    }
+
     /// The cursor an operator moved `subscriber`'s to (`cairn journal replay`) since the last
     /// call, if they did; this host's own moves of it are refused until it asked.
     pub async fn take_rewind(&self, subscriber: &str) -> Result<Option<i64>, JournalError> {

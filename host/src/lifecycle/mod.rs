@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::watch;
 
+use crate::buffer::{Buffer, BufferError};
 use crate::journal::dispatch::{Subscriber, Undelivered};
 use crate::journal::{Event, Journal};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
@@ -41,8 +42,14 @@ use cairn_vocab::session::SleepState;
 
 /// Why the lifecycle could not read or record its state.
 #[derive(Debug, thiserror::Error)]
-#[error("lifecycle state: {0}")]
-pub struct LifecycleError(#[from] StorageError);
+pub enum LifecycleError {
+    /// Its sessions, sleep state or schedule could not be read or written.
+    #[error("lifecycle state: {0}")]
+    State(#[from] StorageError),
+    /// The buffer could not say which conversations await an answer.
+    #[error("lifecycle: {0}")]
+    Buffer(#[from] BufferError),
+}
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -87,25 +94,34 @@ pub struct Lifecycle {
     config: LifecycleConfig,
     sessions: Arc<dyn SessionStore>,
     store: Arc<dyn LifecycleStore>,
+    buffer: Arc<Buffer>,
     journal: Arc<Journal>,
     interrupt: Arc<Interrupt>,
+}
+
+/// The conversation key sessions are kept under: `<channel>:<conversation>`.
+pub fn conversation_key(channel: &str, conversation: &str) -> String {
+    format!("{channel}:{conversation}")
 }
 
 /// The journal subscriber id of the session monitor.
 const SUBSCRIBER: &str = "host.lifecycle";
 
 impl Lifecycle {
-    /// The lifecycle over `sessions` and `store`, announcing what happens on `journal`.
+    /// The lifecycle over `sessions` and `store`, announcing what happens on `journal`;
+    /// `buffer` says which conversations still await an answer (their sessions stay open).
     pub fn new(
         config: LifecycleConfig,
         sessions: Arc<dyn SessionStore>,
         store: Arc<dyn LifecycleStore>,
+        buffer: Arc<Buffer>,
         journal: Arc<Journal>,
     ) -> Self {
         let lifecycle = Self {
             config,
             sessions,
             store,
+            buffer,
             journal,
             interrupt: Arc::new(Interrupt::default()),
         };
@@ -226,11 +242,22 @@ impl Lifecycle {
         Ok(woke)
     }
 
-    /// End idle sessions and start sleeping when nothing is active.
+    /// End idle sessions and start sleeping when nothing is active. A session whose
+    /// conversation has a received batch still to answer (its provider is down, or its host
+    /// stopped or died before answering) stays open however long that takes, and for a
+    /// session timeout after the answer (which reaches the session through the journal a
+    /// little later), so the answer joins its question and the session is summarised with
+    /// both.
     async fn check_timeouts(&self) -> Result<(), LifecycleError> {
         let now = now_ms();
         let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
-        for ended in self.sessions.end_idle(idle_before, now).await? {
+        let awaiting = self
+            .buffer
+            .awaiting_answer(idle_before)?
+            .iter()
+            .map(|(channel, conversation)| conversation_key(channel, conversation))
+            .collect();
+        for ended in self.sessions.end_idle(idle_before, now, awaiting).await? {
             let payload = json!({
                 "session_id": ended.id, "user_id": ended.user_id, "reason": "idle",
                 "started_at": ended.started_at, "ended_at": now, "transcript": ended.transcript,

@@ -404,6 +404,77 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
 }
 
 #[test]
+fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
+        // Long enough for the answer to reach the session through the journal first.
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "2"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let down = StubServer::start(vec![Reply::status(503, "down")]);
+    let mut host = host_answered_by(&down, &plugins, data, &settings);
+    host.type_line("did my parcel arrive?");
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    // Idle well past the session timeout while the provider is down, and across a restart.
+    std::thread::sleep(Duration::from_secs(4));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    std::thread::sleep(Duration::from_secs(1));
+
+    let up = StubServer::start(vec![Reply::openai_chat("It came this morning.")]);
+    let mut host = host_answered_by(&up, &plugins, data, &settings);
+    host.wait_for("cairn> It came this morning.", Duration::from_secs(60));
+    let ended = |events: &[Value]| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| e["topic"] == "session.ended")
+            .map(|e| serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json"))
+            .collect()
+    };
+    host.wait_until(
+        Duration::from_secs(30),
+        "the answered session ending",
+        |_| !ended(&cairn_tests::journal_events(data)).is_empty(),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let events = cairn_tests::journal_events(data);
+    let sessions = |topic: &str| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| e["topic"] == topic)
+            .map(|e| e["session_id"].clone())
+            .collect()
+    };
+    assert_eq!(
+        sessions("message.received"),
+        [json!("cli:cli")],
+        "{events:?}"
+    );
+    assert_eq!(sessions("agent.response"), [json!("cli:cli")], "{events:?}");
+    let ended = ended(&events);
+    assert_eq!(ended.len(), 1, "ended once, after its answer: {ended:?}");
+    let roles: Vec<&Value> = ended[0]["transcript"]
+        .as_array()
+        .expect("transcript")
+        .iter()
+        .map(|entry| &entry["role"])
+        .collect();
+    assert_eq!(roles, ["user", "assistant"], "{ended:?}");
+}
+
+#[test]
 fn status_says_stopping_while_a_stop_waits_for_the_provider() {
     // The provider takes longer than the 10 s a stop gives a request in flight.
     let slow = Reply::Slow(

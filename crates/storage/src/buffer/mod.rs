@@ -31,6 +31,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/buffer/0004_batch_attempts.sql"),
         include_str!("../../../../migrations/buffer/0005_batch_retries.sql"),
         include_str!("../../../../migrations/buffer/0006_batch_received.sql"),
+        include_str!("../../../../migrations/buffer/0007_awaiting_answer.sql"),
     ],
 };
 
@@ -90,6 +91,10 @@ pub trait BufferStore: Send + Sync {
     /// Record that a batch's messages were journaled and remembered by the attempt that
     /// began at `at` (see [`Batch::received_at`]); an earlier mark stays.
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()>;
+    /// The conversations (channel, conversation) with a main batch that was received (see
+    /// [`Batch::received_at`]) and is not finished (queued again, or running), or finished at
+    /// or after `finished_since`: their sessions await an answer, or its record.
+    fn awaiting_answer(&self, finished_since: i64) -> Result<Vec<(String, String)>, StorageError>;
     /// Mark the oldest queued task running; (task id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
     /// Record how a task ended.
@@ -196,6 +201,24 @@ impl BufferStore for SqliteBuffer {
             )?
             .execute(params![id, at])?;
             Ok(())
+        })
+    }
+
+    fn awaiting_answer(&self, finished_since: i64) -> Result<Vec<(String, String)>, StorageError> {
+        self.db.read(|conn| {
+            conn.prepare_cached(
+                "SELECT channel, conversation FROM batches
+                  WHERE route = 'main' AND status IN ('queued', 'running')
+                    AND received_at IS NOT NULL
+                 UNION
+                 SELECT channel, conversation FROM batches
+                  WHERE route = 'main' AND status IN ('done', 'failed') AND finished_at >= ?1
+                    AND received_at IS NOT NULL",
+            )?
+            .query_map(params![finished_since], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })?
+            .collect()
         })
     }
 

@@ -294,6 +294,11 @@ impl SessionChoice {
             recorded: Receipt::ready(Ok(())),
         }
     }
+
+    /// A session named `id` that is already recorded: nothing is left to write.
+    pub fn recorded(id: &str) -> Self {
+        Self::unrecorded(id)
+    }
 }
 
 /// Conversation sessions: one row per stretch of a conversation, numbered `#2`, `#3`, …
@@ -328,8 +333,14 @@ pub trait SessionStore: Send + Sync {
         keep: usize,
     ) -> Receipt<Activity>;
     /// End every active session last active at or before `idle_before` (state `ended`,
-    /// reason `idle`, at `now`).
-    fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>>;
+    /// reason `idle`, at `now`), but those of the conversations in `awaiting`: a question
+    /// they received is still to be answered, and its answer belongs with it.
+    fn end_idle(
+        &self,
+        idle_before: i64,
+        now: i64,
+        awaiting: Vec<String>,
+    ) -> Receipt<Vec<EndedSession>>;
     /// How many sessions are active.
     fn active_sessions(&self) -> Result<u64, StorageError>;
     /// Sessions waiting for consolidation (`ended` or `pending`), oldest end first.

@@ -122,14 +122,22 @@ impl SessionStore for SqliteMemory {
         })
     }
 
-    fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>> {
+    fn end_idle(
+        &self,
+        idle_before: i64,
+        now: i64,
+        awaiting: Vec<String>,
+    ) -> Receipt<Vec<EndedSession>> {
         self.submit(move |conn| {
+            let awaiting = serde_json::Value::from(awaiting).to_string();
             let mut ended = conn
-                .prepare(
-                    "SELECT id, user_id, started_at FROM sessions
-                     WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1",
+                .prepare_cached(
+                    "UPDATE sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
+                     WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1
+                       AND coalesce(conversation, id) NOT IN (SELECT value FROM json_each(?3))
+                     RETURNING id, user_id, started_at",
                 )?
-                .query_map(params![idle_before], |r| {
+                .query_map(params![idle_before, now, awaiting], |r| {
                     Ok(EndedSession {
                         id: r.get(0)?,
                         user_id: r.get(1)?,
@@ -141,11 +149,6 @@ impl SessionStore for SqliteMemory {
             for session in &mut ended {
                 session.transcript = transcript(conn, &session.id)?;
             }
-            conn.prepare_cached(
-                "UPDATE sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
-                 WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1",
-            )?
-            .execute(params![idle_before, now])?;
             Ok(ended)
         })
     }

@@ -38,6 +38,7 @@ macro_rules! on_each_backend {
 
 on_each_backend!(
     a_conversation_resumed_after_idling_gets_a_numbered_session,
+    a_session_awaiting_its_answer_is_not_ended_idle,
     activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones,
     rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone,
     a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
@@ -63,9 +64,32 @@ fn a_conversation_resumed_after_idling_gets_a_numbered_session(memory: &dyn Stor
     assert_eq!(new(10), "cli:c1");
     assert_eq!(new(900), "cli:c1", "still active and not idle");
     assert_eq!(new(5_000), "cli:c1#2", "idle for over a second");
-    let ended = memory.end_idle(5_000, 5_001).wait().expect("end idle");
+    let ended = memory
+        .end_idle(5_000, 5_001, Vec::new())
+        .wait()
+        .expect("end idle");
     assert_eq!(ended.len(), 2, "both sessions were last active by 5000");
     assert_eq!(new(6_000), "cli:c1#3", "the current session ended");
+}
+
+fn a_session_awaiting_its_answer_is_not_ended_idle(memory: &dyn Stores) {
+    for conversation in ["cli:waiting", "cli:quiet"] {
+        let choice = memory
+            .session_for(conversation, Some("bob"), None, 10, 1_000)
+            .expect("session");
+        choice.recorded.wait().expect("recorded");
+    }
+    let end_idle = |now, awaiting: &[&str]| -> Vec<String> {
+        let awaiting = awaiting.iter().map(|c| c.to_string()).collect();
+        let ended = memory
+            .end_idle(5_000, now, awaiting)
+            .wait()
+            .expect("end idle");
+        ended.into_iter().map(|session| session.id).collect()
+    };
+    assert_eq!(end_idle(5_001, &["cli:waiting"]), ["cli:quiet"]);
+    assert_eq!(state(memory, "cli:waiting"), SessionState::Active);
+    assert_eq!(end_idle(5_002, &[]), ["cli:waiting"], "answered");
 }
 
 fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones(memory: &dyn Stores) {
@@ -86,7 +110,10 @@ fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones(me
     assert_eq!(record("a", 2), Activity::Continued);
     assert_eq!(record("a", 2), Activity::Replay);
     assert_eq!(record("a", 3), Activity::Continued);
-    let ended = memory.end_idle(1_000, 1_001).wait().expect("end idle");
+    let ended = memory
+        .end_idle(1_000, 1_001, Vec::new())
+        .wait()
+        .expect("end idle");
     assert_eq!(
         ended[0].transcript,
         json!([{"seq": 2}, {"seq": 3}]),
@@ -146,7 +173,10 @@ fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
         (SessionState::Ended, Some("idle"))
     );
     assert_eq!(state(&memory, "cli:b"), SessionState::Active);
-    let ended = memory.end_idle(100, 101).wait().expect("end idle");
+    let ended = memory
+        .end_idle(100, 101, Vec::new())
+        .wait()
+        .expect("end idle");
     assert_eq!(ended.len(), 1);
     assert_eq!(ended[0].id, "cli:b");
     drop(memory);

@@ -333,6 +333,18 @@ impl JournalStore for PgJournal {
             Ok(held == 1)
         })
     }
+
+    fn release(&self, subscriber: &str) -> Receipt<()> {
+        let (subscriber, holder) = (subscriber.to_string(), self.holder.clone());
+        self.pool.submit(move |tx| {
+            tx.execute(
+                "UPDATE journal_subscribers SET holder = NULL, lease_until = NULL
+                  WHERE id = $1 AND holder = $2",
+                &[&subscriber, &holder],
+            )?;
+            Ok(())
+        })
+    }
 }
 
 /// The channel appends notify, with their topics (one per line) as the payload.

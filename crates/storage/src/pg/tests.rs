@@ -404,6 +404,14 @@ fn one_host_at_a_time_delivers_to_a_subscriber_and_another_takes_over_when_it_st
         !first.hold("plugin").wait().expect("hold"),
         "the old holder has lost it"
     );
+    first.release("plugin").wait().expect("release");
+    assert!(
+        second.hold("plugin").wait().expect("renew"),
+        "a release by a host that lost it changes nothing"
+    );
+    // The second host stops cleanly: the first takes over at once, not after the lease.
+    second.release("plugin").wait().expect("release");
+    assert!(first.hold("plugin").wait().expect("hold"), "released");
     assert!(
         !second.hold("unknown").wait().expect("hold"),
         "subscribe first"

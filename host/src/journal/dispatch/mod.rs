@@ -162,6 +162,10 @@ pub async fn serve<S: Subscriber>(
         read_ahead: None,
     };
     while serving.round().await {}
+    // Another host may deliver from the committed cursor at once, not after the lease.
+    if let Err(e) = serving.journal.release(&serving.id).await {
+        tracing::warn!(subscriber = %serving.id, "cannot release the subscription: {e}");
+    }
 }
 
 /// One subscriber's delivery, and what it carries from one round of events to the next.

@@ -46,7 +46,10 @@ fn export_and_import_round_trip_losslessly() {
         .recorded
         .wait()
         .expect("recorded");
-    memory_db.end_idle(1_000, 2_000).wait().expect("end");
+    memory_db
+        .end_idle(1_000, 2_000, Vec::new())
+        .wait()
+        .expect("end");
     memory_db
         .mark_consolidated("chat:s-a", 3_000)
         .wait()

@@ -136,7 +136,12 @@ impl SessionStore for PgMemory {
         })
     }
 
-    fn end_idle(&self, idle_before: i64, now: i64) -> Receipt<Vec<EndedSession>> {
+    fn end_idle(
+        &self,
+        idle_before: i64,
+        now: i64,
+        awaiting: Vec<String>,
+    ) -> Receipt<Vec<EndedSession>> {
         self.writes.submit(move |tx| {
             // One statement finds and ends them: a host ending idle sessions at the same time
             // waits for this one's rows, finds them no longer active and skips them.
@@ -144,9 +149,10 @@ impl SessionStore for PgMemory {
                 "WITH ended AS (
                      UPDATE memory_sessions SET state = 'ended', ended_at = $2, end_reason = 'idle'
                       WHERE state = 'active' AND coalesce(last_activity, started_at) <= $1
+                        AND NOT (coalesce(conversation, id) = ANY($3))
                       RETURNING id, user_id, started_at, row_order)
                  SELECT id, user_id, started_at FROM ended ORDER BY row_order",
-                &[&idle_before, &now],
+                &[&idle_before, &now, &awaiting],
             )?;
             let mut ended = rows
                 .iter()
