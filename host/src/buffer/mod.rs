@@ -101,6 +101,18 @@ pub fn check_message(message: &NewMessage, config: &BufferConfig) -> Result<(), 
     validate(message.clone(), config, &BTreeMap::new()).map(|_| ())
 }
 
+/// Whether a character prints nothing: white space, a control character, or an invisible
+/// format character (zero-width space and joiners, word joiner, byte-order mark, soft
+/// hyphen). A name made only of these looks empty wherever it is shown.
+fn shows_nothing(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}'
+        )
+}
+
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(
     message: NewMessage,
@@ -112,7 +124,7 @@ fn validate(
         ("sender", &message.sender),
         ("conversation", &message.conversation),
     ] {
-        if value.trim().is_empty() {
+        if value.chars().all(shows_nothing) {
             return Err(BufferError::InvalidInput(format!(
                 "{field}: expected a non-empty string"
             )));
@@ -453,6 +465,10 @@ mod tests {
             ),
             (
                 message(" ", "{}"),
+                "conversation: expected a non-empty string",
+            ),
+            (
+                message("\u{200B}\u{FEFF}", "{}"),
                 "conversation: expected a non-empty string",
             ),
             (

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 use serde_json::json;
 
-use super::{lock, storage_unusable};
+use super::{BadInput, lock, storage_unusable};
 use crate::buffer;
 use crate::config::{HostConfig, Storage};
 use crate::journal::{JournalAdmin, SubscriberLag};
@@ -35,8 +35,16 @@ struct Seen {
     llm_cache: Option<CacheStats>,
 }
 
-/// Read a data dir's SQLite files, whether or not a host has them open.
+/// Read a data dir's SQLite files, whether or not a host has them open. A data dir that
+/// does not exist is refused (a mistyped path, not a host that never ran).
 fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
+    if !data_dir.is_dir() {
+        return Err(BadInput(format!(
+            "data dir (--data, data_dir or CAIRN_DATA_DIR): {} does not exist",
+            data_dir.display()
+        ))
+        .into());
+    }
     let subscribers = match JournalAdmin::open_read_only(data_dir).map_err(storage_unusable)? {
         Some(admin) => admin.subscriber_lags()?,
         None => Vec::new(),

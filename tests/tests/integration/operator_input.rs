@@ -82,6 +82,19 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         "message rejected: --conversation: expected a non-empty string",
     );
     refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "\u{200B}",
+            "--data",
+            &d,
+            "hello",
+        ],
+        "message rejected: --conversation: expected a non-empty string",
+    );
+    refused(
         &["memory", "search", "", "--data", &d],
         "expected some words",
     );
@@ -89,6 +102,7 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         // (On PostgreSQL memory is not in the data dir.)
         let nowhere = data.path().join("no-such-data-dir").display().to_string();
         refused(&["memory", "list", "--data", &nowhere], "does not exist");
+        refused(&["status", "--data", &nowhere], "does not exist");
     }
     assert_eq!(entries(data.path()), ["a-file"], "nothing written");
 
