@@ -381,6 +381,23 @@ pub trait JournalOperator: Send {
         subscriber: Option<&str>,
         id: Option<i64>,
     ) -> Result<usize, StorageError>;
+    /// Forget a subscriber with its dead letters, so retention no longer keeps events for it;
+    /// refused while a host holds it (on a journal several hosts share).
+    fn unsubscribe(&self, subscriber: &str) -> Result<Unsubscribed, StorageError>;
+}
+
+/// What [`JournalOperator::unsubscribe`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsubscribed {
+    /// No subscriber by that id: nothing changed.
+    Unknown,
+    /// A host delivers to it now (its lease holds): nothing changed.
+    Held,
+    /// It is gone, with this many dead letters.
+    Forgotten {
+        /// Its dead letters, deleted with it.
+        dead_letters: usize,
+    },
 }
 
 /// The operator's view of a data dir's `journal.db`.
@@ -516,6 +533,20 @@ impl JournalOperator for JournalAdmin {
     ) -> Result<usize, StorageError> {
         let conn = &self.conn;
         conn.prepare_cached("DELETE FROM dead_letters WHERE (?1 IS NULL OR subscriber = ?1) AND (?2 IS NULL OR id = ?2)")?.execute(params![subscriber, id]).map_err(StorageError::from)
+    }
+
+    fn unsubscribe(&self, subscriber: &str) -> Result<Unsubscribed, StorageError> {
+        let tx = self.conn.unchecked_transaction()?;
+        let known = tx.execute("DELETE FROM subscribers WHERE id = ?1", params![subscriber])?;
+        if known == 0 {
+            return Ok(Unsubscribed::Unknown);
+        }
+        let dead_letters = tx.execute(
+            "DELETE FROM dead_letters WHERE subscriber = ?1",
+            params![subscriber],
+        )?;
+        tx.commit()?;
+        Ok(Unsubscribed::Forgotten { dead_letters })
     }
 }
 

@@ -1,4 +1,5 @@
-//! `cairn journal tail|replay|dead-letters`: read the event journal and manage dead letters.
+//! `cairn journal tail|replay|dead-letters|unsubscribe`: read the event journal, manage dead
+//! letters, and forget the subscriber of a plugin that is gone.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -11,7 +12,11 @@ use super::storage_unusable;
 use crate::config::{HostConfig, Storage};
 use crate::journal;
 use crate::plugin::manifest::is_valid_topic_pattern;
-use crate::store::journal::JournalOperator;
+use crate::plugin::status;
+use crate::store::journal::{JournalOperator, Unsubscribed};
+
+/// Subscriber ids the host registers for itself (`host.lifecycle`).
+const HOST_SUBSCRIBERS: &str = "host.";
 
 #[derive(Subcommand, Debug)]
 pub enum JournalCommand {
@@ -57,6 +62,13 @@ pub enum JournalCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Forget the subscriber of a plugin that was removed, with its dead letters, so the
+    /// journal no longer keeps events for it.
+    Unsubscribe {
+        /// The subscriber (plugin id).
+        #[arg(long)]
+        subscriber: String,
+    },
 }
 
 /// What `cairn journal dead-letters` does.
@@ -95,6 +107,23 @@ impl Journals<'_> {
         self.storage
             .journal_operator(self.data_dir)
             .map_err(storage_unusable)
+    }
+
+    /// The pid of a host running on this data dir with plugin `id`, if one does. (On a
+    /// shared database the journal says whether a host holds the subscription.)
+    fn running_plugin(&self, id: &str) -> Result<Option<u32>> {
+        if !matches!(self.storage, Storage::Sqlite) {
+            return Ok(None);
+        }
+        let Some(report) = status::read(self.data_dir).map_err(storage_unusable)? else {
+            return Ok(None);
+        };
+        let running = report
+            .host
+            .filter(|host| host.stopped_at.is_none() && super::lock::host_holds(self.data_dir));
+        Ok(running
+            .filter(|_| report.plugins.iter().any(|plugin| plugin.id == id))
+            .map(|host| host.pid))
     }
 
     /// The journal to repair; a data dir without one is refused (nothing to repair, and
@@ -137,6 +166,54 @@ pub fn journal_command(config: &HostConfig, command: &JournalCommand) -> Result<
         JournalCommand::DeadLetters { limit, json, .. } => {
             list_dead_letters(&journals, *limit, *json)
         }
+        JournalCommand::Unsubscribe { subscriber } => unsubscribe(&journals, subscriber),
+    }
+}
+
+/// Forget a subscriber no running host delivers to: the journal's retention then prunes the
+/// events only it was holding back.
+fn unsubscribe(journals: &Journals, subscriber: &str) -> Result<ExitCode> {
+    if subscriber.starts_with(HOST_SUBSCRIBERS) {
+        return Err(BadInput(format!(
+            "--subscriber: `{subscriber}` is the host's own (registered again at every start): \
+             expected a plugin's subscriber"
+        ))
+        .into());
+    }
+    if let Some(pid) = journals.running_plugin(subscriber)? {
+        return Err(BadInput(format!(
+            "--subscriber: plugin `{subscriber}` runs on the host on this data dir (pid {pid}): \
+             stop the host and remove the plugin from its plugins dir first"
+        ))
+        .into());
+    }
+    let journal = journals.write()?;
+    let known = journal.subscriber_lags()?;
+    let Some(lag) = known.iter().find(|s| s.id == subscriber) else {
+        let names: Vec<&str> = known.iter().map(|s| s.id.as_str()).collect();
+        return Err(BadInput(format!(
+            "--subscriber: no subscriber `{subscriber}` in this journal (it has: {})",
+            names.join(", ")
+        ))
+        .into());
+    };
+    match journal.unsubscribe(subscriber)? {
+        Unsubscribed::Forgotten { dead_letters } => {
+            println!(
+                "forgot subscriber {subscriber} (at #{}, {} events not taken, {dead_letters} dead letters)",
+                lag.cursor, lag.lag
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Unsubscribed::Held => Err(BadInput(format!(
+            "--subscriber: a host delivers to `{subscriber}` now: remove the plugin from every \
+             host sharing this database and stop or restart them first"
+        ))
+        .into()),
+        Unsubscribed::Unknown => Err(BadInput(format!(
+            "--subscriber: no subscriber `{subscriber}` in this journal"
+        ))
+        .into()),
     }
 }
 

@@ -83,7 +83,8 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     };
     let stores = open_stores(&config, &set, plugins_dir)?;
     let (stop, stopping) = watch::channel(false);
-    register_subscribers(&set, &stores, &stopping).await;
+    let registered = register_subscribers(&set, &stores, &stopping).await;
+    warn_of_unserved_subscribers(&config, registered);
     let stop_request = Arc::new(StopRequest::default());
     let host = start_plugins(&config, &set, &stores, stop_request.clone()).await?;
     let mut workers = spawn_workers(&config, &set, &stores, &host, &stopping).await?;
@@ -336,11 +337,12 @@ fn channel_handles(
 /// is the journal's end when it registers, so an event journaled before (by a plugin's
 /// `init`, a first turn, or another host on a shared journal while this one's registration
 /// waited) would otherwise never reach it.
+/// The ids registered.
 async fn register_subscribers(
     set: &resolve::PluginSet,
     stores: &Stores,
     stopping: &watch::Receiver<bool>,
-) {
+) -> Vec<String> {
     let plugins = set
         .start_order()
         .iter()
@@ -351,9 +353,48 @@ async fn register_subscribers(
         Lifecycle::subscriptions(),
     );
     let mut stop = stopping.clone();
+    let mut registered = Vec::new();
     for (id, patterns) in std::iter::once(lifecycle).chain(plugins) {
         dispatch::subscribe(&stores.journal, &id, &patterns, &mut stop).await;
+        registered.push(id);
     }
+    registered
+}
+
+/// Warn of the journal's subscribers this host did not register: a plugin removed from the
+/// plugins dir or disabled. Events wait for them, and retention keeps the journal from
+/// their cursor on. Read off the start's path (counting what waits reads the journal).
+fn warn_of_unserved_subscribers(config: &HostConfig, registered: Vec<String>) {
+    let (storage, data_dir) = (config.storage(), config.data_dir.clone());
+    tokio::task::spawn_blocking(move || {
+        let lags = storage
+            .map_err(|e| e.to_string())
+            .and_then(|storage| {
+                storage
+                    .journal_operator(&data_dir)
+                    .map_err(|e| e.to_string())
+            })
+            .and_then(|operator| match operator {
+                Some(operator) => operator.subscriber_lags().map_err(|e| e.to_string()),
+                None => Ok(Vec::new()),
+            });
+        let lags = match lags {
+            Ok(lags) => lags,
+            Err(e) => return tracing::warn!("cannot list the journal's subscribers: {e}"),
+        };
+        for lag in lags.iter().filter(|lag| !registered.contains(&lag.id)) {
+            tracing::warn!(
+                subscriber = %lag.id,
+                waiting = lag.lag,
+                "journal subscriber `{}` belongs to no plugin this host runs: its events wait \
+                 for it, and the journal is kept from #{} on; if the plugin is gone for good, \
+                 `cairn journal unsubscribe --subscriber {}` forgets it",
+                lag.id,
+                lag.cursor + 1,
+                lag.id
+            );
+        }
+    });
 }
 
 /// Resume interrupted work and start the router, the agent, the lifecycle, retention,

@@ -418,9 +418,10 @@ pub fn host_event(
 mod tests {
     use super::*;
     use crate::backends::{Place, on_each_backend};
+    use cairn_storage::journal::Unsubscribed;
     use cairn_storage::pg::journal::{DEFAULT_SUBSCRIPTION_LEASE, PgJournal};
 
-    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async host_events_emitted_together_land_in_order_and_wake_watchers, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed, async a_replay_holds_off_the_hosts_cursor_moves_until_it_takes_notice);
+    on_each_backend!(async a_search_reports_how_far_it_read_so_the_next_starts_there, async host_events_emitted_together_land_in_order_and_wake_watchers, async a_watcher_is_woken_only_by_the_topics_it_watches, async retention_prunes_only_events_every_subscriber_consumed, async a_forgotten_subscriber_no_longer_holds_events_back_unless_a_host_holds_it, async a_replay_holds_off_the_hosts_cursor_moves_until_it_takes_notice);
 
     /// A journal on `place`, as a host opens it.
     fn journal_on(place: &Place, config: JournalConfig) -> Journal {
@@ -678,6 +679,62 @@ mod tests {
             ["a.one", "a.four"],
             "dead-lettered and still-pending events stay"
         );
+    }
+
+    async fn a_forgotten_subscriber_no_longer_holds_events_back_unless_a_host_holds_it(
+        place: Place,
+    ) {
+        let config = JournalConfig {
+            retention_days: 0,
+            ..JournalConfig::default()
+        };
+        let journal = journal_on(&place, config);
+        let all = vec!["*".to_string()];
+        journal.subscribe("served", &all).await.expect("subscribe");
+        journal.subscribe("removed", &all).await.expect("subscribe");
+        let mut last = 0;
+        for topic in ["a.one", "a.two"] {
+            last = journal.append(event(topic)).await.expect("append");
+        }
+        journal.advance("served", last).await.expect("advance");
+        let events = journal.pending(0, &all, 10).expect("read").events;
+        journal
+            .dead_letter("removed", &events[0], "boom", 1)
+            .await
+            .expect("dead letter");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert_eq!(
+            journal.prune().await.expect("prune"),
+            0,
+            "kept for `removed`"
+        );
+
+        let operator = operator_on(&place);
+        if matches!(place, Place::Postgres(_)) {
+            assert!(journal.hold("removed").await.expect("hold"));
+            assert_eq!(
+                operator.unsubscribe("removed").expect("unsubscribe"),
+                Unsubscribed::Held,
+                "a host delivers to it"
+            );
+            journal.release("removed").await.expect("release");
+        }
+        assert_eq!(
+            operator.unsubscribe("removed").expect("unsubscribe"),
+            Unsubscribed::Forgotten { dead_letters: 1 }
+        );
+        assert_eq!(
+            operator.unsubscribe("removed").expect("unsubscribe"),
+            Unsubscribed::Unknown
+        );
+        assert_eq!(journal.prune().await.expect("prune"), 2, "all taken now");
+        let left: Vec<String> = operator
+            .subscriber_lags()
+            .expect("lags")
+            .into_iter()
+            .map(|lag| lag.id)
+            .collect();
+        assert_eq!(left, ["served"]);
     }
 
     #[tokio::test]

@@ -798,3 +798,64 @@ fn a_0_2_1_handler_takes_a_run_in_one_call_and_a_failing_or_trapping_event_goes_
     dead.dedup();
     assert_eq!(dead, asked, "only what asked to fail or trap: {letters:?}");
 }
+
+#[test]
+fn a_removed_plugins_subscriber_is_named_at_start_and_forgotten_on_request() {
+    let dir = PluginDir::new();
+    dir.bundled_all(&["cli", "counter"]);
+    let data = tempfile::tempdir().expect("data");
+    let d = data.path().display().to_string();
+    let env = [("CAIRN_HTTP_LISTEN", "127.0.0.1:0")];
+    let unsubscribe = || {
+        cairn(&[
+            "journal",
+            "unsubscribe",
+            "--subscriber",
+            "counter",
+            "--data",
+            &d,
+        ])
+    };
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    let refused = unsubscribe();
+    assert_eq!(refused.status.code(), Some(2), "a host serves it");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    let expected = if cairn_tests::storage::on_postgres() {
+        "a host delivers to `counter` now"
+    } else {
+        "plugin `counter` runs on the host on this data dir"
+    };
+    assert!(said.contains(expected), "{said}");
+    host.stop();
+
+    std::fs::remove_file(dir.path().join("counter.yaml")).expect("remove the manifest");
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for(
+        "journal subscriber `counter` belongs to no plugin this host runs",
+        LONG,
+    );
+    let forgot = unsubscribe();
+    assert!(
+        forgot.status.success(),
+        "{}",
+        String::from_utf8_lossy(&forgot.stderr)
+    );
+    assert!(String::from_utf8_lossy(&forgot.stdout).starts_with("forgot subscriber counter"));
+    let subscribers = status_json(data.path())["subscribers"].clone();
+    let ids: Vec<&str> = subscribers
+        .as_array()
+        .expect("subscribers")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["host.lifecycle"], "{subscribers}");
+    let again = unsubscribe();
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr)
+            .contains("no subscriber `counter` in this journal (it has: host.lifecycle)")
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+}

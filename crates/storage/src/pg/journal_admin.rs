@@ -3,7 +3,7 @@
 
 use super::journal::{EVENT_COLUMNS, MIGRATIONS, read_event, topic_filter};
 use super::{Param, PgPool, PgUrl, params};
-use crate::journal::JournalOperator;
+use crate::journal::{JournalOperator, Unsubscribed};
 use crate::{StorageError, now_ms};
 use cairn_vocab::event::{DeadLetter, DeadLetterStatus, Event, SubscriberLag};
 
@@ -183,6 +183,36 @@ impl JournalOperator for PgJournalAdmin {
             })
             .wait()?;
         Ok(usize::try_from(changed).unwrap_or(usize::MAX))
+    }
+
+    fn unsubscribe(&self, subscriber: &str) -> Result<Unsubscribed, StorageError> {
+        let subscriber = subscriber.to_string();
+        self.pool
+            .submit(move |tx| {
+                let Some(row) = tx.query_opt(
+                    "SELECT holder IS NOT NULL AND lease_until >= $2 FROM journal_subscribers
+                      WHERE id = $1 FOR UPDATE",
+                    &[&subscriber, &now_ms()],
+                )?
+                else {
+                    return Ok(Unsubscribed::Unknown);
+                };
+                if row.try_get::<_, Option<bool>>(0)?.unwrap_or(false) {
+                    return Ok(Unsubscribed::Held);
+                }
+                let dead_letters = tx.execute(
+                    "DELETE FROM journal_dead_letters WHERE subscriber = $1",
+                    &[&subscriber],
+                )?;
+                tx.execute(
+                    "DELETE FROM journal_subscribers WHERE id = $1",
+                    &[&subscriber],
+                )?;
+                Ok(Unsubscribed::Forgotten {
+                    dead_letters: usize::try_from(dead_letters).unwrap_or(usize::MAX),
+                })
+            })
+            .wait()
     }
 }
 
