@@ -205,7 +205,11 @@ impl LocalMemory {
     fn prepare(&self, memory: NewMemory) -> Result<Prepared, MemoryError> {
         validate(&memory)?;
         let now = now_ms();
-        let entry = crate::record(&memory, new_id(&memory.content, now), now);
+        let id = memory
+            .id
+            .clone()
+            .unwrap_or_else(|| new_id(&memory.content, now));
+        let entry = crate::record(&memory, id, now);
         Ok(Prepared {
             entry,
             supersedes: memory.supersedes,
@@ -356,6 +360,14 @@ fn new_id(content: &str, now: i64) -> String {
     format!("mem_{}", &hex::encode(hasher.finalize())[..16])
 }
 
+/// Whether `id` can name an entry: 1 to 64 ASCII letters, digits, `-` or `_`.
+fn is_entry_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
 fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
     let bad = |text: String| Err(MemoryError::InvalidInput(text));
     if memory.content.trim().is_empty() {
@@ -380,6 +392,13 @@ fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
     }
     if memory.predicate.is_some() && memory.subject.is_none() {
         return bad("predicate: a predicate needs a subject".into());
+    }
+    if let Some(id) = &memory.id
+        && !is_entry_id(id)
+    {
+        return bad(format!(
+            "id: `{id}` is not an id; expected 1 to 64 ASCII letters, digits, - or _"
+        ));
     }
     for (i, tag) in memory.tags.iter().enumerate() {
         if tag.trim().is_empty() || tag.len() > 100 {

@@ -113,6 +113,11 @@ pub struct NewMemory {
     /// When it became true; none means now.
     #[serde(default)]
     pub valid_from: Option<i64>,
+    /// The id to store it under, chosen by the caller so saving the same memory again (a
+    /// turn resumed after a crash) stores it once; none takes a fresh one. At most 64 ASCII
+    /// letters, digits, `-` or `_`.
+    #[serde(default)]
+    pub id: Option<String>,
 }
 
 impl NewMemory {
@@ -130,6 +135,7 @@ impl NewMemory {
             predicate: None,
             supersedes: None,
             valid_from: None,
+            id: None,
         }
     }
 }

@@ -445,6 +445,10 @@ impl Agent {
                 let text = message_text(message, self.config.max_message_chars);
                 let mut episode = self.episode(session_id, &message.sender, "user", text)?;
                 episode.valid_from = message.said_at;
+                episode.id = Some(episode_id(
+                    batch,
+                    &format!("user {} {}", message.id, message.received_at),
+                ));
                 Some(episode)
             })
             .collect()
@@ -750,8 +754,12 @@ impl Agent {
             reply,
             text,
         } = reply;
-        let episode =
-            user.and_then(|user| self.episode(session_id, user, "assistant", text.to_string()));
+        let episode = user
+            .and_then(|user| self.episode(session_id, user, "assistant", text.to_string()))
+            .map(|mut episode| {
+                episode.id = Some(episode_id(batch, &format!("assistant {text}")));
+                episode
+            });
         let response = async {
             if let Some(journal) = &self.journal {
                 let payload = serde_json::json!({
@@ -925,7 +933,12 @@ impl Agent {
             Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
         };
         if let (Some(result), Some(user)) = (&result, &user) {
-            let episode = self.episode(&session_id, user, "assistant", result.clone());
+            let episode = self
+                .episode(&session_id, user, "assistant", result.clone())
+                .map(|mut episode| {
+                    episode.id = Some(episode_id(&batch, &format!("task {task} {result}")));
+                    episode
+                });
             self.remember(&session_id, episode.into_iter().collect())
                 .await;
         }
@@ -963,6 +976,20 @@ impl Agent {
         )
         .await;
     }
+}
+
+/// The id of `which` episode of `batch` (`user <message id> <arrival>`, `assistant <text>`,
+/// …), the same at every attempt, so a save repeated after a crash (between the episodes'
+/// commit and the journal's, or the task's finish) stores it once. The batch's first arrival
+/// is in it too, so a buffer begun afresh (its ids from 1 again) never names an old episode.
+fn episode_id(batch: &Batch, which: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let first_arrival = batch.messages.iter().map(|m| m.received_at).min();
+    let mut hasher = Sha256::new();
+    hasher.update(batch.id.to_le_bytes());
+    hasher.update(first_arrival.unwrap_or(0).to_le_bytes());
+    hasher.update(which.as_bytes());
+    format!("ep_{}", &hex::encode(hasher.finalize())[..16])
 }
 
 /// Take items with `claim` and handle them with `work` until `stop` turns true; when the

@@ -404,6 +404,50 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
 }
 
 #[test]
+fn a_batch_received_again_after_a_crash_before_its_journal_is_remembered_once() {
+    if cairn_tests::storage::on_postgres() {
+        return; // (It edits the data dir's journal.db to stand for the crash.)
+    }
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+    ];
+    let down = StubServer::start(vec![Reply::status(503, "down")]);
+    let mut host = host_answered_by(&down, &plugins, data, &settings);
+    host.type_line("where did I park?");
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    // As if the host had died after saving the episodes and before journaling them: neither
+    // the mark nor the journal says the batch was received.
+    rusqlite::Connection::open(data.join("buffer.db"))
+        .expect("buffer.db")
+        .execute("UPDATE batches SET received_at = NULL", [])
+        .expect("unmark");
+    rusqlite::Connection::open(data.join("journal.db"))
+        .expect("journal.db")
+        .execute("DELETE FROM events WHERE topic = 'message.received'", [])
+        .expect("unjournal");
+
+    let up = StubServer::start(vec![Reply::openai_chat("Level two.")]);
+    let mut host = host_answered_by(&up, &plugins, data, &settings);
+    host.wait_for("cairn> Level two.", Duration::from_secs(60));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let memories = cairn_tests::memory_list(data);
+    let asked = cairn_tests::saying(&memories, "where did I park?");
+    assert_eq!(asked, 1, "remembered once: {memories:?}");
+}
+
+#[test]
 fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
     let plugins = PluginDir::new();
     plugins.bundled("cli");

@@ -160,5 +160,6 @@ fn successor_of_edit(entry: MemoryEntry) -> NewMemory {
         predicate: entry.predicate,
         supersedes: Some(entry.id),
         valid_from: None,
+        id: None,
     }
 }

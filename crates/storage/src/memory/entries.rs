@@ -227,6 +227,12 @@ fn insert(
     supersedes: Option<&str>,
     actor: &str,
 ) -> rusqlite::Result<Insertion> {
+    if entry_exists(conn, &entry.id)? {
+        // Its caller chose the id (see `NewMemory::id`): this memory is stored already.
+        return Ok(Insertion::Duplicate {
+            existing: entry.id.clone(),
+        });
+    }
     if entry.kind != MemoryKind::Episode
         && let Some(existing) = live_duplicate(conn, entry)?
     {
@@ -262,6 +268,12 @@ fn insert(
     Ok(Insertion::Stored {
         superseded: replaced,
     })
+}
+
+/// Whether an entry (live, superseded or forgotten) has `id`.
+fn entry_exists(conn: &Connection, id: &str) -> rusqlite::Result<bool> {
+    conn.prepare_cached("SELECT EXISTS (SELECT 1 FROM entries WHERE id = ?1)")?
+        .query_row(params![id], |r| r.get(0))
 }
 
 /// A live entry with the same content, kind, scope, subject and predicate.

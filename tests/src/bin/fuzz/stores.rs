@@ -58,6 +58,7 @@ impl Recall {
                     predicate: None,
                     supersedes: None,
                     valid_from: None,
+                    id: None,
                 })
                 .expect("seed memory");
         }

@@ -306,6 +306,33 @@ fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
             similarity: 1.0
         }
     );
+    // An episode stored again under the id its caller chose is stored once; repeated
+    // words in another episode are not a duplicate.
+    let mut said = NewMemory::new(MemoryKind::Episode, "yes please");
+    said.scope = user_scope("alice");
+    said.id = Some("ep_turn_7_user".into());
+    let first = memory.store_blocking(said.clone()).expect("store");
+    assert_eq!(stored_id(first), "ep_turn_7_user");
+    assert_eq!(
+        memory.store_blocking(said.clone()).expect("store"),
+        StoreOutcome::Duplicate {
+            existing: "ep_turn_7_user".into(),
+            similarity: 1.0
+        }
+    );
+    said.id = None;
+    assert!(matches!(
+        memory.store_blocking(said.clone()).expect("store"),
+        StoreOutcome::Stored { .. }
+    ));
+    said.id = Some("not an id!".into());
+    let refused = memory.store_blocking(said).expect_err("a bad id");
+    assert!(
+        refused
+            .to_string()
+            .contains("id: `not an id!` is not an id"),
+        "{refused}"
+    );
     let mut hobby = NewMemory::new(
         MemoryKind::Fact,
         "Alice plays chess in the park every Sunday morning",

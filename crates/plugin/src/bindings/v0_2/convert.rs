@@ -157,6 +157,7 @@ pub fn from_wit_new(memory: wit::NewMemory) -> NewMemory {
         predicate: memory.predicate,
         supersedes: memory.supersedes,
         valid_from: memory.valid_from,
+        id: None,
     }
 }
 

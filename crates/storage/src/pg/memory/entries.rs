@@ -259,6 +259,13 @@ fn insert(
             &[&format!("{subject}\u{1f}{predicate}")],
         )?;
     }
+    let known = tx.query_opt("SELECT 1 FROM memory_entries WHERE id = $1", &[&entry.id])?;
+    if known.is_some() {
+        // Its caller chose the id (see `NewMemory::id`): this memory is stored already.
+        return Ok(Insertion::Duplicate {
+            existing: entry.id.clone(),
+        });
+    }
     if entry.kind != MemoryKind::Episode
         && let Some(existing) = live_duplicate(tx, entry)?
     {
