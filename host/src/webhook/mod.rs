@@ -4,12 +4,15 @@
 //! The channel sees the path below `/channels/<plugin-id>` (`/` for the bare and the
 //! trailing-slash forms). It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
 //! manifest asks for a webhook. Requests to a channel that asked for none get 404; while the
-//! plugin is restarting or quarantined, 503; a plugin fault during the call, 500.
+//! plugin is restarting or quarantined, 503; a plugin fault during the call, 500; a body over
+//! `http.max_body_bytes`, 413. The host's own answers are JSON, `{"error": "…"}`, as the
+//! bundled channels' are.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, RawQuery, State};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -99,9 +102,12 @@ async fn root_request(
     method: Method,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    forward(channels, id, String::new(), method, query, headers, body).await
+    match body {
+        Ok(body) => forward(channels, id, String::new(), method, query, headers, body).await,
+        Err(rejection) => refused_body(&rejection),
+    }
 }
 
 async fn nested_request(
@@ -110,13 +116,30 @@ async fn nested_request(
     method: Method,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    forward(channels, id, rest, method, query, headers, body).await
+    match body {
+        Ok(body) => forward(channels, id, rest, method, query, headers, body).await,
+        Err(rejection) => refused_body(&rejection),
+    }
 }
 
-fn plain(status: StatusCode, text: impl Into<String>) -> Response {
-    (status, text.into()).into_response()
+/// The host's own answer: `status` with `{"error": text}`.
+fn error_json(status: StatusCode, text: impl Into<String>) -> Response {
+    let body = serde_json::json!({ "error": text.into() }).to_string();
+    let json = [(axum::http::header::CONTENT_TYPE, "application/json")];
+    (status, json, body).into_response()
+}
+
+/// A body that could not be read: over `http.max_body_bytes` (413), or cut short.
+fn refused_body(rejection: &BytesRejection) -> Response {
+    let status = rejection.status();
+    let text = if status == StatusCode::PAYLOAD_TOO_LARGE {
+        "body: over http.max_body_bytes".to_string()
+    } else {
+        format!("body: {}", rejection.body_text())
+    };
+    error_json(status, text)
 }
 
 async fn forward(
@@ -129,9 +152,9 @@ async fn forward(
     body: Bytes,
 ) -> Response {
     let Some(channel) = channels.get(&id) else {
-        return plain(
+        return error_json(
             StatusCode::NOT_FOUND,
-            format!("no channel `{id}` serves webhooks here\n"),
+            format!("no channel `{id}` serves webhooks here"),
         );
     };
     let request = HttpRequest {
@@ -166,20 +189,19 @@ async fn forward(
             }
             response
         }
-        Err(CallError::Plugin(error)) if error.kind == ErrorKind::Unavailable => plain(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", error.message),
-        ),
+        Err(CallError::Plugin(error)) if error.kind == ErrorKind::Unavailable => {
+            error_json(StatusCode::SERVICE_UNAVAILABLE, error.message)
+        }
         // The state only: the fault behind it is the operator's, not the sender's.
-        Err(CallError::NotRunning { plugin, state, .. }) => plain(
+        Err(CallError::NotRunning { plugin, state, .. }) => error_json(
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("plugin {plugin} is {state}\n"),
+            format!("plugin {plugin} is {state}"),
         ),
         Err(error) => {
             tracing::warn!(channel = %id, "webhook call failed: {error}");
-            plain(
+            error_json(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                "the channel failed to handle the request\n",
+                "the channel failed to handle the request",
             )
         }
     }

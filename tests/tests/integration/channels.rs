@@ -645,7 +645,9 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
     let dir = PluginDir::new();
     dir.bundled("webhook");
     let data = tempfile::tempdir().expect("data");
-    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    let mut env = fast_env();
+    env.push(("CAIRN_HTTP_MAX_BODY_BYTES", "2048"));
+    let mut host = Host::start(dir.path(), data.path(), &env);
     let port = host.webhook_port();
     let client = http_client();
     let body = |n: u64| {
@@ -680,6 +682,30 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
         assert_eq!(status, 202, "{form}: {answer}");
         let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
         ids.push(answer["id"].as_i64().expect("id"));
+    }
+    // The host's own refusals are JSON too: a channel that serves no webhooks, a body over
+    // `http.max_body_bytes`.
+    let refusals = [
+        (
+            "/channels/nowhere",
+            body(9),
+            404,
+            "no channel `nowhere` serves webhooks here",
+        ),
+        (
+            "/channels/webhook",
+            vec![b' '; 4096],
+            413,
+            "body: over http.max_body_bytes",
+        ),
+    ];
+    for (path, body, expected, error) in refusals {
+        let url = format!("http://127.0.0.1:{port}{path}");
+        let (status, answer) =
+            post_webhook_to(&client, &url, "issues", "refused", &body, None).expect("post");
+        assert_eq!(status, expected, "{path}: {answer}");
+        let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
+        assert_eq!(answer["error"], error, "{path}");
     }
     // GitHub's "Redeliver" sends the same delivery id again: the first id, nothing stored.
     let first = body(0);
