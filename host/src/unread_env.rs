@@ -33,10 +33,20 @@ pub struct UnreadVariable {
     pub name: String,
     /// The setting's variable it most likely meant, when one is close.
     pub meant: Option<String>,
+    /// The disabled plugin it is granted to, when only one that does not run is.
+    pub disabled_plugin: Option<String>,
 }
 
 impl std::fmt::Display for UnreadVariable {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(plugin) = &self.disabled_plugin {
+            return write!(
+                f,
+                "{} is granted only to plugin `{plugin}`, which plugins.disabled turns off: \
+                 nothing reads it while it is",
+                self.name
+            );
+        }
         write!(f, "{} is set but no setting or plugin reads it", self.name)?;
         match &self.meant {
             Some(meant) => write!(f, " (did you mean {meant}?)"),
@@ -45,13 +55,15 @@ impl std::fmt::Display for UnreadVariable {
     }
 }
 
-/// The `CAIRN_…` variables among `set` that no setting of `config` reads, nor a plugin is
-/// granted (`granted`, from the manifests' `capabilities.env`), nor the config names as a
-/// key's variable, nor Cairn's development tools read; sorted by name.
+/// The `CAIRN_…` variables among `set` that no setting of `config` reads, nor a running
+/// plugin is granted (`granted`, from the manifests' `capabilities.env`), nor the config
+/// names as a key's variable, nor Cairn's development tools read; sorted by name. One
+/// granted to a disabled plugin (`disabled_grants`: variable, plugin) says so.
 pub fn unread_variables(
     config: &HostConfig,
     set: impl IntoIterator<Item = String>,
     granted: &[String],
+    disabled_grants: &[(String, String)],
 ) -> Vec<UnreadVariable> {
     let settings: Vec<String> = config
         .settings()
@@ -71,6 +83,10 @@ pub fn unread_variables(
         .filter(|name| !TOOL_VARIABLES.contains(&name.as_str()))
         .map(|name| UnreadVariable {
             meant: closest(&name, settings.iter().chain(granted)),
+            disabled_plugin: disabled_grants
+                .iter()
+                .find(|(variable, _)| *variable == name)
+                .map(|(_, plugin)| plugin.clone()),
             name,
         })
         .collect();
@@ -110,17 +126,19 @@ mod tests {
             "CAIRN_SOMETHING_ELSE_ENTIRELY",
             "HOME",
         ]);
-        let unread = unread_variables(&config, set, &names(&["CAIRN_WEBHOOK_SECRET"]));
+        let unread = unread_variables(&config, set, &names(&["CAIRN_WEBHOOK_SECRET"]), &[]);
         assert_eq!(
             unread,
             [
                 UnreadVariable {
                     name: "CAIRN_AGENT_LLM_PROVDER".into(),
                     meant: Some("CAIRN_AGENT_LLM_PROVIDER".into()),
+                    disabled_plugin: None,
                 },
                 UnreadVariable {
                     name: "CAIRN_SOMETHING_ELSE_ENTIRELY".into(),
                     meant: None,
+                    disabled_plugin: None,
                 },
             ]
         );
@@ -135,7 +153,7 @@ mod tests {
         let config = HostConfig::default();
         let granted = names(&["CAIRN_WEBHOOK_SECRET"]);
         let meant = |name: &str| {
-            unread_variables(&config, names(&[name]), &granted)
+            unread_variables(&config, names(&[name]), &granted, &[])
                 .first()
                 .and_then(|unread| unread.meant.clone())
         };
@@ -152,6 +170,21 @@ mod tests {
     fn the_variable_a_key_setting_names_is_read() {
         let mut config = HostConfig::default();
         config.agent.llm.api_key_env = "CAIRN_OPENAI_KEY".into();
-        assert!(unread_variables(&config, names(&["CAIRN_OPENAI_KEY"]), &[]).is_empty());
+        assert!(unread_variables(&config, names(&["CAIRN_OPENAI_KEY"]), &[], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_variable_granted_only_to_a_disabled_plugin_says_so() {
+        let config = HostConfig::default();
+        let disabled = [("CAIRN_PAGER_TOKEN".to_string(), "pager".to_string())];
+        let unread = unread_variables(&config, names(&["CAIRN_PAGER_TOKEN"]), &[], &disabled);
+        assert_eq!(
+            unread[0].to_string(),
+            "CAIRN_PAGER_TOKEN is granted only to plugin `pager`, which plugins.disabled turns \
+             off: nothing reads it while it is"
+        );
+        let also_running = names(&["CAIRN_PAGER_TOKEN"]);
+        let read = unread_variables(&config, also_running.clone(), &also_running, &disabled);
+        assert!(read.is_empty(), "a running plugin reads it");
     }
 }

@@ -14,9 +14,16 @@ use super::manifest::{self, Manifest, ManifestError};
 #[derive(Debug, Clone)]
 pub struct PluginSet {
     start_order: Vec<Manifest>,
+    disabled: Vec<Manifest>,
 }
 
 impl PluginSet {
+    /// The manifests of the plugins the host config disables (`plugins.disabled`): read and
+    /// valid, not started.
+    pub fn disabled(&self) -> &[Manifest] {
+        &self.disabled
+    }
+
     /// Manifests in the order their plugins start (every dependency before its dependents).
     pub fn start_order(&self) -> &[Manifest] {
         &self.start_order
@@ -41,14 +48,16 @@ pub fn load(dir: &Path) -> Result<PluginSet, Vec<ManifestError>> {
 /// host config's `plugins.disabled`): they are not started, and a plugin that depends on
 /// one is an error naming the setting.
 pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<ManifestError>> {
-    let (mut manifests, mut errors) = manifest::load_dir(dir).map_err(|e| {
+    let (manifests, mut errors) = manifest::load_dir(dir).map_err(|e| {
         vec![ManifestError {
             file: dir.to_path_buf(),
             field: String::new(),
             message: format!("cannot read plugin directory: {e}"),
         }]
     })?;
-    manifests.retain(|m| !disabled.contains(&m.id));
+    let (switched_off, mut manifests): (Vec<Manifest>, Vec<Manifest>) = manifests
+        .into_iter()
+        .partition(|m| disabled.contains(&m.id));
     // A plugin needing a disabled one is reported here, and left out of resolution so the
     // dependency is not reported a second time as missing.
     manifests.retain(|manifest| {
@@ -72,7 +81,10 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
     });
     leave_out_dependents_of_invalid(&mut manifests, &mut errors);
     match resolve(manifests) {
-        Ok(set) if errors.is_empty() => Ok(set),
+        Ok(set) if errors.is_empty() => Ok(PluginSet {
+            disabled: switched_off,
+            ..set
+        }),
         Ok(_) => Err(errors),
         Err(mut more) => {
             errors.append(&mut more);
@@ -190,6 +202,7 @@ pub fn resolve(manifests: Vec<Manifest>) -> Result<PluginSet, Vec<ManifestError>
     }
     Ok(PluginSet {
         start_order: backend_first(topological_order(by_id)),
+        disabled: Vec::new(),
     })
 }
 
@@ -443,6 +456,8 @@ mod tests {
         ]);
         let set = load_enabled(dir.path(), &["log".to_string()]).expect("resolves");
         assert_eq!(ids(&set), ["store", "app"]);
+        let disabled: Vec<&str> = set.disabled().iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(disabled, ["log"], "kept aside");
         let errors = load_enabled(dir.path(), &["store".to_string()]).expect_err("app needs store");
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].field, "depends_on[0].id");

@@ -491,8 +491,18 @@ fn warn_unread_variables(config: &HostConfig, set: &resolve::PluginSet) {
         .iter()
         .flat_map(|manifest| manifest.capabilities.env.iter().cloned())
         .collect();
+    let disabled_grants: Vec<(String, String)> = set
+        .disabled()
+        .iter()
+        .flat_map(|manifest| {
+            let plugin = &manifest.id;
+            let variables = manifest.capabilities.env.iter();
+            variables.map(move |variable| (variable.clone(), plugin.clone()))
+        })
+        .collect();
     let set_names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    for unread in crate::unread_env::unread_variables(config, set_names, &granted) {
+    let unread = crate::unread_env::unread_variables(config, set_names, &granted, &disabled_grants);
+    for unread in unread {
         tracing::warn!("{unread}");
     }
 }

@@ -234,6 +234,30 @@ fn a_mistyped_setting_variable_is_named_at_start_with_the_one_meant() {
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert!(!log.contains("CAIRN_GREETING is set"), "{log}");
+    // Granted only to a plugin the host config disables, it is named as such.
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    plugins.bundled_with("counter", |manifest| {
+        manifest.replace(
+            "capabilities:\n",
+            "capabilities:\n  env: [CAIRN_GREETING]\n",
+        )
+    });
+    let env = [
+        ("CAIRN_GREETING", "hi"),
+        ("CAIRN_PLUGINS_DISABLED", "[counter]"),
+    ];
+    let mut host = Host::start(plugins.path(), data.path(), &env);
+    host.wait_for("cairn is running", LONG);
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(
+        log.contains(
+            "CAIRN_GREETING is granted only to plugin `counter`, which plugins.disabled turns \
+             off: nothing reads it while it is"
+        ),
+        "{log}"
+    );
 }
 
 #[test]
