@@ -110,16 +110,27 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     // is refused before anything starts.
     let dir = PluginDir::new();
     dir.bundled("webhook");
-    for (extra, setting, expected) in [
+    for (extra, settings, expected) in [
         (
             &["--console", "127.0.0.1:18795"][..],
-            ("CAIRN_HTTP_LISTEN", "127.0.0.1:18795"),
+            &[("CAIRN_HTTP_LISTEN", "127.0.0.1:18795")][..],
             "console.listen 127.0.0.1:18795 is where the webhook server listens",
         ),
         (
             &[][..],
-            ("CAIRN_AGENT_LLM_PROVIDER", "anthropic"),
+            &[("CAIRN_AGENT_LLM_PROVIDER", "anthropic")][..],
             "agent.llm.api_key_env: anthropic at https://api.anthropic.com needs an API key",
+        ),
+        (
+            &[][..],
+            &[
+                ("CAIRN_AGENT_LLM_PROVIDER", "anthropic"),
+                ("CAIRN_AGENT_LLM_API_KEY_ENV", "CAIRN_TEST_ANTHROPIC_KY"),
+                ("CAIRN_TEST_ANTHROPIC_KEY", "sk-test"),
+            ][..],
+            "the environment variable `CAIRN_TEST_ANTHROPIC_KY` is not set or is empty: \
+             expected the anthropic API key in it (did you mean `CAIRN_TEST_ANTHROPIC_KEY`, \
+             which is set?)",
         ),
     ] {
         let output = Command::new(cairn_bin())
@@ -128,7 +139,7 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             .args(["--data", &d])
             .args(extra)
             .envs(test_env())
-            .env(setting.0, setting.1)
+            .envs(settings.iter().copied())
             .stdin(std::process::Stdio::null())
             .output()
             .expect("run cairn");
