@@ -127,8 +127,15 @@ impl Journals<'_> {
     }
 
     /// The journal to repair; a data dir without one is refused (nothing to repair, and
-    /// nothing is created).
+    /// nothing is created), and so is one that does not exist.
     fn write(&self) -> Result<Box<dyn JournalOperator>> {
+        if matches!(self.storage, Storage::Sqlite) && !self.data_dir.is_dir() {
+            return Err(BadInput(format!(
+                "data dir (--data, data_dir or CAIRN_DATA_DIR): {} does not exist",
+                self.data_dir.display()
+            ))
+            .into());
+        }
         if self.read()?.is_none() {
             return Err(BadInput(format!(
                 "no journal in {}: no host has run on this data dir",

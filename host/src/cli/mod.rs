@@ -99,9 +99,10 @@ enum Command {
 #[error("{0}")]
 pub struct BadInput(String);
 
-/// Text that says something: not empty, not only blanks (a message or a question).
+/// Text that says something: not empty, not only blanks or invisible characters (a message
+/// or a question).
 pub(crate) fn parse_words(text: &str) -> Result<String, String> {
-    if text.trim().is_empty() {
+    if crate::buffer::is_blank(text) {
         return Err("expected some words, not an empty text".into());
     }
     Ok(text.to_string())

@@ -31,11 +31,11 @@ use tokio::sync::watch;
 
 use crate::buffer::{Buffer, BufferError};
 use crate::journal::dispatch::{Subscriber, Undelivered};
-use crate::journal::{Event, Journal};
+use crate::journal::{Event, Journal, JournalError};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::StorageError;
 use crate::store::host::LifecycleStore;
-use crate::store::memory::{Activity, SessionChoice, SessionStore};
+use crate::store::memory::{Activity, KeepOpen, SessionChoice, SessionStore};
 use crate::store::now_ms;
 use cairn_vocab::plugin::Schedule;
 use cairn_vocab::session::SleepState;
@@ -49,6 +49,9 @@ pub enum LifecycleError {
     /// The buffer could not say which conversations await an answer.
     #[error("lifecycle: {0}")]
     Buffer(#[from] BufferError),
+    /// The journal could not say what the session monitor has yet to read.
+    #[error("lifecycle: {0}")]
+    Journal(#[from] JournalError),
 }
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
@@ -106,6 +109,10 @@ pub fn conversation_key(channel: &str, conversation: &str) -> String {
 
 /// The journal subscriber id of the session monitor.
 const SUBSCRIBER: &str = "host.lifecycle";
+
+/// How many of the session monitor's unread events the timeout check looks through for the
+/// sessions they name; more unread than that, and it ends no session until it caught up.
+const UNREAD_LOOK: usize = 1000;
 
 impl Lifecycle {
     /// The lifecycle over `sessions` and `store`, announcing what happens on `journal`;
@@ -201,7 +208,13 @@ impl Lifecycle {
             Activity::Continued => Vec::new(),
             Activity::Started { completed } => completed,
         };
-        let woke = event.topic == "message.received" && self.wake_on_message(event).await?;
+        let woke = match event.topic.as_str() {
+            "message.received" => self.wake_on_message(event).await?,
+            _ => {
+                self.note_answer(event).await?;
+                false
+            }
+        };
         for id in completed {
             self.journal
                 .emit(
@@ -242,22 +255,60 @@ impl Lifecycle {
         Ok(woke)
     }
 
-    /// End idle sessions and start sleeping when nothing is active. A session whose
-    /// conversation has a received batch still to answer (its provider is down, or its host
-    /// stopped or died before answering) stays open however long that takes, and for a
-    /// session timeout after the answer (which reaches the session through the journal a
-    /// little later), so the answer joins its question and the session is summarised with
-    /// both.
-    async fn check_timeouts(&self) -> Result<(), LifecycleError> {
-        let now = now_ms();
-        let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
-        let awaiting = self
+    /// Count an answer as activity on the sleep clock, as a message is: the agent sleeps only
+    /// once it has been quiet for the sleep timeout after its last answer too (an answer
+    /// long after its question, as after an outage, is not followed by sleep at once).
+    async fn note_answer(&self, event: &Event) -> Result<(), LifecycleError> {
+        let mut state = self.sleep_state()?;
+        if state.last_activity.is_some_and(|at| at >= event.created_at) {
+            return Ok(());
+        }
+        state.last_activity = Some(event.created_at);
+        self.set_sleep_state(state).await
+    }
+
+    /// The sessions to leave open however idle they look: those of conversations with a
+    /// received batch unanswered, and those the session monitor has unread activity for
+    /// (`None` when it is so far behind that it may have any: end none until it catches up).
+    fn keep_open(&self) -> Result<Option<KeepOpen>, LifecycleError> {
+        let conversations = self
             .buffer
-            .awaiting_answer(idle_before)?
+            .awaiting_answer()?
             .iter()
             .map(|(channel, conversation)| conversation_key(channel, conversation))
             .collect();
-        for ended in self.sessions.end_idle(idle_before, now, awaiting).await? {
+        let cursor = self.journal.cursor(SUBSCRIBER)?.unwrap_or(0);
+        let unread = self
+            .journal
+            .pending(cursor, &Self::subscriptions(), UNREAD_LOOK)?;
+        if unread.events.len() >= UNREAD_LOOK {
+            return Ok(None);
+        }
+        let sessions = unread
+            .events
+            .into_iter()
+            .filter_map(|e| e.session_id)
+            .collect();
+        Ok(Some(KeepOpen {
+            conversations,
+            sessions,
+        }))
+    }
+
+    /// End idle sessions and start sleeping when nothing is active. A session whose
+    /// conversation has a received batch still to answer (its provider is down, or its host
+    /// stopped or died before answering) stays open however long that takes, and so does one
+    /// whose activity the session monitor has yet to read (an answer journaled as its host
+    /// stopped, read by the next): the answer joins its question, and the session is
+    /// summarised with both.
+    async fn check_timeouts(&self) -> Result<(), LifecycleError> {
+        let now = now_ms();
+        let idle_before = now - (self.config.session_timeout_secs as i64) * 1000;
+        let ended = match self.keep_open()? {
+            Some(keep) => self.sessions.end_idle(idle_before, now, keep).await?,
+            None => Vec::new(),
+        };
+        for ended in ended {
             let payload = json!({
                 "session_id": ended.id, "user_id": ended.user_id, "reason": "idle",
                 "started_at": ended.started_at, "ended_at": now, "transcript": ended.transcript,
@@ -441,5 +492,121 @@ impl Subscriber for Lifecycle {
         self.observe(event)
             .await
             .map_err(|e| format!("session monitor: {e}").into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::buffer::BufferConfig;
+    use crate::config::Storage;
+    use crate::journal::JournalConfig;
+    use cairn_vocab::event::NewEvent;
+    use cairn_vocab::session::SessionState;
+
+    /// A lifecycle on a fresh data dir whose sessions end after a second idle, with its
+    /// session monitor subscribed; and that dir.
+    fn lifecycle() -> (Lifecycle, tempfile::TempDir) {
+        let dir = tempfile::tempdir().expect("data dir");
+        let storage = Storage::Sqlite;
+        let sessions = storage.memory(dir.path()).expect("memory").sessions;
+        let host = storage.host(dir.path()).expect("host").lifecycle;
+        let config = BufferConfig::default();
+        let store = storage.buffer(dir.path(), &config).expect("buffer");
+        let buffer = Arc::new(Buffer::over(store, config).expect("buffer"));
+        let journal = Journal::open(dir.path(), JournalConfig::default()).expect("journal");
+        let config = LifecycleConfig {
+            session_timeout_secs: 1,
+            ..LifecycleConfig::default()
+        };
+        let lifecycle = Lifecycle::new(config, sessions, host, buffer, Arc::new(journal));
+        (lifecycle, dir)
+    }
+
+    fn event(topic: &str, payload: serde_json::Value) -> NewEvent {
+        NewEvent {
+            topic: topic.into(),
+            payload: payload.to_string(),
+            source: "host".into(),
+            session_id: Some("cli:c".into()),
+            agent_id: None,
+            user_id: Some("ann".into()),
+            depth: 0,
+        }
+    }
+
+    /// Append `event`, and have the session monitor read it when `read`.
+    async fn journal(lifecycle: &Lifecycle, event: NewEvent, read: bool) {
+        let seq = lifecycle.journal.append(event).await.expect("append");
+        if read {
+            let pending = lifecycle.journal.pending(seq - 1, &["*".into()], 1);
+            let taken = pending.expect("read").events.remove(0);
+            lifecycle.take(&taken).await.expect("observe");
+            lifecycle
+                .journal
+                .advance(SUBSCRIBER, seq)
+                .await
+                .expect("advance");
+        }
+    }
+
+    fn ended(lifecycle: &Lifecycle) -> Vec<serde_json::Value> {
+        let events = lifecycle.journal.pending(0, &["session.ended".into()], 10);
+        let events = events.expect("read").events;
+        events
+            .iter()
+            .map(|e| serde_json::from_str(&e.payload).expect("json"))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_session_stays_open_until_its_monitor_has_read_the_answer() {
+        let (lifecycle, _dir) = lifecycle();
+        let patterns = Lifecycle::subscriptions();
+        lifecycle
+            .journal
+            .subscribe(SUBSCRIBER, &patterns)
+            .await
+            .expect("subscribe");
+        let question = json!({"sender": "ann", "text": "is the shop open?"});
+        journal(&lifecycle, event("message.received", question), true).await;
+        // The answer is journaled, and the monitor has not read it (its host stopped).
+        let answer = json!({"reply": {"text": "Until six."}});
+        journal(&lifecycle, event("agent.response", answer.clone()), false).await;
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        lifecycle.check_timeouts().await.expect("check");
+        assert!(
+            ended(&lifecycle).is_empty(),
+            "idle, but its answer is unread"
+        );
+        let session = lifecycle
+            .sessions
+            .session("cli:c")
+            .expect("read")
+            .expect("kept");
+        assert_eq!(session.state, SessionState::Active);
+
+        let unread = lifecycle
+            .journal
+            .pending(1, &patterns, 1)
+            .expect("read")
+            .events;
+        lifecycle.take(&unread[0]).await.expect("observe");
+        lifecycle
+            .journal
+            .advance(SUBSCRIBER, unread[0].seq)
+            .await
+            .expect("advance");
+        tokio::time::sleep(Duration::from_millis(1_100)).await;
+        lifecycle.check_timeouts().await.expect("check");
+        let ended = ended(&lifecycle);
+        assert_eq!(ended.len(), 1, "{ended:?}");
+        let roles: Vec<&str> = ended[0]["transcript"]
+            .as_array()
+            .expect("transcript")
+            .iter()
+            .filter_map(|entry| entry["role"].as_str())
+            .collect();
+        assert_eq!(roles, ["user", "assistant"], "ended once, with both");
     }
 }

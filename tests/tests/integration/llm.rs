@@ -518,6 +518,108 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
     assert_eq!(roles, ["user", "assistant"], "{ended:?}");
 }
 
+/// The `session.ended` payloads in `events`, in order.
+fn sessions_ended(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["topic"] == "session.ended")
+        .map(|e| serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json"))
+        .collect()
+}
+
+/// The roles of a `session.ended` payload's transcript, in order.
+fn transcript_roles(ended: &Value) -> Vec<String> {
+    let transcript = ended["transcript"].as_array().expect("transcript");
+    transcript
+        .iter()
+        .map(|entry| entry["role"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn an_answer_journaled_as_its_host_stops_joins_its_session_after_a_restart() {
+    let slow = Reply::Slow(
+        Duration::from_secs(3),
+        Box::new(Reply::openai_chat("Tuesday, by noon.")),
+    );
+    let server = StubServer::start(vec![slow]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "2"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data, &settings);
+    host.type_line("when is the delivery?");
+    let asked = std::time::Instant::now();
+    while server.seen().is_empty() {
+        assert!(asked.elapsed() < Duration::from_secs(30), "never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Stopped with the request in flight: the answer comes, and is journaled, as the host
+    // stops, after its session monitor stopped reading.
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(log.contains("cairn> Tuesday, by noon."), "{log}");
+    std::thread::sleep(Duration::from_secs(3));
+
+    let mut host = host_answered_by(&server, &plugins, data, &settings);
+    host.wait_until(Duration::from_secs(30), "the session ending", |_| {
+        !sessions_ended(&cairn_tests::journal_events(data)).is_empty()
+    });
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let ended = sessions_ended(&cairn_tests::journal_events(data));
+    assert_eq!(ended.len(), 1, "ended once: {ended:?}");
+    assert_eq!(
+        transcript_roles(&ended[0]),
+        ["user", "assistant"],
+        "{ended:?}"
+    );
+}
+
+#[test]
+fn the_agent_sleeps_a_sleep_timeout_after_its_last_answer_not_its_question() {
+    let slow = Reply::Slow(
+        Duration::from_secs(5),
+        Box::new(Reply::openai_chat("After a long think: yes.")),
+    );
+    let server = StubServer::start(vec![slow]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "3"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data, &settings);
+    host.type_line("is it worth it?");
+    host.wait_for("cairn> After a long think: yes.", Duration::from_secs(60));
+    let topic_at = |events: &[Value], topic: &str| {
+        events
+            .iter()
+            .find(|e| e["topic"] == topic)
+            .and_then(|e| e["created_at"].as_i64())
+    };
+    host.wait_until(Duration::from_secs(60), "sleep.started", |_| {
+        topic_at(&cairn_tests::journal_events(data), "sleep.started").is_some()
+    });
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let events = cairn_tests::journal_events(data);
+    let answered = topic_at(&events, "agent.response").expect("answered");
+    let slept = topic_at(&events, "sleep.started").expect("slept");
+    assert!(
+        slept - answered >= 3_000,
+        "asleep {} ms after the answer, before the 3 s sleep timeout: {events:?}",
+        slept - answered
+    );
+}
+
 #[test]
 fn status_says_stopping_while_a_stop_waits_for_the_provider() {
     // The provider takes longer than the 10 s a stop gives a request in flight.

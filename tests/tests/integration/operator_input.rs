@@ -98,11 +98,26 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         &["memory", "search", "", "--data", &d],
         "expected some words",
     );
+    refused(
+        &["send", "--channel", "cli", "--data", &d, "\u{200B}\u{2060}"],
+        "expected some words",
+    );
     if !storage::on_postgres() {
         // (On PostgreSQL memory is not in the data dir.)
         let nowhere = data.path().join("no-such-data-dir").display().to_string();
         refused(&["memory", "list", "--data", &nowhere], "does not exist");
         refused(&["status", "--data", &nowhere], "does not exist");
+        refused(
+            &[
+                "journal",
+                "unsubscribe",
+                "--subscriber",
+                "x",
+                "--data",
+                &nowhere,
+            ],
+            "does not exist",
+        );
     }
     assert_eq!(entries(data.path()), ["a-file"], "nothing written");
 

@@ -92,9 +92,9 @@ pub trait BufferStore: Send + Sync {
     /// began at `at` (see [`Batch::received_at`]); an earlier mark stays.
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()>;
     /// The conversations (channel, conversation) with a main batch that was received (see
-    /// [`Batch::received_at`]) and is not finished (queued again, or running), or finished at
-    /// or after `finished_since`: their sessions await an answer, or its record.
-    fn awaiting_answer(&self, finished_since: i64) -> Result<Vec<(String, String)>, StorageError>;
+    /// [`Batch::received_at`]) and is not finished: queued again, or running. Their sessions
+    /// await an answer.
+    fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError>;
     /// Mark the oldest queued task running; (task id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
     /// Record how a task ended.
@@ -204,20 +204,14 @@ impl BufferStore for SqliteBuffer {
         })
     }
 
-    fn awaiting_answer(&self, finished_since: i64) -> Result<Vec<(String, String)>, StorageError> {
+    fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(
-                "SELECT channel, conversation FROM batches
+                "SELECT DISTINCT channel, conversation FROM batches
                   WHERE route = 'main' AND status IN ('queued', 'running')
-                    AND received_at IS NOT NULL
-                 UNION
-                 SELECT channel, conversation FROM batches
-                  WHERE route = 'main' AND status IN ('done', 'failed') AND finished_at >= ?1
                     AND received_at IS NOT NULL",
             )?
-            .query_map(params![finished_since], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })?
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
             .collect()
         })
     }

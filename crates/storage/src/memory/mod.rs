@@ -277,6 +277,18 @@ pub trait MemoryStore: Send + Sync {
     fn settle_hydration(&self) -> Receipt<()>;
 }
 
+/// Sessions [`SessionStore::end_idle`] leaves open however idle they look: what they are
+/// waiting for has happened or will, and belongs in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeepOpen {
+    /// Conversations (`<channel>:<conversation>`) with a question received and not yet
+    /// answered: every active session of theirs stays.
+    pub conversations: Vec<String>,
+    /// Sessions with activity the lifecycle has not read yet (an answer journaled while its
+    /// host stopped, say).
+    pub sessions: Vec<String>,
+}
+
 /// The session a turn belongs to: its id, decided at once, and the receipt of its row
 /// (resolved at once when the session was already recorded).
 pub struct SessionChoice {
@@ -333,14 +345,8 @@ pub trait SessionStore: Send + Sync {
         keep: usize,
     ) -> Receipt<Activity>;
     /// End every active session last active at or before `idle_before` (state `ended`,
-    /// reason `idle`, at `now`), but those of the conversations in `awaiting`: a question
-    /// they received is still to be answered, and its answer belongs with it.
-    fn end_idle(
-        &self,
-        idle_before: i64,
-        now: i64,
-        awaiting: Vec<String>,
-    ) -> Receipt<Vec<EndedSession>>;
+    /// reason `idle`, at `now`), but those `keep` names.
+    fn end_idle(&self, idle_before: i64, now: i64, keep: KeepOpen) -> Receipt<Vec<EndedSession>>;
     /// How many sessions are active.
     fn active_sessions(&self) -> Result<u64, StorageError>;
     /// Sessions waiting for consolidation (`ended` or `pending`), oldest end first.

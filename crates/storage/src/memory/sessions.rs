@@ -122,22 +122,19 @@ impl SessionStore for SqliteMemory {
         })
     }
 
-    fn end_idle(
-        &self,
-        idle_before: i64,
-        now: i64,
-        awaiting: Vec<String>,
-    ) -> Receipt<Vec<EndedSession>> {
+    fn end_idle(&self, idle_before: i64, now: i64, keep: KeepOpen) -> Receipt<Vec<EndedSession>> {
         self.submit(move |conn| {
-            let awaiting = serde_json::Value::from(awaiting).to_string();
+            let conversations = serde_json::Value::from(keep.conversations).to_string();
+            let sessions = serde_json::Value::from(keep.sessions).to_string();
             let mut ended = conn
                 .prepare_cached(
                     "UPDATE sessions SET state = 'ended', ended_at = ?2, end_reason = 'idle'
                      WHERE state = 'active' AND coalesce(last_activity, started_at) <= ?1
                        AND coalesce(conversation, id) NOT IN (SELECT value FROM json_each(?3))
+                       AND id NOT IN (SELECT value FROM json_each(?4))
                      RETURNING id, user_id, started_at",
                 )?
-                .query_map(params![idle_before, now, awaiting], |r| {
+                .query_map(params![idle_before, now, conversations, sessions], |r| {
                     Ok(EndedSession {
                         id: r.get(0)?,
                         user_id: r.get(1)?,
@@ -330,6 +327,9 @@ fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
     if !legacy {
         return Ok(());
     }
+    let moved: i64 = conn.query_row("SELECT count(*) FROM legacy.lifecycle_sessions", [], |r| {
+        r.get(0)
+    })?;
     conn.execute_batch(
         "BEGIN IMMEDIATE;
          UPDATE sessions SET
@@ -349,7 +349,13 @@ fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
          DROP TABLE legacy.lifecycle_sessions;
          COMMIT;",
     )?;
-    tracing::info!("sessions moved from host.db into memory.db");
+    // (A host.db made since has the table too, empty: nothing to say then.)
+    if moved > 0 {
+        tracing::info!(
+            sessions = moved,
+            "sessions moved from host.db into memory.db"
+        );
+    }
     Ok(())
 }
 

@@ -65,7 +65,7 @@ fn a_conversation_resumed_after_idling_gets_a_numbered_session(memory: &dyn Stor
     assert_eq!(new(900), "cli:c1", "still active and not idle");
     assert_eq!(new(5_000), "cli:c1#2", "idle for over a second");
     let ended = memory
-        .end_idle(5_000, 5_001, Vec::new())
+        .end_idle(5_000, 5_001, KeepOpen::default())
         .wait()
         .expect("end idle");
     assert_eq!(ended.len(), 2, "both sessions were last active by 5000");
@@ -73,23 +73,30 @@ fn a_conversation_resumed_after_idling_gets_a_numbered_session(memory: &dyn Stor
 }
 
 fn a_session_awaiting_its_answer_is_not_ended_idle(memory: &dyn Stores) {
-    for conversation in ["cli:waiting", "cli:quiet"] {
+    for conversation in ["cli:waiting", "cli:unread", "cli:quiet"] {
         let choice = memory
             .session_for(conversation, Some("bob"), None, 10, 1_000)
             .expect("session");
         choice.recorded.wait().expect("recorded");
     }
-    let end_idle = |now, awaiting: &[&str]| -> Vec<String> {
-        let awaiting = awaiting.iter().map(|c| c.to_string()).collect();
-        let ended = memory
-            .end_idle(5_000, now, awaiting)
-            .wait()
-            .expect("end idle");
+    let end_idle = |now, conversations: &[&str], sessions: &[&str]| -> Vec<String> {
+        let names = |list: &[&str]| list.iter().map(|c| c.to_string()).collect();
+        let keep = KeepOpen {
+            conversations: names(conversations),
+            sessions: names(sessions),
+        };
+        let ended = memory.end_idle(5_000, now, keep).wait().expect("end idle");
         ended.into_iter().map(|session| session.id).collect()
     };
-    assert_eq!(end_idle(5_001, &["cli:waiting"]), ["cli:quiet"]);
+    assert_eq!(
+        end_idle(5_001, &["cli:waiting"], &["cli:unread"]),
+        ["cli:quiet"]
+    );
     assert_eq!(state(memory, "cli:waiting"), SessionState::Active);
-    assert_eq!(end_idle(5_002, &[]), ["cli:waiting"], "answered");
+    assert_eq!(state(memory, "cli:unread"), SessionState::Active);
+    let mut ended = end_idle(5_002, &[], &[]);
+    ended.sort();
+    assert_eq!(ended, ["cli:unread", "cli:waiting"], "answered, and read");
 }
 
 fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones(memory: &dyn Stores) {
@@ -111,7 +118,7 @@ fn activity_is_recorded_once_and_a_users_new_session_completes_the_older_ones(me
     assert_eq!(record("a", 2), Activity::Replay);
     assert_eq!(record("a", 3), Activity::Continued);
     let ended = memory
-        .end_idle(1_000, 1_001, Vec::new())
+        .end_idle(1_000, 1_001, KeepOpen::default())
         .wait()
         .expect("end idle");
     assert_eq!(
@@ -174,7 +181,7 @@ fn sessions_an_older_host_db_kept_move_into_memory_db_once() {
     );
     assert_eq!(state(&memory, "cli:b"), SessionState::Active);
     let ended = memory
-        .end_idle(100, 101, Vec::new())
+        .end_idle(100, 101, KeepOpen::default())
         .wait()
         .expect("end idle");
     assert_eq!(ended.len(), 1);

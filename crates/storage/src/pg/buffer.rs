@@ -38,7 +38,6 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/postgres/buffer/0003_conversation_heads.sql"),
         include_str!("../../../../migrations/postgres/buffer/0004_batch_retries.sql"),
         include_str!("../../../../migrations/postgres/buffer/0005_batch_received.sql"),
-        include_str!("../../../../migrations/postgres/buffer/0006_awaiting_answer.sql"),
     ],
 };
 
@@ -273,17 +272,14 @@ impl BufferStore for PgBuffer {
         })
     }
 
-    fn awaiting_answer(&self, finished_since: i64) -> Result<Vec<(String, String)>, StorageError> {
-        self.pool.read(move |client| {
+    fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError> {
+        self.pool.read(|client| {
+            // Through `buffer_batches_conversation_heads`, which holds unfinished main batches.
             let rows = client.query(
-                "SELECT channel, conversation FROM buffer_batches
+                "SELECT DISTINCT channel, conversation FROM buffer_batches
                   WHERE route = 'main' AND status IN ('queued', 'running')
-                    AND received_at IS NOT NULL
-                 UNION
-                 SELECT channel, conversation FROM buffer_batches
-                  WHERE route = 'main' AND status IN ('done', 'failed') AND finished_at >= $1
                     AND received_at IS NOT NULL",
-                &[&finished_since],
+                &[],
             )?;
             rows.iter()
                 .map(|row| Ok((row.try_get(0)?, row.try_get(1)?)))

@@ -47,7 +47,7 @@ fn export_and_import_round_trip_losslessly() {
         .wait()
         .expect("recorded");
     memory_db
-        .end_idle(1_000, 2_000, Vec::new())
+        .end_idle(1_000, 2_000, Default::default())
         .wait()
         .expect("end");
     memory_db

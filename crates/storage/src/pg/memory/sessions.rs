@@ -16,7 +16,7 @@ use postgres::{Client, Row, Transaction};
 
 use super::PgMemory;
 use crate::StorageError;
-use crate::memory::{Activity, EndedSession, SessionChoice, SessionStore};
+use crate::memory::{Activity, EndedSession, KeepOpen, SessionChoice, SessionStore};
 use crate::writer::Receipt;
 
 /// The columns [`row_to_session`] reads.
@@ -136,12 +136,7 @@ impl SessionStore for PgMemory {
         })
     }
 
-    fn end_idle(
-        &self,
-        idle_before: i64,
-        now: i64,
-        awaiting: Vec<String>,
-    ) -> Receipt<Vec<EndedSession>> {
+    fn end_idle(&self, idle_before: i64, now: i64, keep: KeepOpen) -> Receipt<Vec<EndedSession>> {
         self.writes.submit(move |tx| {
             // One statement finds and ends them: a host ending idle sessions at the same time
             // waits for this one's rows, finds them no longer active and skips them.
@@ -150,9 +145,10 @@ impl SessionStore for PgMemory {
                      UPDATE memory_sessions SET state = 'ended', ended_at = $2, end_reason = 'idle'
                       WHERE state = 'active' AND coalesce(last_activity, started_at) <= $1
                         AND NOT (coalesce(conversation, id) = ANY($3))
+                        AND NOT (id = ANY($4))
                       RETURNING id, user_id, started_at, row_order)
                  SELECT id, user_id, started_at FROM ended ORDER BY row_order",
-                &[&idle_before, &now, &awaiting],
+                &[&idle_before, &now, &keep.conversations, &keep.sessions],
             )?;
             let mut ended = rows
                 .iter()
