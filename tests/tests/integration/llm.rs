@@ -71,6 +71,54 @@ fn host_answered_by(
     host
 }
 
+/// Quick retries, so a provider that is down makes a waiting turn at once; and a short claim
+/// lease, so a killed host's claim on shared storage lapses quickly.
+const OUTAGE_SETTINGS: [(&str, &str); 4] = [
+    ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+    ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+    ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+    ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
+];
+
+/// A host on `plugins` and `data` whose provider (`down`) answers 503, with
+/// [`OUTAGE_SETTINGS`] and `extra`, asked `question`: returned once the batch waits for the
+/// provider.
+fn asked_during_an_outage(
+    down: &StubServer,
+    plugins: &PluginDir,
+    data: &std::path::Path,
+    extra: &[(&str, &str)],
+    question: &str,
+) -> Host {
+    let mut settings = OUTAGE_SETTINGS.to_vec();
+    settings.extend_from_slice(extra);
+    let mut host = host_answered_by(down, plugins, data, &settings);
+    host.type_line(question);
+    host.wait_for(
+        "batch 1 waits for the LLM provider",
+        Duration::from_secs(30),
+    );
+    host
+}
+
+/// The `session.ended` payloads in `events`, in order.
+fn sessions_ended(events: &[Value]) -> Vec<Value> {
+    events
+        .iter()
+        .filter(|e| e["topic"] == "session.ended")
+        .map(|e| serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json"))
+        .collect()
+}
+
+/// The roles of a `session.ended` payload's transcript, in order.
+fn transcript_roles(ended: &Value) -> Vec<String> {
+    let transcript = ended["transcript"].as_array().expect("transcript");
+    transcript
+        .iter()
+        .map(|entry| entry["role"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 #[test]
 fn openai_sends_the_chat_with_its_key_and_json_mode_and_reads_text_and_usage() {
     let server = StubServer::start(vec![Reply::openai_chat("{\"ok\": true}")]);
@@ -350,20 +398,9 @@ fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() 
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-        // A killed host's claim on shared storage lapses quickly.
-        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
-    ];
+    let settings = OUTAGE_SETTINGS;
     let down = StubServer::start(vec![Reply::status(503, "down")]);
-    let mut host = host_answered_by(&down, &plugins, data, &settings);
-    host.type_line("is the ferry running today?");
-    host.wait_for(
-        "batch 1 waits for the LLM provider",
-        Duration::from_secs(30),
-    );
+    let host = asked_during_an_outage(&down, &plugins, data, &[], "is the ferry running today?");
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
 
@@ -412,18 +449,8 @@ fn a_batch_received_again_after_a_crash_before_its_journal_is_remembered_once() 
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-    ];
     let down = StubServer::start(vec![Reply::status(503, "down")]);
-    let mut host = host_answered_by(&down, &plugins, data, &settings);
-    host.type_line("where did I park?");
-    host.wait_for(
-        "batch 1 waits for the LLM provider",
-        Duration::from_secs(30),
-    );
+    let host = asked_during_an_outage(&down, &plugins, data, &[], "where did I park?");
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     // As if the host had died after saving the episodes and before journaling them: neither
@@ -438,7 +465,7 @@ fn a_batch_received_again_after_a_crash_before_its_journal_is_remembered_once() 
         .expect("unjournal");
 
     let up = StubServer::start(vec![Reply::openai_chat("Level two.")]);
-    let mut host = host_answered_by(&up, &plugins, data, &settings);
+    let mut host = host_answered_by(&up, &plugins, data, &OUTAGE_SETTINGS);
     host.wait_for("cairn> Level two.", Duration::from_secs(60));
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
@@ -453,22 +480,12 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
-        // Long enough for the answer to reach the session through the journal first.
+    let lifecycle = [
         ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "2"),
         ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
     ];
     let down = StubServer::start(vec![Reply::status(503, "down")]);
-    let mut host = host_answered_by(&down, &plugins, data, &settings);
-    host.type_line("did my parcel arrive?");
-    host.wait_for(
-        "batch 1 waits for the LLM provider",
-        Duration::from_secs(30),
-    );
+    let host = asked_during_an_outage(&down, &plugins, data, &lifecycle, "did my parcel arrive?");
     // Idle well past the session timeout while the provider is down, and across a restart.
     std::thread::sleep(Duration::from_secs(4));
     let (status, log) = host.stop();
@@ -476,19 +493,13 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
     std::thread::sleep(Duration::from_secs(1));
 
     let up = StubServer::start(vec![Reply::openai_chat("It came this morning.")]);
+    let settings = [OUTAGE_SETTINGS.as_slice(), lifecycle.as_slice()].concat();
     let mut host = host_answered_by(&up, &plugins, data, &settings);
     host.wait_for("cairn> It came this morning.", Duration::from_secs(60));
-    let ended = |events: &[Value]| -> Vec<Value> {
-        events
-            .iter()
-            .filter(|e| e["topic"] == "session.ended")
-            .map(|e| serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json"))
-            .collect()
-    };
     host.wait_until(
         Duration::from_secs(30),
         "the answered session ending",
-        |_| !ended(&cairn_tests::journal_events(data)).is_empty(),
+        |_| !sessions_ended(&cairn_tests::journal_events(data)).is_empty(),
     );
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
@@ -507,33 +518,13 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
         "{events:?}"
     );
     assert_eq!(sessions("agent.response"), [json!("cli:cli")], "{events:?}");
-    let ended = ended(&events);
+    let ended = sessions_ended(&events);
     assert_eq!(ended.len(), 1, "ended once, after its answer: {ended:?}");
-    let roles: Vec<&Value> = ended[0]["transcript"]
-        .as_array()
-        .expect("transcript")
-        .iter()
-        .map(|entry| &entry["role"])
-        .collect();
-    assert_eq!(roles, ["user", "assistant"], "{ended:?}");
-}
-
-/// The `session.ended` payloads in `events`, in order.
-fn sessions_ended(events: &[Value]) -> Vec<Value> {
-    events
-        .iter()
-        .filter(|e| e["topic"] == "session.ended")
-        .map(|e| serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json"))
-        .collect()
-}
-
-/// The roles of a `session.ended` payload's transcript, in order.
-fn transcript_roles(ended: &Value) -> Vec<String> {
-    let transcript = ended["transcript"].as_array().expect("transcript");
-    transcript
-        .iter()
-        .map(|entry| entry["role"].as_str().unwrap_or_default().to_string())
-        .collect()
+    assert_eq!(
+        transcript_roles(&ended[0]),
+        ["user", "assistant"],
+        "{ended:?}"
+    );
 }
 
 #[test]
