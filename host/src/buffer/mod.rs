@@ -416,6 +416,23 @@ mod tests {
         }
     }
 
+    /// Push one message to `conversation` and route it alone by `route`; the batch's id.
+    async fn push_and_route(buffer: &Buffer, conversation: &str, route: Route) -> i64 {
+        let id = buffer
+            .push_async(message(conversation, "{}"))
+            .await
+            .expect("push");
+        let batch = NewBatch {
+            channel: "cli".into(),
+            conversation: conversation.into(),
+            priority: 10,
+            route,
+            rule: None,
+            message_ids: vec![id],
+        };
+        buffer.route(batch).await.expect("route")
+    }
+
     /// A buffer on `place`, as a host opens it.
     fn buffer_on(place: &Place, config: BufferConfig) -> Buffer {
         match place {
@@ -648,19 +665,7 @@ mod tests {
     async fn a_received_batch_awaits_its_answer_until_answered(place: Place) {
         let buffer = open(&place, BufferConfig::default());
         for conversation in ["asked", "unread"] {
-            let id = buffer
-                .push_async(message(conversation, "{}"))
-                .await
-                .expect("push");
-            let batch = NewBatch {
-                channel: "cli".into(),
-                conversation: conversation.into(),
-                priority: 10,
-                route: Route::Main,
-                rule: None,
-                message_ids: vec![id],
-            };
-            buffer.route(batch).await.expect("route");
+            push_and_route(&buffer, conversation, Route::Main).await;
         }
         let asked = buffer
             .claim_main_batch()
@@ -690,19 +695,7 @@ mod tests {
         let buffer = open(&place, BufferConfig::default());
         let mut routed = Vec::new();
         for (conversation, route) in [("m", Route::Main), ("s", Route::Spawn)] {
-            let id = buffer
-                .push_async(message(conversation, "{}"))
-                .await
-                .expect("push");
-            let batch = NewBatch {
-                channel: "cli".into(),
-                conversation: conversation.into(),
-                priority: 10,
-                route,
-                rule: None,
-                message_ids: vec![id],
-            };
-            routed.push(buffer.route(batch).await.expect("route"));
+            routed.push(push_and_route(&buffer, conversation, route).await);
         }
         let batch = buffer
             .claim_main_batch()

@@ -101,6 +101,12 @@ fn asked_during_an_outage(
     host
 }
 
+/// An OpenAI-compatible server that answers every request with `text`, `after` it came.
+fn answering_after(after: Duration, text: &str) -> StubServer {
+    let slow = Reply::Slow(after, Box::new(Reply::openai_chat(text)));
+    StubServer::start(vec![slow])
+}
+
 /// The `session.ended` payloads in `events`, in order.
 fn sessions_ended(events: &[Value]) -> Vec<Value> {
     events
@@ -529,11 +535,7 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
 
 #[test]
 fn an_answer_journaled_as_its_host_stops_joins_its_session_after_a_restart() {
-    let slow = Reply::Slow(
-        Duration::from_secs(3),
-        Box::new(Reply::openai_chat("Tuesday, by noon.")),
-    );
-    let server = StubServer::start(vec![slow]);
+    let server = answering_after(Duration::from_secs(3), "Tuesday, by noon.");
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
@@ -573,11 +575,7 @@ fn an_answer_journaled_as_its_host_stops_joins_its_session_after_a_restart() {
 
 #[test]
 fn the_agent_sleeps_a_sleep_timeout_after_its_last_answer_not_its_question() {
-    let slow = Reply::Slow(
-        Duration::from_secs(5),
-        Box::new(Reply::openai_chat("After a long think: yes.")),
-    );
-    let server = StubServer::start(vec![slow]);
+    let server = answering_after(Duration::from_secs(5), "After a long think: yes.");
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
