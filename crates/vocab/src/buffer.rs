@@ -323,6 +323,26 @@ pub struct BufferStats {
     pub tasks: StatusCounts,
     /// The most recent tasks.
     pub recent_tasks: Vec<TaskRow>,
+    /// The main batches being answered, longest running first (at most 10): one running
+    /// long is most likely waiting out a provider outage.
+    pub running: Vec<RunningBatch>,
+}
+
+/// A main batch being answered, for `cairn status`.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunningBatch {
+    /// Batch id.
+    pub id: i64,
+    /// The channel it came in on.
+    pub channel: String,
+    /// Its conversation.
+    pub conversation: String,
+    /// Attempts so far, this one included.
+    pub attempts: i64,
+    /// When this attempt began (ms since the epoch).
+    pub started_at: Option<i64>,
+    /// When the attempt that received it began (ms since the epoch); none until received.
+    pub received_at: Option<i64>,
 }
 
 /// One task, for `cairn status`.

@@ -265,6 +265,17 @@ fn print_buffer(stats: &buffer::BufferStats) {
         }
     };
     println!("batches: {}", counts(&stats.batches));
+    for batch in &stats.running {
+        let since = batch.started_at.map(age).unwrap_or_else(|| "now".into());
+        let kept = match batch.received_at {
+            Some(_) => "; its session stays open until it is answered",
+            None => "",
+        };
+        println!(
+            "  batch {} ({}:{}) running since {since}, attempt {}{kept}",
+            batch.id, batch.channel, batch.conversation, batch.attempts
+        );
+    }
     let failed = stats.batches.get("main/failed").copied().unwrap_or(0)
         + stats.tasks.get("failed").copied().unwrap_or(0);
     if failed > 0 {

@@ -631,6 +631,13 @@ fn status_says_stopping_while_a_stop_waits_for_the_provider() {
         status_json(data.path())["host"]["stopping_since"],
         Value::Null
     );
+    // Status names the batch being answered, and how long it has run.
+    let running = &status_json(data.path())["buffer"]["running"];
+    assert_eq!(running[0]["id"], 1, "{running}");
+    assert_eq!(running[0]["conversation"], "cli", "{running}");
+    let text = cairn_ok(&["status", "--data", &data.path().display().to_string()]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("batch 1 (cli:cli) running since"), "{text}");
     std::process::Command::new("kill")
         .args(["-TERM", &host.pid().to_string()])
         .status()

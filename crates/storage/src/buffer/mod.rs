@@ -10,7 +10,7 @@ use std::path::Path;
 
 use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
-    RetryOutcome, RetrySelection, Route, StatusCounts, TaskRow, TaskStatus,
+    RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -363,6 +363,22 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
+    let running = conn
+        .prepare_cached(
+            "SELECT id, channel, conversation, attempts, started_at, received_at FROM batches
+              WHERE route = 'main' AND status = 'running' ORDER BY started_at, id LIMIT 10",
+        )?
+        .query_map([], |row| {
+            Ok(RunningBatch {
+                id: row.get(0)?,
+                channel: row.get(1)?,
+                conversation: row.get(2)?,
+                attempts: row.get(3)?,
+                started_at: row.get(4)?,
+                received_at: row.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(BufferStats {
         depth,
         oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
@@ -370,6 +386,7 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
         stored,
         batches,
         tasks,
+        running,
         recent_tasks,
     })
 }

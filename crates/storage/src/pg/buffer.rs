@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
-    RetryOutcome, RetrySelection, Route, StatusCounts, TaskRow, TaskStatus,
+    RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
 };
 use postgres::{Client, GenericClient, Row, Transaction};
 
@@ -673,6 +673,25 @@ fn stats(client: &mut postgres::Client) -> Result<BufferStats, StorageError> {
             })
         })
         .collect::<Result<Vec<_>, StorageError>>()?;
+    let running = client
+        .query(
+            "SELECT id, channel, conversation, attempts, started_at, received_at
+               FROM buffer_batches
+              WHERE route = 'main' AND status = 'running' ORDER BY started_at, id LIMIT 10",
+            &[],
+        )?
+        .iter()
+        .map(|row| {
+            Ok(RunningBatch {
+                id: row.try_get(0)?,
+                channel: row.try_get(1)?,
+                conversation: row.try_get(2)?,
+                attempts: i64::from(row.try_get::<_, i32>(3)?),
+                started_at: row.try_get(4)?,
+                received_at: row.try_get(5)?,
+            })
+        })
+        .collect::<Result<Vec<_>, StorageError>>()?;
     Ok(BufferStats {
         depth,
         oldest_unrouted_age_ms: oldest.map(|t| (now_ms() - t).max(0)),
@@ -680,6 +699,7 @@ fn stats(client: &mut postgres::Client) -> Result<BufferStats, StorageError> {
         stored,
         batches,
         tasks,
+        running,
         recent_tasks,
     })
 }
