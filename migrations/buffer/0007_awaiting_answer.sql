@@ -1,4 +1,4 @@
--- The lifecycle keeps a session open while its conversation has a received main batch
--- unanswered (queued again after a stop or a crash, or running): this finds those batches
--- by status without reading every batch kept.
+-- The lifecycle keeps a session open while its conversation has a message not answered yet
+-- (in a main batch queued or running, or not routed yet): this finds those batches by
+-- status without reading every batch kept.
 CREATE INDEX batches_main_status ON batches (status) WHERE route = 'main';

@@ -127,8 +127,13 @@ fn validate(
         ("conversation", &message.conversation),
     ] {
         if is_blank(value) {
+            let only = if value.is_empty() {
+                ""
+            } else {
+                " (this one is only blanks or invisible characters)"
+            };
             return Err(BufferError::InvalidInput(format!(
-                "{field}: expected a non-empty string"
+                "{field}: expected a non-empty string{only}"
             )));
         }
     }
@@ -320,8 +325,8 @@ impl Buffer {
         Ok(self.store.mark_received(id, at).await?)
     }
 
-    /// The conversations (channel, conversation) with a main batch that was received and
-    /// is not answered yet: queued again after a stop or a crash, or running.
+    /// The conversations (channel, conversation) with a message not answered yet: not routed
+    /// yet, or in a main batch queued or running.
     pub fn awaiting_answer(&self) -> Result<Vec<(String, String)>, BufferError> {
         Ok(self.store.awaiting_answer()?)
     }
@@ -451,7 +456,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_received_batch_awaits_its_answer_until_answered);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -662,33 +667,54 @@ mod tests {
         );
     }
 
-    async fn a_received_batch_awaits_its_answer_until_answered(place: Place) {
+    async fn a_conversation_awaits_its_answer_from_arrival_until_answered(place: Place) {
         let buffer = open(&place, BufferConfig::default());
-        for conversation in ["asked", "unread"] {
-            push_and_route(&buffer, conversation, Route::Main).await;
-        }
-        let asked = buffer
-            .claim_main_batch()
-            .await
-            .expect("claim")
-            .expect("one");
         let awaiting = || buffer.awaiting_answer().expect("awaiting");
-        assert!(awaiting().is_empty(), "nothing received yet");
-        buffer.mark_received(asked.id, 1).await.expect("mark");
-        let conversation = vec![("cli".to_string(), "asked".to_string())];
-        assert_eq!(awaiting(), conversation, "received, running");
-        buffer.requeue_interrupted().await.expect("requeue");
-        assert_eq!(awaiting(), conversation, "received, queued again");
-        let again = buffer
+        let conversation = |name: &str| ("cli".to_string(), name.to_string());
+        assert!(awaiting().is_empty(), "nothing said yet");
+        let early = buffer
+            .push_async(message("early", "{}"))
+            .await
+            .expect("push");
+        assert_eq!(awaiting(), [conversation("early")], "said, not routed yet");
+        let batch = NewBatch {
+            channel: "cli".into(),
+            conversation: "early".into(),
+            priority: 10,
+            route: Route::Main,
+            rule: None,
+            message_ids: vec![early],
+        };
+        buffer.route(batch).await.expect("route");
+        push_and_route(&buffer, "later", Route::Main).await;
+        let mut both = awaiting();
+        both.sort();
+        assert_eq!(
+            both,
+            [conversation("early"), conversation("later")],
+            "queued"
+        );
+        let first = buffer
             .claim_main_batch()
             .await
             .expect("claim")
             .expect("one");
-        buffer
-            .finish_batch(again.id, BatchStatus::Done, None, None)
-            .await
-            .expect("finish");
-        assert!(awaiting().is_empty(), "answered");
+        buffer.requeue_interrupted().await.expect("requeue");
+        assert_eq!(awaiting().len(), 2, "running, then queued again");
+        for _ in 0..2 {
+            let batch = buffer
+                .claim_main_batch()
+                .await
+                .expect("claim")
+                .expect("one");
+            buffer
+                .finish_batch(batch.id, BatchStatus::Done, None, None)
+                .await
+                .expect("finish");
+        }
+        assert!(awaiting().is_empty(), "answered (batch {} first)", first.id);
+        push_and_route(&buffer, "dropped", Route::Drop).await;
+        assert!(awaiting().is_empty(), "a dropped message awaits nothing");
     }
 
     async fn failed_work_is_listed_and_queued_again_all_named_or_none(place: Place) {

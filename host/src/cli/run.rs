@@ -383,12 +383,16 @@ fn warn_of_unserved_subscribers(config: &HostConfig, registered: Vec<String>) {
             Err(e) => return tracing::warn!("cannot list the journal's subscribers: {e}"),
         };
         for lag in lags.iter().filter(|lag| !registered.contains(&lag.id)) {
+            let dead_letters = match lag.dead_letters {
+                0 => String::new(),
+                n => format!(" (and the events of its {n} dead letters)"),
+            };
             tracing::warn!(
                 subscriber = %lag.id,
                 waiting = lag.lag,
                 "journal subscriber `{}` belongs to no plugin this host runs: its events wait \
-                 for it, and the journal is kept from #{} on; if the plugin is gone for good, \
-                 `cairn journal unsubscribe --subscriber {}` forgets it",
+                 for it, and the journal is kept from #{} on{dead_letters}; if the plugin is \
+                 gone for good, `cairn journal unsubscribe --subscriber {}` forgets it",
                 lag.id,
                 lag.cursor + 1,
                 lag.id

@@ -88,6 +88,15 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
             return Err(BadInput("give the message TEXT or --json FILE".into()).into());
         }
     };
+    let text = serde_json::from_str::<serde_json::Value>(&payload)
+        .ok()
+        .and_then(|payload| payload.get("text")?.as_str().map(str::to_string));
+    if text.is_some_and(|text| crate::buffer::is_blank(&text)) {
+        return Err(BadInput(
+            "--json: its `text` is only blanks or invisible characters: expected some words".into(),
+        )
+        .into());
+    }
     let message = NewMessage {
         channel: args.channel.clone(),
         sender: args.sender.clone(),

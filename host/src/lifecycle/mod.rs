@@ -208,13 +208,7 @@ impl Lifecycle {
             Activity::Continued => Vec::new(),
             Activity::Started { completed } => completed,
         };
-        let woke = match event.topic.as_str() {
-            "message.received" => self.wake_on_message(event).await?,
-            _ => {
-                self.note_answer(event).await?;
-                false
-            }
-        };
+        let woke = self.wake_on_activity(event).await?;
         for id in completed {
             self.journal
                 .emit(
@@ -238,9 +232,12 @@ impl Lifecycle {
         Ok(())
     }
 
-    /// Note the activity; when the agent sleeps, wake it and raise the interrupt flag.
-    /// Whether it woke.
-    async fn wake_on_message(&self, event: &Event) -> Result<bool, LifecycleError> {
+    /// Note a message or an answer on the sleep clock; when the agent sleeps, wake it and
+    /// raise the interrupt flag. Whether it woke. An answer counts as a message does: the
+    /// agent sleeps only once it has been quiet for the sleep timeout after its last answer
+    /// too (an answer long after its question, as after an outage, is not followed by sleep
+    /// at once), and one made while it slept (a failed turn retried) wakes it.
+    async fn wake_on_activity(&self, event: &Event) -> Result<bool, LifecycleError> {
         let mut state = self.sleep_state()?;
         let woke = state.asleep;
         state.last_activity = Some(event.created_at);
@@ -253,18 +250,6 @@ impl Lifecycle {
             self.interrupt.set(true);
         }
         Ok(woke)
-    }
-
-    /// Count an answer as activity on the sleep clock, as a message is: the agent sleeps only
-    /// once it has been quiet for the sleep timeout after its last answer too (an answer
-    /// long after its question, as after an outage, is not followed by sleep at once).
-    async fn note_answer(&self, event: &Event) -> Result<(), LifecycleError> {
-        let mut state = self.sleep_state()?;
-        if state.last_activity.is_some_and(|at| at >= event.created_at) {
-            return Ok(());
-        }
-        state.last_activity = Some(event.created_at);
-        self.set_sleep_state(state).await
     }
 
     /// The sessions to leave open however idle they look: those of conversations with a
@@ -557,6 +542,30 @@ mod tests {
             .iter()
             .map(|e| serde_json::from_str(&e.payload).expect("json"))
             .collect()
+    }
+
+    #[tokio::test]
+    async fn an_answer_made_while_the_agent_sleeps_wakes_it() {
+        let (lifecycle, _dir) = lifecycle();
+        let asleep = SleepState {
+            asleep: true,
+            interrupted: false,
+            last_activity: Some(1),
+        };
+        lifecycle.set_sleep_state(asleep).await.expect("asleep");
+        let answer = json!({"reply": {"text": "Done at last."}});
+        journal(&lifecycle, event("agent.response", answer), true).await;
+        let state = lifecycle.sleep_state().expect("read");
+        assert!(!state.asleep && state.interrupted, "{state:?}");
+        assert!(
+            state.last_activity > Some(1),
+            "the answer restarts the sleep clock"
+        );
+        assert!(lifecycle.interrupt().is_set());
+        let interrupted = lifecycle
+            .journal
+            .pending(0, &["sleep.interrupted".into()], 10);
+        assert_eq!(interrupted.expect("read").events.len(), 1);
     }
 
     #[tokio::test]

@@ -79,6 +79,10 @@ pub async fn serve(
         .route("/channels/{id}", axum::routing::any(root_request))
         .route("/channels/{id}/", axum::routing::any(root_request))
         .route("/channels/{id}/{*rest}", axum::routing::any(nested_request))
+        .fallback(|| async {
+            let expected = "no such path: webhooks go to /channels/<channel id>";
+            error_json(StatusCode::NOT_FOUND, expected)
+        })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(std::sync::Arc::new(channels));
     let shutdown = async move {

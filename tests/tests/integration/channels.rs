@@ -698,6 +698,12 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
             413,
             "body: over http.max_body_bytes",
         ),
+        (
+            "/hooks",
+            body(9),
+            404,
+            "no such path: webhooks go to /channels/<channel id>",
+        ),
     ];
     for (path, body, expected, error) in refusals {
         let url = format!("http://127.0.0.1:{port}{path}");

@@ -102,6 +102,24 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         &["send", "--channel", "cli", "--data", &d, "\u{200B}\u{2060}"],
         "expected some words",
     );
+    let invisible = data.path().join("invisible.json");
+    std::fs::write(&invisible, r#"{"text": "\u200b"}"#).expect("write");
+    let invisible = invisible.display().to_string();
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--data",
+            &d,
+            "--json",
+            &invisible,
+        ],
+        "--json: its `text` is only blanks or invisible characters",
+    );
+    std::fs::remove_file(&invisible).expect("remove");
     if !storage::on_postgres() {
         // (On PostgreSQL memory is not in the data dir.)
         let nowhere = data.path().join("no-such-data-dir").display().to_string();

@@ -91,9 +91,9 @@ pub trait BufferStore: Send + Sync {
     /// Record that a batch's messages were journaled and remembered by the attempt that
     /// began at `at` (see [`Batch::received_at`]); an earlier mark stays.
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()>;
-    /// The conversations (channel, conversation) with a main batch that was received (see
-    /// [`Batch::received_at`]) and is not finished: queued again, or running. Their sessions
-    /// await an answer.
+    /// The conversations (channel, conversation) with a message not answered yet: one not
+    /// routed yet, or in a main batch queued or running (a follow-up waiting behind other
+    /// work, or a batch queued again after a stop or a crash). Their sessions stay open.
     fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError>;
     /// Mark the oldest queued task running; (task id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
@@ -207,9 +207,10 @@ impl BufferStore for SqliteBuffer {
     fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError> {
         self.db.read(|conn| {
             conn.prepare_cached(
-                "SELECT DISTINCT channel, conversation FROM batches
+                "SELECT channel, conversation FROM batches
                   WHERE route = 'main' AND status IN ('queued', 'running')
-                    AND received_at IS NOT NULL",
+                 UNION
+                 SELECT channel, conversation FROM messages WHERE routed = 0",
             )?
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?
             .collect()

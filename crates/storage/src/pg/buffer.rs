@@ -274,11 +274,13 @@ impl BufferStore for PgBuffer {
 
     fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError> {
         self.pool.read(|client| {
-            // Through `buffer_batches_conversation_heads`, which holds unfinished main batches.
+            // Through `buffer_batches_conversation_heads`, which holds unfinished main
+            // batches, and `buffer_messages_unrouted`.
             let rows = client.query(
-                "SELECT DISTINCT channel, conversation FROM buffer_batches
+                "SELECT channel, conversation FROM buffer_batches
                   WHERE route = 'main' AND status IN ('queued', 'running')
-                    AND received_at IS NOT NULL",
+                 UNION
+                 SELECT channel, conversation FROM buffer_messages WHERE NOT routed",
                 &[],
             )?;
             rows.iter()
