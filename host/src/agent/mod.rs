@@ -838,7 +838,9 @@ impl Agent {
             .memory
             .as_ref()
             .map(|memory| memory.local().config().agent_id.clone());
-        lifecycle.session_for(&conversation, user, agent.as_deref())
+        let arrived = batch.messages.iter().map(|m| m.received_at).min();
+        let arrived = arrived.unwrap_or_else(crate::store::now_ms);
+        lifecycle.session_for(&conversation, user, agent.as_deref(), arrived)
     }
 
     async fn deliver(&self, batch: &Batch, payload: &str) -> Result<(), String> {

@@ -137,20 +137,23 @@ impl Lifecycle {
         lifecycle
     }
 
-    /// The session of a turn in `conversation` (`<channel>:<conversation>`): its current
-    /// session while that is active and not idle for the session timeout, else a new one
-    /// (`<conversation>`, then `#2`, `#3`, …), whose row the choice's receipt records. When
-    /// sessions cannot be read the turn still goes on, in a session named after the
-    /// conversation.
+    /// The session of a turn in `conversation` (`<channel>:<conversation>`) whose first
+    /// message arrived at `arrived` (ms): the conversation's current session if it was
+    /// active and not idle for the session timeout when the message arrived — a message
+    /// that waited behind other turns still joins the session it was said in, which the
+    /// check keeps open meanwhile — else a new one (`<conversation>`, then `#2`, `#3`, …),
+    /// whose row the choice's receipt records. When sessions cannot be read the turn still
+    /// goes on, in a session named after the conversation.
     pub fn session_for(
         &self,
         conversation: &str,
         user: Option<&str>,
         agent: Option<&str>,
+        arrived: i64,
     ) -> SessionChoice {
         let idle_ms = (self.config.session_timeout_secs as i64).saturating_mul(1000);
         self.sessions
-            .session_for(conversation, user, agent, now_ms(), idle_ms)
+            .session_for(conversation, user, agent, arrived, idle_ms)
             .unwrap_or_else(|e| {
                 tracing::warn!(conversation, "cannot read the session: {e}");
                 SessionChoice::unrecorded(conversation)

@@ -574,6 +574,59 @@ fn an_answer_journaled_as_its_host_stops_joins_its_session_after_a_restart() {
 }
 
 #[test]
+fn a_follow_up_waiting_behind_another_conversation_stays_in_its_session() {
+    let server = answering_after(Duration::from_secs(2), "Noted.");
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let settings = [
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data, &settings);
+    let d = data.display().to_string();
+    let send = |conversation: &str, sender: &str, text: &str| {
+        cairn_tests::cairn_ok(&[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            conversation,
+            "--sender",
+            sender,
+            "--data",
+            &d,
+            text,
+        ]);
+    };
+    send("a", "ann", "first from a");
+    send("b", "bob", "first from b");
+    // Said while a's first turn runs: it waits behind b's, past a's session timeout.
+    std::thread::sleep(Duration::from_secs(1));
+    send("a", "ann", "second from a");
+    host.wait_until(Duration::from_secs(60), "three answers", |log| {
+        cairn_tests::count_lines(log, "cairn> Noted.") >= 3
+    });
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let events = cairn_tests::journal_events(data);
+    let received: Vec<(Value, Value)> = events
+        .iter()
+        .filter(|e| e["topic"] == "message.received")
+        .map(|e| {
+            let payload: Value =
+                serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
+            (payload["text"].clone(), e["session_id"].clone())
+        })
+        .collect();
+    assert!(
+        received.contains(&(json!("second from a"), json!("cli:a"))),
+        "the follow-up joins the session of the turn before it: {received:?}"
+    );
+}
+
+#[test]
 fn the_agent_sleeps_a_sleep_timeout_after_its_last_answer_not_its_question() {
     let server = answering_after(Duration::from_secs(5), "After a long think: yes.");
     let plugins = PluginDir::new();
