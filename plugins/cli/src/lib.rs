@@ -83,8 +83,18 @@ fn refuse_long_line() {
     println!("cairn: {note}; send long text with `cairn send --json FILE`");
 }
 
+/// Whether a character prints nothing: white space, a control character, or an invisible
+/// format character (zero-width space and joiners, word joiner, byte-order mark, soft
+/// hyphen), as the host's buffer judges a blank name.
+fn shows_nothing(c: char) -> bool {
+    c.is_whitespace()
+        || c.is_control()
+        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}')
+}
+
 fn push_line(state: &State, line: &str) {
-    let line = line.trim();
+    // A line of only blanks or invisible characters says nothing: it is not sent.
+    let line = line.trim_matches(shows_nothing);
     if line.is_empty() {
         return;
     }

@@ -311,6 +311,7 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
     dir.bundled("cli");
     let mut host = Host::start(dir.path(), data.path(), &[]);
     host.type_line(&"é".repeat(40_000));
+    host.type_line("\u{200B}\u{FEFF}");
     host.type_line("hello after the long line");
     host.wait_for("cairn: a line longer than 64 KiB was not sent", LONG);
     host.wait_for("I received: user: hello after the long line", LONG);
@@ -324,7 +325,7 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
     assert_eq!(
         received.len(),
         1,
-        "only the short line is a message: {received:?}"
+        "only the short line is a message (not the long one, nor the invisible one): {received:?}"
     );
 
     // A question nothing answers: --explain says why nothing was recalled.
