@@ -1,7 +1,8 @@
 //! `CAIRN_…` environment variables that nothing reads. Settings come from `CAIRN_…`
 //! variables, so a mistyped one (`CAIRN_AGENT_LLM_PROVDER`) would otherwise be ignored
 //! without a word and the host run on the default; `cairn run` and `cairn config` warn about
-//! each, naming the setting's variable it most likely meant.
+//! each, naming the setting's variable it most likely meant. The same matching names the
+//! set variable an unset one a setting names (`agent.llm.api_key_env`) probably misspells.
 
 use crate::config::HostConfig;
 
@@ -82,7 +83,7 @@ pub fn unread_variables(
         .filter(|name| !TOOL_PREFIXES.iter().any(|prefix| name.starts_with(prefix)))
         .filter(|name| !TOOL_VARIABLES.contains(&name.as_str()))
         .map(|name| UnreadVariable {
-            meant: closest(&name, settings.iter().chain(granted)),
+            meant: closest(&name, settings.iter().chain(granted), MAX_EDITS),
             disabled_plugin: disabled_grants
                 .iter()
                 .find(|(variable, _)| *variable == name)
@@ -95,15 +96,39 @@ pub fn unread_variables(
 }
 
 /// The variable of `known` fewest edits from `name` (case aside; two letters swapped are
-/// one edit), if within its share of [`MAX_EDITS`].
-fn closest<'a>(name: &str, known: impl Iterator<Item = &'a String>) -> Option<String> {
+/// one edit), if within one edit per four characters after any `CAIRN_`, at least one and at
+/// most `max_edits`.
+fn closest<'a>(
+    name: &str,
+    known: impl Iterator<Item = &'a String>,
+    max_edits: usize,
+) -> Option<String> {
     let name = name.to_ascii_uppercase();
-    let allowed = (name.len().saturating_sub("CAIRN_".len()) / 4).clamp(1, MAX_EDITS);
+    let own = name.strip_prefix("CAIRN_").unwrap_or(&name);
+    let allowed = (own.len() / 4).clamp(1, max_edits);
     known
-        .map(|candidate| (strsim::damerau_levenshtein(&name, candidate), candidate))
+        .map(|candidate| {
+            let edits = strsim::damerau_levenshtein(&name, &candidate.to_ascii_uppercase());
+            (edits, candidate)
+        })
         .filter(|(edits, _)| *edits <= allowed)
         .min_by_key(|(edits, _)| *edits)
         .map(|(_, candidate)| candidate.clone())
+}
+
+/// The set, non-empty environment variable other than `name` that `name` (a variable a
+/// setting names, as `agent.llm.api_key_env` does, and that is not set) most likely
+/// misspells: within two edits, by the rule of [`closest`].
+pub fn set_variable_like(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    let set: Vec<String> = std::env::vars_os()
+        .filter(|(_, value)| !value.is_empty())
+        .filter_map(|(variable, _)| variable.into_string().ok())
+        .filter(|variable| variable != name)
+        .collect();
+    closest(name, set.iter(), 2)
 }
 
 #[cfg(test)]

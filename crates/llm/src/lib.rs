@@ -226,11 +226,8 @@ impl LlmConfig {
         };
         if !self.api_key_env.is_empty() {
             return self.api_key().is_none().then(|| {
-                let hint = set_variable_like(&self.api_key_env)
-                    .map(|set| format!(" (did you mean `{set}`, which is set?)"))
-                    .unwrap_or_default();
                 format!(
-                    "agent.llm.api_key_env: the environment variable `{}` is not set or is empty: expected the {name} API key in it{hint}",
+                    "agent.llm.api_key_env: the environment variable `{}` is not set or is empty: expected the {name} API key in it",
                     self.api_key_env
                 )
             });
@@ -262,25 +259,6 @@ impl LlmConfig {
             .ok()
             .filter(|key| !key.is_empty())
     }
-}
-
-/// The set, non-empty environment variable a mistyped `name` most likely meant: the closest
-/// within one edit per four characters, one to two (case aside, two letters swapped count
-/// as one), so a short name is not matched to anything merely short.
-fn set_variable_like(name: &str) -> Option<String> {
-    let wanted = name.to_ascii_uppercase();
-    let allowed = (name.len() / 4).clamp(1, 2);
-    std::env::vars_os()
-        .filter(|(_, value)| !value.is_empty())
-        .filter_map(|(variable, _)| variable.into_string().ok())
-        .filter(|variable| *variable != name)
-        .map(|variable| {
-            let edits = strsim::damerau_levenshtein(&wanted, &variable.to_ascii_uppercase());
-            (edits, variable)
-        })
-        .filter(|(edits, _)| *edits <= allowed)
-        .min()
-        .map(|(_, variable)| variable)
 }
 
 /// Build the configured provider.

@@ -202,6 +202,13 @@ pub struct Batch {
     pub messages: Vec<BufferedMessage>,
 }
 
+impl Batch {
+    /// When its first message arrived (ms); none for a batch without messages.
+    pub fn first_arrival(&self) -> Option<i64> {
+        self.messages.iter().map(|m| m.received_at).min()
+    }
+}
+
 /// Main batches and tasks that ended `failed`, for `cairn buffer failed`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct FailedWork {

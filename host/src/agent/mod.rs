@@ -330,10 +330,9 @@ impl Agent {
     /// before marking — then the batch's first arrival stands in for when it began.
     fn received_earlier(&self, batch: &Batch) -> Option<EarlierReceipt> {
         let event = self.earlier_event(batch, "message.received");
-        let first_arrival = || batch.messages.iter().map(|m| m.received_at).min();
         let began = match (batch.received_at, &event) {
             (Some(at), _) => at,
-            (None, Some(_)) => first_arrival()?,
+            (None, Some(_)) => batch.first_arrival()?,
             (None, None) => return None,
         };
         Some(EarlierReceipt {
@@ -348,12 +347,7 @@ impl Agent {
         let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
             return None;
         };
-        let since = batch
-            .messages
-            .iter()
-            .map(|m| m.received_at)
-            .min()
-            .unwrap_or(0);
+        let since = batch.first_arrival().unwrap_or(0);
         journal
             .find_event(topic, since, "batch_id", batch.id)
             .unwrap_or_else(|e| {
@@ -443,12 +437,12 @@ impl Agent {
             .iter()
             .filter_map(|message| {
                 let text = message_text(message, self.config.max_message_chars);
-                let mut episode = self.episode(session_id, &message.sender, "user", text)?;
-                episode.valid_from = message.said_at;
-                episode.id = Some(episode_id(
+                let id = episode_id(
                     batch,
                     &format!("user {} {}", message.id, message.received_at),
-                ));
+                );
+                let mut episode = self.episode(id, session_id, &message.sender, "user", text)?;
+                episode.valid_from = message.said_at;
                 Some(episode)
             })
             .collect()
@@ -754,12 +748,9 @@ impl Agent {
             reply,
             text,
         } = reply;
-        let episode = user
-            .and_then(|user| self.episode(session_id, user, "assistant", text.to_string()))
-            .map(|mut episode| {
-                episode.id = Some(episode_id(batch, &format!("assistant {text}")));
-                episode
-            });
+        let id = episode_id(batch, &format!("assistant {text}"));
+        let episode =
+            user.and_then(|user| self.episode(id, session_id, user, "assistant", text.to_string()));
         let response = async {
             if let Some(journal) = &self.journal {
                 let payload = serde_json::json!({
@@ -785,8 +776,16 @@ impl Agent {
     }
 
     /// One side of the conversation as an episode in the session's scope, tagged with the
-    /// speaker's role; none when episodes are not saved or the text is empty.
-    fn episode(&self, session_id: &str, user: &str, role: &str, text: String) -> Option<NewMemory> {
+    /// speaker's role and stored under `id` (see [`episode_id`]); none when episodes are not
+    /// saved or the text is empty.
+    fn episode(
+        &self,
+        id: String,
+        session_id: &str,
+        user: &str,
+        role: &str,
+        text: String,
+    ) -> Option<NewMemory> {
         let config = self.memory.as_ref()?.local().config();
         if !config.save_episodes || text.trim().is_empty() {
             return None;
@@ -798,6 +797,7 @@ impl Agent {
             session_id: Some(session_id.to_string()),
         };
         episode.tags = vec![role.to_string()];
+        episode.id = Some(id);
         Some(episode)
     }
 
@@ -838,8 +838,7 @@ impl Agent {
             .memory
             .as_ref()
             .map(|memory| memory.local().config().agent_id.clone());
-        let arrived = batch.messages.iter().map(|m| m.received_at).min();
-        let arrived = arrived.unwrap_or_else(crate::store::now_ms);
+        let arrived = batch.first_arrival().unwrap_or_else(crate::store::now_ms);
         lifecycle.session_for(&conversation, user, agent.as_deref(), arrived)
     }
 
@@ -935,12 +934,8 @@ impl Agent {
             Err(e) => (TaskStatus::Failed, None, Some(e.to_string())),
         };
         if let (Some(result), Some(user)) = (&result, &user) {
-            let episode = self
-                .episode(&session_id, user, "assistant", result.clone())
-                .map(|mut episode| {
-                    episode.id = Some(episode_id(&batch, &format!("task {task} {result}")));
-                    episode
-                });
+            let id = episode_id(&batch, &format!("task {task} {result}"));
+            let episode = self.episode(id, &session_id, user, "assistant", result.clone());
             self.remember(&session_id, episode.into_iter().collect())
                 .await;
         }
@@ -986,10 +981,9 @@ impl Agent {
 /// is in it too, so a buffer begun afresh (its ids from 1 again) never names an old episode.
 fn episode_id(batch: &Batch, which: &str) -> String {
     use sha2::{Digest, Sha256};
-    let first_arrival = batch.messages.iter().map(|m| m.received_at).min();
     let mut hasher = Sha256::new();
     hasher.update(batch.id.to_le_bytes());
-    hasher.update(first_arrival.unwrap_or(0).to_le_bytes());
+    hasher.update(batch.first_arrival().unwrap_or(0).to_le_bytes());
     hasher.update(which.as_bytes());
     format!("ep_{}", &hex::encode(hasher.finalize())[..16])
 }

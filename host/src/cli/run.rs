@@ -50,7 +50,11 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let set = resolve::load_enabled(plugins_dir, &config.plugins.disabled)
         .map_err(|errors| manifest_errors(plugins_dir, &errors))?;
     if let Some(problem) = config.agent.llm.key_problem() {
-        return Err(BadInput(problem).into());
+        let unset = &config.agent.llm.api_key_env;
+        let hint = crate::unread_env::set_variable_like(unset)
+            .map(|set| format!(" (did you mean `{set}`, which is set?)"))
+            .unwrap_or_default();
+        return Err(BadInput(format!("{problem}{hint}")).into());
     }
     let serves_webhooks = channels(&set).find(|m| serves_webhooks(m));
     if let (Some(channel), Some(console)) = (serves_webhooks, config.console.listen) {

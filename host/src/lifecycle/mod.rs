@@ -256,7 +256,7 @@ impl Lifecycle {
     }
 
     /// The sessions to leave open however idle they look: those of conversations with a
-    /// received batch unanswered, and those the session monitor has unread activity for
+    /// message not answered yet, and those the session monitor has unread activity for
     /// (`None` when it is so far behind that it may have any: end none until it catches up).
     fn keep_open(&self) -> Result<Option<KeepOpen>, LifecycleError> {
         let conversations = self
@@ -284,8 +284,9 @@ impl Lifecycle {
     }
 
     /// End idle sessions and start sleeping when nothing is active. A session whose
-    /// conversation has a received batch still to answer (its provider is down, or its host
-    /// stopped or died before answering) stays open however long that takes, and so does one
+    /// conversation has a message still to answer (its provider is down, its host stopped or
+    /// died before answering, or it waits behind other turns) stays open however long that
+    /// takes, and so does one
     /// whose activity the session monitor has yet to read (an answer journaled as its host
     /// stopped, read by the next): the answer joins its question, and the session is
     /// summarised with both.
@@ -527,15 +528,17 @@ mod tests {
     async fn journal(lifecycle: &Lifecycle, event: NewEvent, read: bool) {
         let seq = lifecycle.journal.append(event).await.expect("append");
         if read {
-            let pending = lifecycle.journal.pending(seq - 1, &["*".into()], 1);
-            let taken = pending.expect("read").events.remove(0);
-            lifecycle.take(&taken).await.expect("observe");
-            lifecycle
-                .journal
-                .advance(SUBSCRIBER, seq)
-                .await
-                .expect("advance");
+            read_after(lifecycle, seq - 1).await;
         }
+    }
+
+    /// Have the session monitor read the event after `seq` and move its cursor past it.
+    async fn read_after(lifecycle: &Lifecycle, seq: i64) {
+        let pending = lifecycle.journal.pending(seq, &["*".into()], 1);
+        let taken = pending.expect("read").events.remove(0);
+        lifecycle.take(&taken).await.expect("observe");
+        let advanced = lifecycle.journal.advance(SUBSCRIBER, taken.seq).await;
+        advanced.expect("advance");
     }
 
     fn ended(lifecycle: &Lifecycle) -> Vec<serde_json::Value> {
@@ -598,17 +601,7 @@ mod tests {
             .expect("kept");
         assert_eq!(session.state, SessionState::Active);
 
-        let unread = lifecycle
-            .journal
-            .pending(1, &patterns, 1)
-            .expect("read")
-            .events;
-        lifecycle.take(&unread[0]).await.expect("observe");
-        lifecycle
-            .journal
-            .advance(SUBSCRIBER, unread[0].seq)
-            .await
-            .expect("advance");
+        read_after(&lifecycle, 1).await;
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         lifecycle.check_timeouts().await.expect("check");
         let ended = ended(&lifecycle);

@@ -281,8 +281,8 @@ pub trait MemoryStore: Send + Sync {
 /// waiting for has happened or will, and belongs in them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KeepOpen {
-    /// Conversations (`<channel>:<conversation>`) with a question received and not yet
-    /// answered: every active session of theirs stays.
+    /// Conversations (`<channel>:<conversation>`) with a message not answered yet: every
+    /// active session of theirs stays.
     pub conversations: Vec<String>,
     /// Sessions with activity the lifecycle has not read yet (an answer journaled while its
     /// host stopped, say).
