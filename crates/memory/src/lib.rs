@@ -9,6 +9,7 @@
 //! - [`recall`]: query parsing and scoring, with a per-hit explanation.
 //! - [`embed`]: embedding providers (`hash`, `openai`), the in-memory vector index and the
 //!   background embedder.
+//! - [`change`]: whether a memory's words tell of a change (knowledge updates).
 //! - [`stream`]: importance and issue/PR reference rules.
 //! - [`timeframe`]: time expressions in queries ("last month", "before I moved") and
 //!   questions comparing two events.
@@ -18,6 +19,7 @@
 
 #![deny(missing_docs)]
 
+pub mod change;
 pub mod embed;
 pub mod local;
 pub mod recall;
@@ -280,6 +282,14 @@ impl MemoryConfig {
                 recall.same_subject_when_both_answer,
             ),
             ("update_relevance_ratio", recall.update_relevance_ratio),
+            (
+                "same_subject_when_changed",
+                recall.same_subject_when_changed,
+            ),
+            (
+                "update_relevance_ratio_when_changed",
+                recall.update_relevance_ratio_when_changed,
+            ),
             ("abstain_below", recall.abstain_below),
             ("diversity_lambda", recall.diversity_lambda),
             ("time_boost", recall.time_boost),

@@ -59,6 +59,14 @@ pub struct RecallConfig {
     pub same_subject_when_both_answer: f64,
     /// See `same_subject_when_both_answer` (default 0.5).
     pub update_relevance_ratio: f64,
+    /// Among the hits kept, a mutual cosine lower still that is enough when the newer hit
+    /// tells of a change ("these days", "switched to", "no longer"; see [`crate::change`])
+    /// and is at least `update_relevance_ratio_when_changed` as relevant as the older: an
+    /// update says that something changed, an unrelated newer memory seldom does (default
+    /// 0.1, set on the dev set). Plain vectors, and only the kept hits are reordered.
+    pub same_subject_when_changed: f64,
+    /// See `same_subject_when_changed` (default 0.4).
+    pub update_relevance_ratio_when_changed: f64,
     /// With a semantic model, a recall whose best hit is less relevant than this answers
     /// nothing: nothing the user said is about the question (default 0.22, set on the dev
     /// set: balanced accuracy against recall).
@@ -116,6 +124,8 @@ impl Default for RecallConfig {
             same_subject_similarity: 0.4,
             same_subject_when_both_answer: 0.25,
             update_relevance_ratio: 0.5,
+            same_subject_when_changed: 0.1,
+            update_relevance_ratio_when_changed: 0.4,
             abstain_below: 0.22,
             diversity_lambda: 0.8,
             time_boost: 0.3,

@@ -20,6 +20,9 @@ pub struct Candidate {
     /// promoted above a memory inside that time (what the question dates is not outdated
     /// by a later statement).
     pub outside_asked_time: bool,
+    /// The memory's words tell of a change (see [`crate::change`]): as an update of an
+    /// older candidate it needs less likeness to it (see [`SameSubject`]).
+    pub tells_of_change: bool,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -59,6 +62,12 @@ pub struct SameSubject {
     pub similarity_when_both_answer: f32,
     /// See `similarity_when_both_answer`.
     pub relevance_ratio: f64,
+    /// A lower mutual similarity still that is enough when the newer hit tells of a change
+    /// and answers the query at least `relevance_ratio_when_changed` as well as the older:
+    /// an update says what changed, an unrelated newer memory seldom does.
+    pub similarity_when_changed: f32,
+    /// See `similarity_when_changed`.
+    pub relevance_ratio_when_changed: f64,
     /// Which vectors the mutual similarity compares.
     pub likeness: Likeness,
 }
@@ -70,15 +79,47 @@ impl SameSubject {
             similarity,
             similarity_when_both_answer: similarity,
             relevance_ratio: 1.0,
+            similarity_when_changed: similarity,
+            relevance_ratio_when_changed: 1.0,
             likeness: Likeness::Plain,
         }
     }
 
-    fn holds(&self, older: &Candidate, newer: &Candidate) -> bool {
+    /// Why `newer` is an update of `older`, if it is.
+    fn holds(&self, older: &Candidate, newer: &Candidate) -> Option<UpdateSign> {
         let mutual = similarity(older, newer, self.likeness);
-        let both_answer =
-            newer.hit.explain.relevance >= self.relevance_ratio * older.hit.explain.relevance;
-        mutual >= self.similarity || (both_answer && mutual >= self.similarity_when_both_answer)
+        let answers_as_well =
+            |ratio: f64| newer.hit.explain.relevance >= ratio * older.hit.explain.relevance;
+        if mutual >= self.similarity
+            || (answers_as_well(self.relevance_ratio) && mutual >= self.similarity_when_both_answer)
+        {
+            Some(UpdateSign::SameSubject)
+        } else if newer.tells_of_change
+            && answers_as_well(self.relevance_ratio_when_changed)
+            && mutual >= self.similarity_when_changed
+        {
+            Some(UpdateSign::ToldOfChange)
+        } else {
+            None
+        }
+    }
+}
+
+/// What showed a newer candidate to be an update of an older one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UpdateSign {
+    /// The two are alike enough (see [`SameSubject`]).
+    SameSubject,
+    /// The newer tells of a change and is somewhat like the older.
+    ToldOfChange,
+}
+
+impl UpdateSign {
+    fn describe(self) -> &'static str {
+        match self {
+            Self::SameSubject => "newer, on the same subject",
+            Self::ToldOfChange => "newer, tells of a change to the same subject",
+        }
     }
 }
 
@@ -94,22 +135,26 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
     while at < candidates.len() {
         let older = &candidates[at];
         let newest = (at + 1..candidates.len())
-            .filter(|&j| {
+            .filter_map(|j| {
                 let newer = &candidates[j];
-                !promoted.contains(&newer.hit.entry.id)
+                let eligible = !promoted.contains(&newer.hit.entry.id)
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
-                    && (older.outside_asked_time || !newer.outside_asked_time)
-                    && same_subject.holds(older, newer)
+                    && (older.outside_asked_time || !newer.outside_asked_time);
+                eligible
+                    .then(|| same_subject.holds(older, newer))
+                    .flatten()
+                    .map(|sign| (j, sign))
             })
-            .max_by_key(|&j| (candidates[j].hit.entry.valid_from, std::cmp::Reverse(j)));
+            .max_by_key(|&(j, _)| (candidates[j].hit.entry.valid_from, std::cmp::Reverse(j)));
         match newest {
-            Some(j) => {
+            Some((j, sign)) => {
                 let mut moved = candidates.remove(j);
                 promoted.insert(moved.hit.entry.id.clone());
                 let displaced = &candidates[at].hit;
                 moved.hit.explain.adjusted = Some(format!(
-                    "ranked above {}: newer, on the same subject",
-                    displaced.entry.id
+                    "ranked above {}: {}",
+                    displaced.entry.id,
+                    sign.describe()
                 ));
                 // Scores stay in rank order, so diversifying afterwards keeps the promotion.
                 moved.hit.score = moved.hit.score.max(displaced.score) + 1e-9;
@@ -196,6 +241,7 @@ mod tests {
             vector: Some(plain.to_vec()),
             centred: centred.map(|v| v.to_vec()),
             outside_asked_time: false,
+            tells_of_change: false,
         }
     }
 
@@ -246,6 +292,45 @@ mod tests {
             order(true, false),
             ["newer", "older"],
             "only the newer is inside"
+        );
+    }
+
+    #[test]
+    fn a_newer_memory_telling_of_a_change_needs_less_likeness_to_be_the_update() {
+        let order = |tells_of_change: bool, newer_relevance: f64| {
+            let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+            older.hit.entry.valid_from = 10;
+            older.hit.explain.relevance = 1.0;
+            // Mutual cosine 0.2: below 0.4 and 0.25, above 0.1.
+            let mut newer = candidate("newer", 0.9, [0.2, 0.98], None);
+            newer.hit.entry.valid_from = 20;
+            newer.hit.explain.relevance = newer_relevance;
+            newer.tells_of_change = tells_of_change;
+            let mut candidates = vec![older, newer];
+            let same_subject = SameSubject {
+                similarity: 0.4,
+                similarity_when_both_answer: 0.25,
+                relevance_ratio: 0.5,
+                similarity_when_changed: 0.1,
+                relevance_ratio_when_changed: 0.4,
+                likeness: Likeness::Plain,
+            };
+            promote_updates(&mut candidates, same_subject);
+            let adjusted = candidates[0].hit.explain.adjusted.clone();
+            let ids: Vec<String> = candidates.into_iter().map(|c| c.hit.entry.id).collect();
+            (ids, adjusted)
+        };
+        let (ids, adjusted) = order(true, 0.5);
+        assert_eq!(ids, ["newer", "older"], "it tells of a change and answers");
+        assert_eq!(
+            adjusted.as_deref(),
+            Some("ranked above older: newer, tells of a change to the same subject")
+        );
+        assert_eq!(order(false, 0.5).0, ["older", "newer"], "no word of change");
+        assert_eq!(
+            order(true, 0.3).0,
+            ["older", "newer"],
+            "it tells of a change but hardly answers"
         );
     }
 

@@ -364,6 +364,7 @@ impl LocalMemory {
                 vector: signals.vectors.remove(&seq),
                 centred: signals.centred_vectors.remove(&seq),
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
+                tells_of_change: crate::change::tells_of_change(&hit.entry.content),
                 hit,
             })
             .collect();
@@ -385,6 +386,8 @@ impl LocalMemory {
             similarity: strict,
             similarity_when_both_answer: config.same_subject_when_both_answer as f32,
             relevance_ratio: config.update_relevance_ratio,
+            similarity_when_changed: config.same_subject_when_changed as f32,
+            relevance_ratio_when_changed: config.update_relevance_ratio_when_changed,
             likeness: Likeness::Plain,
         };
         rerank::promote_updates(&mut kept, both_answer);
@@ -437,6 +440,7 @@ fn fill_below_floor(
             vector: None,
             centred: None,
             outside_asked_time: false,
+            tells_of_change: false,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
