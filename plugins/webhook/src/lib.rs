@@ -183,9 +183,22 @@ impl Guest for Webhook {
         match buffer::push(&message) {
             Ok(id) => respond(202, json!({"id": id})),
             Err(Error::InvalidInput(reason)) => respond(400, json!({"error": reason})),
-            Err(error) => respond(503, json!({"error": format!("{error:?}")})),
+            Err(error) => respond(503, json!({"error": host_error_text(&error)})),
         }
     }
+}
+
+/// A host error as a sender reads it: its kind, then the host's words (not Rust's debug
+/// form with quotes escaped).
+fn host_error_text(error: &Error) -> String {
+    let (kind, text) = match error {
+        Error::InvalidInput(text) => ("invalid input", text),
+        Error::Denied(text) => ("denied", text),
+        Error::NotFound(text) => ("not found", text),
+        Error::Unavailable(text) => ("unavailable", text),
+        Error::Internal(text) => ("internal error", text),
+    };
+    format!("{kind}: {text}")
 }
 
 /// Where GitHub says when what a delivery reports happened, most specific first: a

@@ -291,6 +291,10 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
                     "a full disk is unavailability: {answer}"
                 );
                 assert!(answer.contains("the disk is full"), "and says so: {answer}");
+                assert!(
+                    !answer.contains("\\\""),
+                    "in words, not Rust's debug form: {answer}"
+                );
                 refused += 1;
             }
         }
