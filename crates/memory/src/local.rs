@@ -370,8 +370,10 @@ fn is_entry_id(id: &str) -> bool {
 
 fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
     let bad = |text: String| Err(MemoryError::InvalidInput(text));
-    if memory.content.trim().is_empty() {
-        return bad("content: expected non-empty text".into());
+    if cairn_vocab::text::is_blank(&memory.content) {
+        return bad(
+            "content: expected text that shows (not only blanks or invisible characters)".into(),
+        );
     }
     if memory.content.len() > MAX_CONTENT_BYTES {
         return bad(format!(

@@ -205,8 +205,17 @@ fn scope_token(level: char, id: &str) -> String {
     format!("{level}{}", hex::encode(id.as_bytes()))
 }
 
-/// Recency of something `age_ms` old: 1 now, halving every `half_life_hours`.
+/// How far after "now" a memory may be dated and still count as new, not as from the future:
+/// hosts sharing a database differ in their clocks by this much at most.
+const CLOCK_SLACK_MS: i64 = 60_000;
+
+/// Recency of something `age_ms` old: 1 now, halving every `half_life_hours`; none for a
+/// memory dated after "now" (a question asked `--at` an earlier time must not favour what
+/// was said later), beyond [`CLOCK_SLACK_MS`].
 pub fn recency(age_ms: i64, half_life_hours: f64) -> f64 {
+    if age_ms < -CLOCK_SLACK_MS {
+        return 0.0;
+    }
     let hours = age_ms.max(0) as f64 / 3_600_000.0;
     if half_life_hours <= 0.0 {
         return 1.0;
@@ -436,6 +445,10 @@ mod tests {
         assert!((fresh.score - (0.7 * 0.75 + 0.15 + 0.15)).abs() < 1e-9);
         let week_old = score(&config, signals(None, false), 10, 168 * 3_600_000);
         assert!((week_old.recency - 0.5).abs() < 1e-9);
+        let later = score(&config, signals(None, false), 5, -86_400_000);
+        assert_eq!(later.recency, 0.0, "said after now: no recency");
+        let skewed = score(&config, signals(None, false), 5, -1_000);
+        assert_eq!(skewed.recency, 1.0, "a second ahead is a clock's skew");
         assert!(
             (week_old.relevance - 1.0).abs() < 1e-9,
             "only the signals present count"

@@ -28,6 +28,16 @@ impl TimeFrame {
         self.from.is_none_or(|from| at >= from) && self.to.is_none_or(|to| at < to)
     }
 
+    /// The span with nothing after `now` in it: "since April" asked on April 15th ends
+    /// then, not at the clock's today.
+    pub fn ending_by(self, now: i64) -> TimeFrame {
+        let end = now.saturating_add(1);
+        TimeFrame {
+            to: Some(self.to.map_or(end, |to| to.min(end))),
+            ..self
+        }
+    }
+
     /// The span in words, for `--explain`.
     pub fn describe(&self) -> String {
         let day = |ms: i64| {
@@ -650,6 +660,21 @@ mod tests {
     fn edges_and_weekdays() {
         let since = frame("what changed since March");
         assert_eq!((since.from, since.to), (Some(ms("2026-03-01")), None));
+        let asked = ms("2026-04-15");
+        let ended = since.clone().ending_by(asked);
+        assert_eq!(
+            (ended.from, ended.to),
+            (Some(ms("2026-03-01")), Some(asked + 1))
+        );
+        let earlier = TimeFrame {
+            to: Some(ms("2026-04-01")),
+            ..since
+        };
+        assert_eq!(
+            earlier.ending_by(asked).to,
+            Some(ms("2026-04-01")),
+            "an end before now stays"
+        );
         let before = frame("before last week");
         assert_eq!((before.from, before.to), (None, Some(ms("2026-11-16"))));
         let after = frame("after 2025");

@@ -147,7 +147,14 @@ impl PluginHost {
                 let state = answer.await.unwrap_or(PluginState::Stopped);
                 if state != PluginState::Running {
                     let id = &plugins[index].0.id;
-                    tracing::warn!(plugin = %id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
+                    let has_dependents = plugins
+                        .iter()
+                        .any(|(m, _)| m.depends_on.iter().any(|d| &d.id == id));
+                    if has_dependents {
+                        tracing::warn!(plugin = %id, state = state.as_str(), "plugin did not start cleanly; its dependents start anyway");
+                    } else {
+                        tracing::warn!(plugin = %id, state = state.as_str(), "plugin did not start cleanly");
+                    }
                 }
             }
         }

@@ -15,6 +15,7 @@ pub mod llm;
 pub mod memory;
 pub mod plugin;
 pub mod session;
+pub mod text;
 pub mod time;
 pub mod topic;
 

@@ -101,19 +101,7 @@ pub fn check_message(message: &NewMessage, config: &BufferConfig) -> Result<(), 
     validate(message.clone(), config, &BTreeMap::new()).map(|_| ())
 }
 
-/// Whether `text` prints nothing: only white space, control characters and invisible format
-/// characters (zero-width space and joiners, word joiner, byte-order mark, soft hyphen). A
-/// name or a message made only of these looks empty wherever it is shown.
-pub fn is_blank(text: &str) -> bool {
-    text.chars().all(|c| {
-        c.is_whitespace()
-            || c.is_control()
-            || matches!(
-                c,
-                '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}'
-            )
-    })
-}
+pub use cairn_vocab::text::is_blank;
 
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(

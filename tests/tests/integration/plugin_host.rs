@@ -576,6 +576,10 @@ fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
         "f",
         &format!("{}capabilities: {{stdio: true}}\n", header("f")),
     );
+    // A copy cut short: its header is a component's, its sections end early.
+    let whole = std::fs::read(dir.path().join("hostile.wasm")).expect("component");
+    std::fs::write(dir.path().join("cut.wasm"), &whole[..whole.len() / 2]).expect("cut");
+    dir.manifest("g", &header("g").replace("hostile.wasm", "cut.wasm"));
     let path = dir.path().display().to_string();
 
     let output = cairn(&["plugins", "check", &path]);
@@ -590,6 +594,8 @@ fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
         "e.yaml: component: ",
         "e.yaml: api: `^7` matches no API this host supports",
         "f.yaml: capabilities.stdio: only channels may use the host's stdio",
+        "g.yaml: component: ",
+        "cut.wasm is not a valid component",
     ] {
         assert!(
             stderr.contains(expected),

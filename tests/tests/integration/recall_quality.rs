@@ -464,3 +464,35 @@ fn a_newer_memory_telling_of_a_change_goes_above_the_statement_it_updates() {
     );
     assert_eq!(ids(&hits)[..2], ["mem_run", "mem_climb"], "{hits:?}");
 }
+
+#[test]
+fn a_search_says_when_memories_have_no_vector_yet() {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut memory = NewMemory::new(MemoryKind::Episode, "We adopted a beagle puppy.");
+    memory.scope.user_id = Some("ana".into());
+    let entry = cairn::memory::record(&memory, "mem_pet".into(), cairn::store::now_ms());
+    let line = serde_json::to_string(&ExportRecord::Entry(Box::new(entry))).expect("json");
+    let file = data.path().join("said.jsonl");
+    std::fs::write(&file, line + "\n").expect("write");
+    let imported = cairn_local(data.path(), &["import", &file.display().to_string()], &[]);
+    assert!(imported.status.success());
+    let search = [
+        "search",
+        "What is my pet called?",
+        "--user",
+        "ana",
+        "--json",
+    ];
+    let before = cairn_local(data.path(), &search, &[]);
+    let note = String::from_utf8_lossy(&before.stderr);
+    assert!(
+        before.status.success()
+            && note.contains("note: 1 memory has no vector yet")
+            && note.contains("cairn memory reindex"),
+        "{note}"
+    );
+    assert!(cairn_local(data.path(), &["reindex"], &[]).status.success());
+    let after = cairn_local(data.path(), &search, &[]);
+    let quiet = String::from_utf8_lossy(&after.stderr);
+    assert!(!quiet.contains("no vector yet"), "{quiet}");
+}

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::{AuditRow, ExportRecord, MemoryEntry, MemoryError, NewMemory, validate};
+use super::{AuditRow, ExportRecord, MemoryEntry, MemoryError, NewMemory, is_entry_id, validate};
+use cairn_vocab::now_ms;
 use cairn_vocab::session::Session;
+use cairn_vocab::text::is_blank;
 
 /// What the store writes into an audit row's `action`; an import may hold only these.
 const AUDIT_ACTIONS: [&str; 5] = ["forget", "purge", "supersede", "edit", "rescore"];
@@ -98,6 +100,41 @@ fn check_record(record: &ExportRecord) -> Result<(), String> {
 
 fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
     non_empty("id", &entry.id)?;
+    if !is_entry_id(&entry.id) {
+        return Err(format!(
+            "id: {:?} is not an id; expected 1 to 64 ASCII letters, digits, - or _",
+            entry.id
+        ));
+    }
+    non_empty("category", &entry.category)?;
+    for (field, id) in [
+        ("scope.agent_id", &entry.scope.agent_id),
+        ("scope.user_id", &entry.scope.user_id),
+        ("scope.session_id", &entry.scope.session_id),
+    ] {
+        if let Some(id) = id {
+            non_empty(field, id)?;
+        }
+    }
+    let latest = now_ms().saturating_add(CLOCK_SLACK_MS);
+    for (field, at) in [
+        ("valid_from", Some(entry.valid_from)),
+        ("recorded_at", Some(entry.recorded_at)),
+        ("valid_to", entry.valid_to),
+        ("forgotten_at", entry.forgotten_at),
+    ] {
+        if let Some(at) = at {
+            in_time(field, at, latest)?;
+        }
+    }
+    if let Some(forgotten) = entry.forgotten_at
+        && forgotten < entry.recorded_at
+    {
+        return Err(format!(
+            "forgotten_at: {forgotten} is before recorded_at {}: expected a time at or after it",
+            entry.recorded_at
+        ));
+    }
     let mut check = NewMemory::new(entry.kind, entry.content.clone());
     check.category = entry.category.clone();
     check.importance = Some(entry.importance);
@@ -124,6 +161,11 @@ fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
 
 fn check_session(session: &Session) -> Result<(), String> {
     non_empty("id", &session.id)?;
+    let latest = now_ms().saturating_add(CLOCK_SLACK_MS);
+    in_time("started_at", session.started_at, latest)?;
+    if let Some(ended) = session.ended_at {
+        in_time("ended_at", ended, latest)?;
+    }
     match session.ended_at {
         Some(ended) if ended < session.started_at => Err(format!(
             "ended_at: {ended} is before started_at {}: expected a time at or after it",
@@ -147,10 +189,30 @@ fn check_audit(row: &AuditRow) -> Result<(), String> {
 }
 
 fn non_empty(field: &str, value: &str) -> Result<(), String> {
-    if value.trim().is_empty() {
-        return Err(format!("{field}: expected non-empty text"));
+    if is_blank(value) {
+        return Err(format!(
+            "{field}: expected text that shows (not only blanks or invisible characters)"
+        ));
     }
     Ok(())
+}
+
+/// How far past this host's clock an exported time may be: another host's clock may run
+/// ahead of this one's by a little, never by more.
+const CLOCK_SLACK_MS: i64 = 24 * 3_600_000;
+
+/// `at` (ms since 1970) is a time memory can hold: not before 1970, not later than `latest`.
+fn in_time(field: &str, at: i64, latest: i64) -> Result<(), String> {
+    if (0..=latest).contains(&at) {
+        return Ok(());
+    }
+    let shown = chrono::DateTime::from_timestamp_millis(at)
+        .map(|t| t.to_rfc3339())
+        .unwrap_or_else(|| "out of any calendar".into());
+    Err(format!(
+        "{field}: {at} ({shown}) is not a time memory holds; expected milliseconds since 1970, \
+         up to a day past now"
+    ))
 }
 
 #[cfg(test)]
@@ -198,6 +260,51 @@ mod tests {
         let audit = r#"{"type":"audit","entry_id":"m1","action":"rename","actor":"cli","at":1,"detail":null}"#;
         assert!(error_of(audit).contains("action: \"rename\""));
         let empty_id = r#"{"type":"session","id":" ","user_id":null,"agent_id":null,"started_at":1,"ended_at":null,"state":"active"}"#;
-        assert!(error_of(empty_id).contains("id: expected non-empty text"));
+        assert!(error_of(empty_id).contains("id: expected text that shows"));
+    }
+
+    #[test]
+    fn times_ids_and_text_no_memory_could_hold_are_refused_naming_the_field() {
+        let refused = |from: &str, to: &str, expected: &str| {
+            let error = error_of(&ENTRY.replace(from, to));
+            assert!(error.contains(expected), "{to}: {error}");
+        };
+        let valid_from = r#""valid_from":10"#;
+        refused(
+            valid_from,
+            r#""valid_from":-9223372036854775808"#,
+            "valid_from: -9223372036854775808 (out of any calendar)",
+        );
+        refused(valid_from, r#""valid_from":-5"#, "valid_from: -5");
+        refused(
+            r#""recorded_at":10"#,
+            r#""recorded_at":1999999999999"#,
+            "recorded_at: 1999999999999 (2033-05-18",
+        );
+        refused(
+            r#""forgotten_at":null"#,
+            r#""forgotten_at":5"#,
+            "forgotten_at: 5 is before recorded_at 10",
+        );
+        refused(
+            r#""id":"m1""#,
+            r#""id":"m x\n""#,
+            r#"id: "m x\n" is not an id"#,
+        );
+        refused(
+            r#""category":"core""#,
+            r#""category":" ""#,
+            "category: expected text that shows",
+        );
+        refused(
+            r#""user_id":"ana""#,
+            r#""user_id":"\u200b""#,
+            "scope.user_id: expected text that shows",
+        );
+        refused(
+            r#""I like tea""#,
+            r#""\u200b\u200b""#,
+            "content: expected text that shows",
+        );
     }
 }

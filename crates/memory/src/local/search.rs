@@ -27,7 +27,9 @@ impl LocalMemory {
     ) -> Result<Vec<RecallHit>, MemoryError> {
         let limit = query.limit.clamp(1, 1000);
         let now = query.now.or(query.as_of).unwrap_or_else(now_ms);
-        let frame = self.time_frame(query, now)?;
+        let frame = self
+            .time_frame(query, now)?
+            .map(|frame| frame.ending_by(now));
         let mut hits = self.ranked_awaiting(query, now, frame.as_ref(), limit, vector)?;
         if let Some(events) = timeframe::compared_events(&query.text) {
             self.bring_in_each(query, now, events, &mut hits, limit)?;
@@ -322,7 +324,12 @@ impl LocalMemory {
                     centred_cosine: signals.centred.get(&seq).copied(),
                     semantic: signals.semantic,
                 };
-                let parts = recall::score(config, scored, entry.importance, now - entry.valid_from);
+                let parts = recall::score(
+                    config,
+                    scored,
+                    entry.importance,
+                    now.saturating_sub(entry.valid_from),
+                );
                 let hit = RecallHit {
                     score: parts.score,
                     explain: parts,

@@ -473,6 +473,23 @@ mod tests {
     }
 
     #[test]
+    fn a_component_cut_short_is_refused_though_its_header_is_right() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // A nested core module section that claims 100 bytes and holds 3.
+        let mut cut = COMPONENT_HEADER.to_vec();
+        cut.extend_from_slice(&[0x01, 100, 0x00, 0x61, 0x73]);
+        std::fs::write(dir.path().join("cut.wasm"), cut).expect("write");
+        let path = write_manifest(dir.path(), "p.yaml", &GOOD.replace("ok.wasm", "cut.wasm"));
+        let errors = load_file(&path).expect_err("cut short");
+        assert!(
+            errors[0]
+                .message
+                .contains("cut.wasm is not a valid component"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn topic_patterns() {
         assert!(is_valid_topic_pattern("schedule.*"));
         assert!(is_valid_topic_pattern("*"));

@@ -1,11 +1,15 @@
-//! A channel's failing polls in the log: said when the error changes and otherwise at most
-//! once a minute with how many failed meanwhile, so a poll failing every few milliseconds
-//! cannot flood the log (or hide everything else in it).
+//! A channel's failing polls in the log: said when the error changes (at most once a second)
+//! and otherwise at most once a minute with how many failed meanwhile, so a poll failing
+//! every few milliseconds cannot flood the log (or hide everything else in it), even when
+//! its error text changes every time.
 
 use std::time::{Duration, Instant};
 
 /// How often a poll that keeps failing the same way is reported.
 const REPORT_EVERY: Duration = Duration::from_secs(60);
+
+/// How soon after a report a different error is reported.
+const CHANGED_REPORT_GAP: Duration = Duration::from_secs(1);
 
 /// What the log was last told about a channel's polls.
 #[derive(Debug, Default)]
@@ -22,10 +26,10 @@ impl PollFailures {
     /// A poll of `plugin` failed with `error`.
     pub(super) fn failed(&mut self, plugin: &str, error: String) {
         let changed = self.failing.as_deref() != Some(error.as_str());
-        let due = self
-            .reported_at
-            .is_none_or(|at| at.elapsed() >= REPORT_EVERY);
-        if !(changed || due) {
+        let since = self.reported_at.map(|at| at.elapsed());
+        let due = since.is_none_or(|since| since >= REPORT_EVERY);
+        let changed_and_due = changed && since.is_none_or(|since| since >= CHANGED_REPORT_GAP);
+        if !(changed_and_due || due) {
             self.unreported += 1;
             return;
         }
@@ -73,8 +77,21 @@ mod tests {
             polls.failed("ch", "upstream down".into());
         }
         assert_eq!(polls.unreported, 1000, "the same error again is counted");
+        for n in 0..1000 {
+            polls.failed("ch", format!("error number {n}"));
+        }
+        assert_eq!(
+            polls.unreported, 2000,
+            "errors that change every time are counted within a second of a report"
+        );
+        polls.reported_at = polls
+            .reported_at
+            .and_then(|at| at.checked_sub(CHANGED_REPORT_GAP));
         polls.failed("ch", "another error".into());
-        assert_eq!(polls.unreported, 0, "a new error is reported at once");
+        assert_eq!(
+            polls.unreported, 0,
+            "a new error a second later is reported"
+        );
         polls.succeeded("ch");
         assert!(!polls.is_failing());
     }

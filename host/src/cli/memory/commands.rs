@@ -95,6 +95,9 @@ pub(super) fn search(
         query_vector: None,
     };
     let hits = memory.recall(&request).map_err(memory_failure)?;
+    if !*lexical {
+        note_unembedded(memory)?;
+    }
     if *json {
         return print_json(&hits);
     }
@@ -116,6 +119,26 @@ pub(super) fn search(
             ),
             None => println!("  no memory in this scope matches the question"),
         }
+    }
+    Ok(())
+}
+
+/// Say on stderr how many memories recall could find by their words only: an import, or a
+/// model change, leaves them without a vector until a host or `cairn memory reindex` embeds
+/// them, and a search that finds nothing should not look like memory has nothing.
+fn note_unembedded(memory: &MemoryService) -> Result<()> {
+    if memory.backend_plugin().is_some() || !memory.local().embeds() {
+        return Ok(());
+    }
+    let backlog = memory.local().embedding_backlog().map_err(memory_failure)?;
+    if backlog > 0 {
+        eprintln!(
+            "note: {backlog} memor{} no vector yet, so recall finds {} by {} words only; \
+             `cairn memory reindex` embeds them (a running host does it in the background)",
+            if backlog == 1 { "y has" } else { "ies have" },
+            if backlog == 1 { "it" } else { "them" },
+            if backlog == 1 { "its" } else { "their" },
+        );
     }
     Ok(())
 }
