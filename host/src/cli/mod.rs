@@ -108,6 +108,15 @@ pub(crate) fn parse_words(text: &str) -> Result<String, String> {
     Ok(text.to_string())
 }
 
+/// An id or name argument (`--user`, `--agent`, …): text that shows, since an empty one
+/// would quietly match nothing, or everything.
+pub(crate) fn parse_id(text: &str) -> Result<String, String> {
+    if crate::buffer::is_blank(text) {
+        return Err("expected an id, not an empty text".into());
+    }
+    Ok(text.to_string())
+}
+
 /// Parse arguments, run the command and map the outcome to an exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {

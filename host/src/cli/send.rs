@@ -67,10 +67,12 @@ fn as_flag(reason: &str) -> String {
 /// Store the message and print its id; bad input is reported as such (exit 2).
 pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     if let Some(at) = args.at
-        && at > crate::store::now_ms() + SAID_AT_LEEWAY_MS
+        && !(0..=crate::store::now_ms() + SAID_AT_LEEWAY_MS).contains(&at)
     {
+        let shown = chrono::DateTime::from_timestamp_millis(at)
+            .map_or_else(|| format!("{at} ms"), |t| t.to_rfc3339());
         return Err(BadInput(format!(
-            "--at: expected a time that has come, not one in the future ({at} ms since the epoch)"
+            "--at: {shown} is not when a message was said; expected a time from 1970 up to now"
         ))
         .into());
     }

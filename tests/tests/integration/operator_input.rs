@@ -42,6 +42,26 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "--min-relevance",
     );
+    refused(
+        &[
+            "memory", "search", "tea", "--user", "\u{200b}", "--data", &d,
+        ],
+        "--user",
+    );
+    refused(
+        &[
+            "memory",
+            "search",
+            "tea",
+            "--since",
+            "2026-05-01",
+            "--until",
+            "2026-01-01",
+            "--data",
+            &d,
+        ],
+        "--since 2026-05-01T00:00:00+00:00 is not before --until 2026-01-01T00:00:00+00:00",
+    );
     if !storage::on_postgres() {
         refused(
             &[

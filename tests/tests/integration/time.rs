@@ -83,7 +83,14 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
         );
     }
     for (at, expected) in [
-        ("2999-01-01", "--at: expected a time that has come"),
+        (
+            "2999-01-01",
+            "--at: 2999-01-01T00:00:00+00:00 is not when a message was said; expected a time from 1970 up to now",
+        ),
+        (
+            "1969-07-20",
+            "--at: 1969-07-20T00:00:00+00:00 is not when a message was said",
+        ),
         ("last tuesday", "--at"),
     ] {
         let refused = send(data.path(), &["--at", at, "from the future"]);

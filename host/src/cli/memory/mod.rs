@@ -30,19 +30,19 @@ use format::*;
 #[derive(clap::Args, Debug, Clone)]
 pub struct ScopeArgs {
     /// Only this agent's memories (plus agent-wide shared ones).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::parse_id)]
     agent: Option<String>,
     /// Only this user's memories (plus memories shared by all users).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::parse_id)]
     user: Option<String>,
     /// Only this session's memories.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::parse_id)]
     session: Option<String>,
     /// Only these kinds (repeatable): episode, fact, core, reflection, procedure.
     #[arg(long = "kind", value_parser = parse_kind)]
     kinds: Vec<MemoryKind>,
     /// Only this category.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::cli::parse_id)]
     category: Option<String>,
 }
 
@@ -244,6 +244,28 @@ pub struct SearchArgs {
     pub json: bool,
 }
 
+impl SearchArgs {
+    /// Refuse a `--since` that is not before `--until`: the span holds no time, and a search
+    /// in it could only answer nothing.
+    fn check_span(&self) -> Result<()> {
+        if let (Some(since), Some(until)) = (self.since, self.until)
+            && since >= until
+        {
+            let shown = |ms: i64| {
+                chrono::DateTime::from_timestamp_millis(ms)
+                    .map_or_else(|| format!("{ms} ms"), |t| t.to_rfc3339())
+            };
+            return Err(BadInput(format!(
+                "--since {} is not before --until {}: expected a span that holds some time",
+                shown(since),
+                shown(until)
+            ))
+            .into());
+        }
+        Ok(())
+    }
+}
+
 impl MemoryCommand {
     /// Whether the command brings memories into a data dir (an import, a snapshot's
     /// hydration), so it may be the data dir's first use; any other needs one that exists.
@@ -296,6 +318,9 @@ pub fn run(
             config.data_dir.display()
         ))
         .into());
+    }
+    if let MemoryCommand::Search(args) = command {
+        args.check_span()?;
     }
     let memory = CommandMemory::open(config, plugins)?;
     let outcome = dispatch(config, &memory, command);
