@@ -48,10 +48,14 @@ pub fn manifest_errors(dir: &Path, errors: &[ManifestError]) -> anyhow::Error {
     for error in errors {
         eprintln!("{error}");
     }
+    problems_in(dir, errors.len())
+}
+
+/// "N problem(s) in plugin directory DIR", as the exit-2 error.
+fn problems_in(dir: &Path, count: usize) -> anyhow::Error {
     BadInput(format!(
-        "{} problem{} in plugin directory {}",
-        errors.len(),
-        if errors.len() == 1 { "" } else { "s" },
+        "{count} problem{} in plugin directory {}",
+        if count == 1 { "" } else { "s" },
         dir.display()
     ))
     .into()
@@ -142,12 +146,7 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
         Err(errors) if json_output => {
             let report = json!({"ok": false, "errors": errors});
             println!("{}", serde_json::to_string_pretty(&report)?);
-            Err(BadInput(format!(
-                "{} problem(s) in plugin directory {}",
-                errors.len(),
-                dir.display()
-            ))
-            .into())
+            Err(problems_in(dir, errors.len()))
         }
         Err(errors) => Err(manifest_errors(dir, &errors)),
     }
@@ -192,12 +191,7 @@ pub fn list(dir: &Path, json_output: bool) -> Result<ExitCode> {
     if errors.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else if json_output {
-        Err(BadInput(format!(
-            "{} problem(s) in plugin directory {}",
-            errors.len(),
-            dir.display()
-        ))
-        .into())
+        Err(problems_in(dir, errors.len()))
     } else {
         Err(manifest_errors(dir, &errors))
     }
