@@ -207,7 +207,7 @@ fn scope_token(level: char, id: &str) -> String {
 
 /// How far after "now" a memory may be dated and still count as new, not as from the future:
 /// hosts sharing a database differ in their clocks by this much at most.
-const CLOCK_SLACK_MS: i64 = 60_000;
+pub const CLOCK_SLACK_MS: i64 = 60_000;
 
 /// Recency of something `age_ms` old: 1 now, halving every `half_life_hours`; none for a
 /// memory dated after "now" (a question asked `--at` an earlier time must not favour what

@@ -23,6 +23,9 @@ pub struct Candidate {
     /// The memory's words tell of a change (see [`crate::change`]): as an update of an
     /// older candidate it needs less likeness to it (see [`SameSubject`]).
     pub tells_of_change: bool,
+    /// The memory is dated after the recall's "now" (a question asked `--at` an earlier
+    /// day): it is never promoted as the update of what was said before then.
+    pub said_after_now: bool,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -138,6 +141,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
             .filter_map(|j| {
                 let newer = &candidates[j];
                 let eligible = !promoted.contains(&newer.hit.entry.id)
+                    && !newer.said_after_now
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
                     && (older.outside_asked_time || !newer.outside_asked_time);
                 eligible
@@ -242,6 +246,7 @@ mod tests {
             centred: centred.map(|v| v.to_vec()),
             outside_asked_time: false,
             tells_of_change: false,
+            said_after_now: false,
         }
     }
 
@@ -282,6 +287,17 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(order(false, false), ["newer", "older"], "no time asked");
+        let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+        older.hit.entry.valid_from = 10;
+        let mut later = candidate("later", 0.9, [1.0, 0.0], None);
+        later.hit.entry.valid_from = 20;
+        later.said_after_now = true;
+        let mut asked_before = vec![older, later];
+        promote_updates(&mut asked_before, SameSubject::alike(0.5));
+        assert_eq!(
+            asked_before[0].hit.entry.id, "older",
+            "said after the question's now: no update of it yet"
+        );
         assert_eq!(
             order(false, true),
             ["older", "newer"],

@@ -372,6 +372,7 @@ impl LocalMemory {
                 centred: signals.centred_vectors.remove(&seq),
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
                 tells_of_change: crate::change::tells_of_change(&hit.entry.content),
+                said_after_now: hit.entry.valid_from > now.saturating_add(recall::CLOCK_SLACK_MS),
                 hit,
             })
             .collect();
@@ -448,6 +449,7 @@ fn fill_below_floor(
             centred: None,
             outside_asked_time: false,
             tells_of_change: false,
+            said_after_now: false,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
