@@ -287,17 +287,6 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_eq!(order(false, false), ["newer", "older"], "no time asked");
-        let mut older = candidate("older", 1.0, [1.0, 0.0], None);
-        older.hit.entry.valid_from = 10;
-        let mut later = candidate("later", 0.9, [1.0, 0.0], None);
-        later.hit.entry.valid_from = 20;
-        later.said_after_now = true;
-        let mut asked_before = vec![older, later];
-        promote_updates(&mut asked_before, SameSubject::alike(0.5));
-        assert_eq!(
-            asked_before[0].hit.entry.id, "older",
-            "said after the question's now: no update of it yet"
-        );
         assert_eq!(
             order(false, true),
             ["older", "newer"],
@@ -308,6 +297,21 @@ mod tests {
             order(true, false),
             ["newer", "older"],
             "only the newer is inside"
+        );
+    }
+
+    #[test]
+    fn a_memory_said_after_the_recalls_now_is_not_promoted_as_an_update() {
+        let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+        older.hit.entry.valid_from = 10;
+        let mut later = candidate("later", 0.9, [1.0, 0.0], None);
+        later.hit.entry.valid_from = 20;
+        later.said_after_now = true;
+        let mut asked_before = vec![older, later];
+        promote_updates(&mut asked_before, SameSubject::alike(0.5));
+        assert_eq!(
+            asked_before[0].hit.entry.id, "older",
+            "said after the question's now: no update of it yet"
         );
     }
 

@@ -101,7 +101,7 @@ pub fn check_message(message: &NewMessage, config: &BufferConfig) -> Result<(), 
     validate(message.clone(), config, &BTreeMap::new()).map(|_| ())
 }
 
-pub use cairn_vocab::text::is_blank;
+use cairn_vocab::text::is_blank;
 
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(

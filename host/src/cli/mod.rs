@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
+use cairn_vocab::text::is_blank;
 use clap::{Parser, Subcommand};
 use serde_json::json;
 
@@ -102,7 +103,7 @@ pub struct BadInput(String);
 /// Text that says something: not empty, not only blanks or invisible characters (a message
 /// or a question).
 pub(crate) fn parse_words(text: &str) -> Result<String, String> {
-    if crate::buffer::is_blank(text) {
+    if is_blank(text) {
         return Err("expected some words, not an empty text".into());
     }
     Ok(text.to_string())
@@ -111,10 +112,16 @@ pub(crate) fn parse_words(text: &str) -> Result<String, String> {
 /// An id or name argument (`--user`, `--agent`, …): text that shows, since an empty one
 /// would quietly match nothing, or everything.
 pub(crate) fn parse_id(text: &str) -> Result<String, String> {
-    if crate::buffer::is_blank(text) {
+    if is_blank(text) {
         return Err("expected an id, not an empty text".into());
     }
     Ok(text.to_string())
+}
+
+/// A time argument in messages: RFC 3339, as the operator may have typed it.
+pub(crate) fn shown_time(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map_or_else(|| format!("{ms} ms"), |t| t.to_rfc3339())
 }
 
 /// Parse arguments, run the command and map the outcome to an exit code.

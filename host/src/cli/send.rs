@@ -69,10 +69,9 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     if let Some(at) = args.at
         && !(0..=crate::store::now_ms() + SAID_AT_LEEWAY_MS).contains(&at)
     {
-        let shown = chrono::DateTime::from_timestamp_millis(at)
-            .map_or_else(|| format!("{at} ms"), |t| t.to_rfc3339());
         return Err(BadInput(format!(
-            "--at: {shown} is not when a message was said; expected a time from 1970 up to now"
+            "--at: {} is not when a message was said; expected a time from 1970 up to now",
+            crate::cli::shown_time(at)
         ))
         .into());
     }
@@ -93,7 +92,7 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     let text = serde_json::from_str::<serde_json::Value>(&payload)
         .ok()
         .and_then(|payload| payload.get("text")?.as_str().map(str::to_string));
-    if text.is_some_and(|text| crate::buffer::is_blank(&text)) {
+    if text.is_some_and(|text| cairn_vocab::text::is_blank(&text)) {
         return Err(BadInput(
             "--json: its `text` is only blanks or invisible characters: expected some words".into(),
         )

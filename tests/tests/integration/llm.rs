@@ -71,6 +71,14 @@ fn host_answered_by(
     host
 }
 
+/// Sessions that end after `secs` idle, looked at every 50 ms.
+fn short_sessions(secs: &'static str) -> [(&'static str, &'static str); 2] {
+    [
+        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", secs),
+        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
+    ]
+}
+
 /// Quick retries, so a provider that is down makes a waiting turn at once; and a short claim
 /// lease, so a killed host's claim on shared storage lapses quickly.
 const OUTAGE_SETTINGS: [(&str, &str); 4] = [
@@ -486,10 +494,7 @@ fn a_question_waiting_for_its_answer_keeps_its_session_open_across_a_stop() {
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let lifecycle = [
-        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "2"),
-        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
-    ];
+    let lifecycle = short_sessions("2");
     let down = StubServer::start(vec![Reply::status(503, "down")]);
     let host = asked_during_an_outage(&down, &plugins, data, &lifecycle, "did my parcel arrive?");
     // Idle well past the session timeout while the provider is down, and across a restart.
@@ -540,10 +545,7 @@ fn an_answer_journaled_as_its_host_stops_joins_its_session_after_a_restart() {
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "2"),
-        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
-    ];
+    let settings = short_sessions("2");
     let mut host = host_answered_by(&server, &plugins, data, &settings);
     host.type_line("when is the delivery?");
     let asked = std::time::Instant::now();
@@ -580,10 +582,7 @@ fn a_follow_up_waiting_behind_another_conversation_stays_in_its_session() {
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
-        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
-    ];
+    let settings = short_sessions("1");
     let mut host = host_answered_by(&server, &plugins, data, &settings);
     let d = data.display().to_string();
     let send = |conversation: &str, sender: &str, text: &str| {
@@ -633,11 +632,8 @@ fn the_agent_sleeps_a_sleep_timeout_after_its_last_answer_not_its_question() {
     plugins.bundled("cli");
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
-    let settings = [
-        ("CAIRN_LIFECYCLE_SESSION_TIMEOUT_SECS", "1"),
-        ("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "3"),
-        ("CAIRN_LIFECYCLE_CHECK_INTERVAL_MS", "50"),
-    ];
+    let mut settings = short_sessions("1").to_vec();
+    settings.push(("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "3"));
     let mut host = host_answered_by(&server, &plugins, data, &settings);
     host.type_line("is it worth it?");
     host.wait_for("cairn> After a long think: yes.", Duration::from_secs(60));

@@ -116,7 +116,7 @@ fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
             non_empty(field, id)?;
         }
     }
-    let latest = now_ms().saturating_add(CLOCK_SLACK_MS);
+    let latest = now_ms().saturating_add(EXPORT_CLOCK_AHEAD_MS);
     for (field, at) in [
         ("valid_from", Some(entry.valid_from)),
         ("recorded_at", Some(entry.recorded_at)),
@@ -161,7 +161,7 @@ fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
 
 fn check_session(session: &Session) -> Result<(), String> {
     non_empty("id", &session.id)?;
-    let latest = now_ms().saturating_add(CLOCK_SLACK_MS);
+    let latest = now_ms().saturating_add(EXPORT_CLOCK_AHEAD_MS);
     in_time("started_at", session.started_at, latest)?;
     if let Some(ended) = session.ended_at {
         in_time("ended_at", ended, latest)?;
@@ -197,9 +197,9 @@ fn non_empty(field: &str, value: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// How far past this host's clock an exported time may be: another host's clock may run
-/// ahead of this one's by a little, never by more.
-const CLOCK_SLACK_MS: i64 = 24 * 3_600_000;
+/// How far past this host's clock an exported time may be: the exporting host's clock may
+/// have run ahead of this one's by a little, never by more.
+const EXPORT_CLOCK_AHEAD_MS: i64 = 24 * 3_600_000;
 
 /// `at` (ms since 1970) is a time memory can hold: not before 1970, not later than `latest`.
 fn in_time(field: &str, at: i64, latest: i64) -> Result<(), String> {

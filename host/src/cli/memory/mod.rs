@@ -251,14 +251,10 @@ impl SearchArgs {
         if let (Some(since), Some(until)) = (self.since, self.until)
             && since >= until
         {
-            let shown = |ms: i64| {
-                chrono::DateTime::from_timestamp_millis(ms)
-                    .map_or_else(|| format!("{ms} ms"), |t| t.to_rfc3339())
-            };
             return Err(BadInput(format!(
                 "--since {} is not before --until {}: expected a span that holds some time",
-                shown(since),
-                shown(until)
+                crate::cli::shown_time(since),
+                crate::cli::shown_time(until)
             ))
             .into());
         }
