@@ -426,6 +426,23 @@ mod tests {
         buffer.route(batch).await.expect("route")
     }
 
+    /// Push one message from `channel` to `conversation` and route it alone to the main
+    /// queue at `priority`; the batch's id.
+    async fn route_main(buffer: &Buffer, channel: &str, conversation: &str, priority: u32) -> i64 {
+        let mut said = message(conversation, "{}");
+        said.channel = channel.into();
+        let id = buffer.push_async(said).await.expect("push");
+        let batch = NewBatch {
+            channel: channel.into(),
+            conversation: conversation.into(),
+            priority,
+            route: Route::Main,
+            rule: None,
+            message_ids: vec![id],
+        };
+        buffer.route(batch).await.expect("route")
+    }
+
     /// A buffer on `place`, as a host opens it.
     fn buffer_on(place: &Place, config: BufferConfig) -> Buffer {
         match place {
@@ -444,7 +461,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered, async channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -652,6 +669,31 @@ mod tests {
         assert_eq!(
             again.attempt, 2,
             "the second start says an attempt came before"
+        );
+    }
+
+    async fn channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
+        let mut flood = Vec::new();
+        for conversation in ["f1", "f2", "f3", "f4"] {
+            flood.push(route_main(&buffer, "flood", conversation, 10).await);
+        }
+        let cli = route_main(&buffer, "cli", "c1", 10).await;
+        let other = [
+            route_main(&buffer, "other", "o1", 10).await,
+            route_main(&buffer, "other", "o2", 10).await,
+        ];
+        let urgent = route_main(&buffer, "flood", "f5", 5).await;
+        let mut claimed = Vec::new();
+        while let Some(batch) = buffer.claim_main_batch().await.expect("claim") {
+            claimed.push(batch.id);
+        }
+        assert_eq!(
+            claimed,
+            [
+                urgent, cli, other[0], flood[0], other[1], flood[1], flood[2], flood[3]
+            ],
+            "priority first; within it the channel served longest ago, a new one before any"
         );
     }
 

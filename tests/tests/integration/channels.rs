@@ -821,6 +821,84 @@ fn a_message_cairn_send_stores_beside_a_running_host_is_answered() {
 }
 
 #[test]
+fn a_channel_flooding_the_queue_holds_back_no_other_channel() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_channel_flooding_the_queue_holds_back_no_other_channel",
+    ) {
+        return;
+    }
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled_all(&["cli", "webhook"]);
+    // A first run makes both channels known to `cairn send`.
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+    assert!(host.stop().0.success());
+    // A backlog of 40 conversations on the webhook, then one typed line, all at one priority.
+    for i in 0..40 {
+        let conversation = format!("octo/app#{i}");
+        let args = ["--channel", "webhook", "--conversation", &conversation];
+        send(
+            data.path(),
+            &[&args[..], &["--priority", "50", "flooded"]].concat(),
+        )
+        .expect("sent");
+    }
+    let args = [
+        "--channel",
+        "cli",
+        "--conversation",
+        "cli",
+        "--priority",
+        "50",
+    ];
+    send(
+        data.path(),
+        &[&args[..], &["typed after the flood"]].concat(),
+    )
+    .expect("sent");
+
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    wait_until_settled(&mut host, data.path());
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    // (channel, routed at, started at) of every main batch, in claim order.
+    let db = buffer_db(data.path());
+    let mut statement = db
+        .prepare(
+            "SELECT channel, created_at, started_at FROM batches WHERE route = 'main'
+              ORDER BY started_at, id",
+        )
+        .expect("query");
+    let claims: Vec<(String, i64, i64)> = statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+        .expect("rows")
+        .collect::<Result<_, _>>()
+        .expect("batches");
+    assert_eq!(claims.len(), 41, "one batch per conversation: {claims:?}");
+    let typed = claims
+        .iter()
+        .position(|(channel, ..)| channel == "cli")
+        .expect("the typed line's batch");
+    let (_, routed_at, started_at) = claims[typed];
+    // The router routes the backlog in arrival order while the agent answers: the typed
+    // line's batch is routed last, and is the next one claimed (no webhook batch starts
+    // between its routing and its start).
+    let overtaking: Vec<_> = claims
+        .iter()
+        .filter(|(channel, _, started)| {
+            channel == "webhook" && *started > routed_at && *started < started_at
+        })
+        .collect();
+    assert!(
+        overtaking.is_empty(),
+        "claimed {typed}th of 41, after webhook batches routed before it: {overtaking:?}"
+    );
+    assert!(typed < 40, "not left for last: {claims:?}");
+    eprintln!("the typed line was claimed {}th of 41", typed + 1);
+}
+
+#[test]
 fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
     if cairn_tests::storage::reads_sqlite_files(
         "payloads_that_are_not_json_objects_are_refused_at_the_edge",

@@ -1,7 +1,7 @@
 //! The buffer's storage: the [`BufferStore`] interface the host's buffer service writes
 //! and reads through, and its SQLite implementation over `buffer.db` (WAL, group commit).
-//! The tables are `messages`, `batches`, `tasks` and `channel_priorities`; [`failed`] holds
-//! what lists failed work and queues it again.
+//! The tables are `messages`, `batches`, `tasks`, `channel_priorities` and `channel_turns`;
+//! [`failed`] holds what lists failed work and queues it again.
 
 mod failed;
 
@@ -32,6 +32,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/buffer/0005_batch_retries.sql"),
         include_str!("../../../../migrations/buffer/0006_batch_received.sql"),
         include_str!("../../../../migrations/buffer/0007_awaiting_answer.sql"),
+        include_str!("../../../../migrations/buffer/0008_channel_turns.sql"),
     ],
 };
 
@@ -78,7 +79,8 @@ pub trait BufferStore: Send + Sync {
     fn has_pending_work(&self, channel: &str) -> Result<bool, StorageError>;
     /// Record a batch and mark its messages routed, all or nothing; its id.
     fn route(&self, batch: NewBatch) -> Receipt<i64>;
-    /// Mark the most urgent queued main batch running; its id.
+    /// Mark the next main batch running: the most urgent priority first, and within it the
+    /// oldest batch of the channel served longest ago, so channels take turns; its id.
     fn claim_main(&self) -> Receipt<Option<i64>>;
     /// Record how a main batch ended.
     fn finish_batch(
@@ -471,6 +473,10 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
             now
         ])?;
     let batch_id = conn.last_insert_rowid();
+    if batch.route == Route::Main {
+        conn.prepare_cached("INSERT OR IGNORE INTO channel_turns (channel) VALUES (?1)")?
+            .execute(params![batch.channel])?;
+    }
     let mut mark = conn.prepare_cached(
         "UPDATE messages SET routed = 1, batch_id = ?1 WHERE id = ?2 AND routed = 0",
     )?;
@@ -489,18 +495,35 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
     Ok(batch_id)
 }
 
-/// Mark the most urgent queued main batch running; returns its id.
+/// Mark the next queued main batch running; returns its id. The most urgent priority goes
+/// first; within it channels take turns (the one served longest ago first, a new one before
+/// any), each channel's batches in arrival order.
 fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
-    let id: Option<i64> = conn.prepare_cached("SELECT id FROM batches WHERE route = 'main' AND status = 'queued' ORDER BY priority, id LIMIT 1")?.query_row([], |row| row.get(0))
-        .optional()?;
-    if let Some(id) = id {
-        conn.prepare_cached(
-            "UPDATE batches SET status = 'running', started_at = ?2, attempts = attempts + 1
-             WHERE id = ?1",
+    let claimed: Option<(i64, String)> = conn
+        .prepare_cached(
+            "SELECT b.id, b.channel FROM channel_turns t
+               JOIN batches b ON b.id = (
+                    SELECT q.id FROM batches q
+                     WHERE q.channel = t.channel AND q.route = 'main' AND q.status = 'queued'
+                     ORDER BY q.priority, q.id LIMIT 1)
+              ORDER BY b.priority, t.last_turn, b.id LIMIT 1",
         )?
-        .execute(params![id, now_ms()])?;
-    }
-    Ok(id)
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .optional()?;
+    let Some((id, channel)) = claimed else {
+        return Ok(None);
+    };
+    conn.prepare_cached(
+        "UPDATE batches SET status = 'running', started_at = ?2, attempts = attempts + 1
+         WHERE id = ?1",
+    )?
+    .execute(params![id, now_ms()])?;
+    conn.prepare_cached(
+        "UPDATE channel_turns SET last_turn = (SELECT MAX(last_turn) + 1 FROM channel_turns)
+         WHERE channel = ?1",
+    )?
+    .execute(params![channel])?;
+    Ok(Some(id))
 }
 
 /// Record how a main batch ended.

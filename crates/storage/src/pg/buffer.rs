@@ -6,7 +6,8 @@
 //!   refused otherwise, so no message is routed twice.
 //! - A host claims a main batch under a transaction-level advisory lock, and only the
 //!   oldest unfinished batch of a conversation nobody is working on: one conversation's
-//!   turns run one at a time, in order, whichever hosts take them.
+//!   turns run one at a time, in order, whichever hosts take them. Within a priority,
+//!   channels take turns, so one channel's flood cannot hold back another's messages.
 //! - A claim is a lease: the claiming host renews it every third of [`PgBuffer::lease`]
 //!   while it lives; once it lapsed (the host died) any host's next claim takes the work
 //!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
@@ -38,6 +39,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/postgres/buffer/0003_conversation_heads.sql"),
         include_str!("../../../../migrations/postgres/buffer/0004_batch_retries.sql"),
         include_str!("../../../../migrations/postgres/buffer/0005_batch_received.sql"),
+        include_str!("../../../../migrations/postgres/buffer/0006_channel_turns.sql"),
     ],
 };
 
@@ -495,6 +497,12 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
             ],
         )?
         .get(0);
+    if batch.route == Route::Main {
+        tx.execute(
+            "INSERT INTO buffer_channel_turns (channel) VALUES ($1) ON CONFLICT DO NOTHING",
+            &[&batch.channel],
+        )?;
+    }
     let marked = tx.execute(
         "UPDATE buffer_messages SET routed = TRUE, batch_id = $1
           WHERE id = ANY($2) AND NOT routed",
@@ -516,8 +524,9 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
     Ok(batch_id)
 }
 
-/// Claim the most urgent main batch that is the oldest unfinished one of a conversation no
-/// host is working on (a lapsed claim counts as nobody's); its id.
+/// Claim the next main batch that is the oldest unfinished one of a conversation no host is
+/// working on (a lapsed claim counts as nobody's): the most urgent priority first, and within
+/// it the channel served longest ago, so channels take turns; its id.
 fn claim_main(
     tx: &mut Transaction<'_>,
     holder: &str,
@@ -525,41 +534,51 @@ fn claim_main(
 ) -> Result<Option<i64>, StorageError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])?;
     let now = now_ms();
-    Ok(tx
-        .query_opt(
-            // Queued batches are tried most urgent first, each checked on
-            // `buffer_batches_conversation_heads` for an older unfinished batch of its
-            // conversation, so the search stops at the first one that may run (instead of
-            // comparing every queued batch with every other); a lapsed claim is the oldest of
-            // its conversation already.
-            "UPDATE buffer_batches
-                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
-                    attempts = attempts + 1
-              WHERE id = (
-                SELECT id FROM (
-                    (SELECT b.id, b.priority FROM buffer_batches b
-                      WHERE b.route = 'main' AND b.status = 'queued'
-                        AND NOT EXISTS (
-                            SELECT 1 FROM buffer_batches o
-                             WHERE o.channel = b.channel AND o.conversation = b.conversation
-                               AND o.route = 'main' AND o.status IN ('queued', 'running')
-                               AND o.id < b.id)
-                        AND NOT EXISTS (
-                            SELECT 1 FROM buffer_batches r
-                             WHERE r.channel = b.channel AND r.conversation = b.conversation
-                               AND r.route = 'main' AND r.status = 'running'
-                               AND r.lease_until >= $1)
-                      ORDER BY b.priority, b.id LIMIT 1)
-                    UNION ALL
-                    (SELECT l.id, l.priority FROM buffer_batches l
-                      WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
-                      ORDER BY l.priority, l.id LIMIT 1)
-                ) AS candidates
-                ORDER BY priority, id LIMIT 1)
-              RETURNING id",
-            &[&now, &holder, &(now + lease)],
-        )?
-        .map(|row| row.get(0)))
+    let claimed = tx.query_opt(
+        // Each channel's queued batches are tried most urgent first on
+        // `buffer_batches_main_queue`, each checked on `buffer_batches_conversation_heads`
+        // for an older unfinished batch of its conversation, so a channel's search stops at
+        // its first batch that may run (instead of comparing every queued batch with every
+        // other); a lapsed claim is the oldest of its conversation already. The claimed
+        // batch's channel then takes the last turn.
+        "WITH claimed AS (
+         UPDATE buffer_batches
+            SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
+                attempts = attempts + 1
+          WHERE id = (
+            SELECT id FROM (
+                SELECT head.id, head.priority, t.last_turn
+                  FROM buffer_channel_turns t
+                  CROSS JOIN LATERAL (
+                    SELECT b.id, b.priority FROM buffer_batches b
+                     WHERE b.channel = t.channel AND b.route = 'main' AND b.status = 'queued'
+                       AND NOT EXISTS (
+                           SELECT 1 FROM buffer_batches o
+                            WHERE o.channel = b.channel AND o.conversation = b.conversation
+                              AND o.route = 'main' AND o.status IN ('queued', 'running')
+                              AND o.id < b.id)
+                       AND NOT EXISTS (
+                           SELECT 1 FROM buffer_batches r
+                            WHERE r.channel = b.channel AND r.conversation = b.conversation
+                              AND r.route = 'main' AND r.status = 'running'
+                              AND r.lease_until >= $1)
+                     ORDER BY b.priority, b.id LIMIT 1) head
+                UNION ALL
+                (SELECT l.id, l.priority, t.last_turn
+                   FROM buffer_batches l JOIN buffer_channel_turns t ON t.channel = l.channel
+                  WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
+                  ORDER BY l.priority, l.id LIMIT 1)
+            ) AS candidates
+            ORDER BY priority, last_turn, id LIMIT 1)
+          RETURNING id, channel),
+         turn AS (
+         UPDATE buffer_channel_turns
+            SET last_turn = (SELECT MAX(last_turn) + 1 FROM buffer_channel_turns)
+          WHERE channel = (SELECT channel FROM claimed))
+         SELECT id FROM claimed",
+        &[&now, &holder, &(now + lease)],
+    )?;
+    Ok(claimed.map(|row| row.get(0)))
 }
 
 /// Delete finished work older than `before_ms`; (messages, batches) deleted.
