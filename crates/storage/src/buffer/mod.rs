@@ -473,10 +473,6 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
             now
         ])?;
     let batch_id = conn.last_insert_rowid();
-    if batch.route == Route::Main {
-        conn.prepare_cached("INSERT OR IGNORE INTO channel_turns (channel) VALUES (?1)")?
-            .execute(params![batch.channel])?;
-    }
     let mut mark = conn.prepare_cached(
         "UPDATE messages SET routed = 1, batch_id = ?1 WHERE id = ?2 AND routed = 0",
     )?;
@@ -496,17 +492,27 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
 }
 
 /// Mark the next queued main batch running; returns its id. The most urgent priority goes
-/// first; within it channels take turns (the one served longest ago first, a new one before
-/// any), each channel's batches in arrival order.
+/// first; within it channels take turns (the one served longest ago first, one never served
+/// before any), each channel's batches in arrival order.
 fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     let claimed: Option<(i64, String)> = conn
         .prepare_cached(
-            "SELECT b.id, b.channel FROM channel_turns t
+            // The channels with queued main batches, one index probe each (not a scan of
+            // the queue), then each one's most urgent batch.
+            "WITH RECURSIVE queued(channel) AS (
+                 SELECT MIN(channel) FROM batches WHERE route = 'main' AND status = 'queued'
+                 UNION ALL
+                 SELECT (SELECT MIN(b.channel) FROM batches b
+                          WHERE b.route = 'main' AND b.status = 'queued'
+                            AND b.channel > queued.channel)
+                   FROM queued WHERE queued.channel IS NOT NULL)
+             SELECT b.id, b.channel FROM queued
                JOIN batches b ON b.id = (
                     SELECT q.id FROM batches q
-                     WHERE q.channel = t.channel AND q.route = 'main' AND q.status = 'queued'
+                     WHERE q.channel = queued.channel AND q.route = 'main' AND q.status = 'queued'
                      ORDER BY q.priority, q.id LIMIT 1)
-              ORDER BY b.priority, t.last_turn, b.id LIMIT 1",
+               LEFT JOIN channel_turns t ON t.channel = queued.channel
+              ORDER BY b.priority, COALESCE(t.last_turn, 0), b.id LIMIT 1",
         )?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
@@ -519,8 +525,9 @@ fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
     )?
     .execute(params![id, now_ms()])?;
     conn.prepare_cached(
-        "UPDATE channel_turns SET last_turn = (SELECT MAX(last_turn) + 1 FROM channel_turns)
-         WHERE channel = ?1",
+        "INSERT INTO channel_turns (channel, last_turn)
+         VALUES (?1, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM channel_turns))
+         ON CONFLICT (channel) DO UPDATE SET last_turn = excluded.last_turn",
     )?
     .execute(params![channel])?;
     Ok(Some(id))

@@ -497,12 +497,6 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
             ],
         )?
         .get(0);
-    if batch.route == Route::Main {
-        tx.execute(
-            "INSERT INTO buffer_channel_turns (channel) VALUES ($1) ON CONFLICT DO NOTHING",
-            &[&batch.channel],
-        )?;
-    }
     let marked = tx.execute(
         "UPDATE buffer_messages SET routed = TRUE, batch_id = $1
           WHERE id = ANY($2) AND NOT routed",
@@ -535,46 +529,55 @@ fn claim_main(
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])?;
     let now = now_ms();
     let claimed = tx.query_opt(
-        // Each channel's queued batches are tried most urgent first on
+        // The channels with queued main batches are found one index probe each (not a scan
+        // of the queue). Each one's queued batches are tried most urgent first on
         // `buffer_batches_main_queue`, each checked on `buffer_batches_conversation_heads`
         // for an older unfinished batch of its conversation, so a channel's search stops at
-        // its first batch that may run (instead of comparing every queued batch with every
-        // other); a lapsed claim is the oldest of its conversation already. The claimed
-        // batch's channel then takes the last turn.
-        "WITH claimed AS (
-         UPDATE buffer_batches
-            SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
-                attempts = attempts + 1
-          WHERE id = (
-            SELECT id FROM (
-                SELECT head.id, head.priority, t.last_turn
-                  FROM buffer_channel_turns t
-                  CROSS JOIN LATERAL (
-                    SELECT b.id, b.priority FROM buffer_batches b
-                     WHERE b.channel = t.channel AND b.route = 'main' AND b.status = 'queued'
-                       AND NOT EXISTS (
-                           SELECT 1 FROM buffer_batches o
-                            WHERE o.channel = b.channel AND o.conversation = b.conversation
-                              AND o.route = 'main' AND o.status IN ('queued', 'running')
-                              AND o.id < b.id)
-                       AND NOT EXISTS (
-                           SELECT 1 FROM buffer_batches r
-                            WHERE r.channel = b.channel AND r.conversation = b.conversation
-                              AND r.route = 'main' AND r.status = 'running'
-                              AND r.lease_until >= $1)
-                     ORDER BY b.priority, b.id LIMIT 1) head
-                UNION ALL
-                (SELECT l.id, l.priority, t.last_turn
-                   FROM buffer_batches l JOIN buffer_channel_turns t ON t.channel = l.channel
-                  WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
-                  ORDER BY l.priority, l.id LIMIT 1)
-            ) AS candidates
-            ORDER BY priority, last_turn, id LIMIT 1)
-          RETURNING id, channel),
+        // its first batch that may run; a lapsed claim is the oldest of its conversation
+        // already. The claimed batch's channel then takes the last turn.
+        "WITH RECURSIVE queued(channel) AS (
+             (SELECT channel FROM buffer_batches
+               WHERE route = 'main' AND status = 'queued' ORDER BY channel LIMIT 1)
+             UNION ALL
+             SELECT (SELECT b.channel FROM buffer_batches b
+                      WHERE b.route = 'main' AND b.status = 'queued'
+                        AND b.channel > queued.channel
+                      ORDER BY b.channel LIMIT 1)
+               FROM queued WHERE queued.channel IS NOT NULL),
+         candidates AS (
+             SELECT head.id, head.priority, head.channel FROM queued
+              CROSS JOIN LATERAL (
+                SELECT b.id, b.priority, b.channel FROM buffer_batches b
+                 WHERE b.channel = queued.channel AND b.route = 'main' AND b.status = 'queued'
+                   AND NOT EXISTS (
+                       SELECT 1 FROM buffer_batches o
+                        WHERE o.channel = b.channel AND o.conversation = b.conversation
+                          AND o.route = 'main' AND o.status IN ('queued', 'running')
+                          AND o.id < b.id)
+                   AND NOT EXISTS (
+                       SELECT 1 FROM buffer_batches r
+                        WHERE r.channel = b.channel AND r.conversation = b.conversation
+                          AND r.route = 'main' AND r.status = 'running'
+                          AND r.lease_until >= $1)
+                 ORDER BY b.priority, b.id LIMIT 1) head
+             UNION ALL
+             (SELECT l.id, l.priority, l.channel FROM buffer_batches l
+               WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
+               ORDER BY l.priority, l.id LIMIT 1)),
+         claimed AS (
+             UPDATE buffer_batches
+                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3,
+                    attempts = attempts + 1
+              WHERE id = (
+                SELECT c.id FROM candidates c
+                  LEFT JOIN buffer_channel_turns t ON t.channel = c.channel
+                 ORDER BY c.priority, COALESCE(t.last_turn, 0), c.id LIMIT 1)
+              RETURNING id, channel),
          turn AS (
-         UPDATE buffer_channel_turns
-            SET last_turn = (SELECT MAX(last_turn) + 1 FROM buffer_channel_turns)
-          WHERE channel = (SELECT channel FROM claimed))
+             INSERT INTO buffer_channel_turns (channel, last_turn)
+             SELECT channel, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns)
+               FROM claimed
+             ON CONFLICT (channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
          SELECT id FROM claimed",
         &[&now, &holder, &(now + lease)],
     )?;
