@@ -8,6 +8,7 @@ mod maintenance;
 mod search;
 
 pub use embedding::TurnInFlight;
+pub use import_check::CheckedImport;
 pub use search::VectorSource;
 mod transfer;
 

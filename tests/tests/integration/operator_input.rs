@@ -445,6 +445,35 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
     );
 }
 
+#[test]
+fn a_refused_import_into_a_new_data_dir_leaves_no_trace() {
+    if storage::reads_sqlite_files("a_refused_import_into_a_new_data_dir_leaves_no_trace") {
+        return;
+    }
+    let parent = tempfile::tempdir().expect("parent");
+    let data = parent.path().join("fresh");
+    let d = data.display().to_string();
+    let file = parent.path().join("memories.jsonl");
+    std::fs::write(&file, "{\"type\":\"entry\"}\n").expect("write");
+    let path = file.display().to_string();
+    refused(
+        &["memory", "import", &path, "--data", &d],
+        "memories.jsonl: line 1: ",
+    );
+    assert!(
+        !data.exists(),
+        "no data dir, no memory.db: {:?}",
+        entries(parent.path())
+    );
+    // An empty data dir stays empty too.
+    std::fs::create_dir(&data).expect("data dir");
+    refused(
+        &["memory", "import", &path, "--data", &d],
+        "nothing was imported",
+    );
+    assert!(entries(&data).is_empty(), "{:?}", entries(&data));
+}
+
 /// `memory import` of an export with a field added, or with a line given twice: exit 2
 /// naming the line, and memory as it was.
 fn an_import_that_would_drop_a_field_or_double_an_id_writes_nothing(data: &str) {

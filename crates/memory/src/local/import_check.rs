@@ -14,9 +14,22 @@ use cairn_vocab::text::is_blank;
 /// What the store writes into an audit row's `action`; an import may hold only these.
 const AUDIT_ACTIONS: [&str; 5] = ["forget", "purge", "supersede", "edit", "rescore"];
 
+/// A JSONL import read and checked whole, ready to write: made before memory.db is opened,
+/// so a refused import leaves nothing behind, not even an empty memory.db.
+#[derive(Debug)]
+pub struct CheckedImport(pub(super) Vec<ExportRecord>);
+
+impl CheckedImport {
+    /// Read `input` (JSONL, as `cairn memory export` writes it); the first bad line is the
+    /// error, named by its number.
+    pub fn parse(input: &str) -> Result<Self, MemoryError> {
+        parse_records(input).map(CheckedImport)
+    }
+}
+
 /// The records of a JSONL import, each checked, in file order. The first bad line is the
 /// error, named by its number, so the caller writes nothing.
-pub(super) fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
+fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
     let mut records = Vec::new();
     let mut first_line_of: HashMap<(&'static str, String), usize> = HashMap::new();
     for (index, line) in input.lines().enumerate() {

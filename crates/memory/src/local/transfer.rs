@@ -24,8 +24,13 @@ impl LocalMemory {
     /// whose id exists are skipped, and so are audit rows already present, so importing the
     /// same file twice adds nothing.
     pub fn import(&self, input: &str) -> Result<ImportReport, MemoryError> {
-        let records = import_check::parse_records(input)?;
-        let report = self.store.import(records).wait()?;
+        self.import_checked(CheckedImport::parse(input)?)
+    }
+
+    /// Write an import already read and checked (see [`CheckedImport`]), as
+    /// [`LocalMemory::import`] does.
+    pub fn import_checked(&self, import: CheckedImport) -> Result<ImportReport, MemoryError> {
+        let report = self.store.import(import.0).wait()?;
         if report.entries > 0 {
             self.signal.notify();
         }

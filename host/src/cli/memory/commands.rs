@@ -291,7 +291,9 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
 }
 
 /// `cairn memory import`.
-pub(super) fn import(memory: &LocalMemory, file: &Path, json: &bool) -> Result<()> {
+/// Read and check the JSONL import at `file` (`-`: stdin) whole, before memory.db is opened,
+/// so a refused import leaves nothing behind.
+pub(super) fn read_import(file: &Path) -> Result<CheckedImport> {
     let text = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidData => BadInput(format!("-: stdin: {e}")).into(),
@@ -300,12 +302,19 @@ pub(super) fn import(memory: &LocalMemory, file: &Path, json: &bool) -> Result<(
     } else {
         std::fs::read_to_string(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?
     };
-    let report = memory.import(&text).map_err(|e| match e {
-        MemoryError::InvalidInput(text) => {
-            BadInput(format!("{}: {text} (nothing was imported)", file.display())).into()
-        }
-        other => memory_failure(other),
-    })?;
+    CheckedImport::parse(&text).map_err(|e| import_failure(file, e))
+}
+
+/// `cairn memory import`: write `checked` (see [`read_import`]), reporting what was added.
+pub(super) fn import(
+    memory: &LocalMemory,
+    file: &Path,
+    checked: CheckedImport,
+    json: &bool,
+) -> Result<()> {
+    let report = memory
+        .import_checked(checked)
+        .map_err(|e| import_failure(file, e))?;
     if *json {
         print_json(&report)?;
     } else {
@@ -315,6 +324,16 @@ pub(super) fn import(memory: &LocalMemory, file: &Path, json: &bool) -> Result<(
         );
     }
     Ok(())
+}
+
+/// An import's refusal as bad input naming the file, or the store's failure.
+fn import_failure(file: &Path, e: MemoryError) -> anyhow::Error {
+    match e {
+        MemoryError::InvalidInput(text) => {
+            BadInput(format!("{}: {text} (nothing was imported)", file.display())).into()
+        }
+        other => memory_failure(other),
+    }
 }
 
 /// `cairn memory snapshot`.

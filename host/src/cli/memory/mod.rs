@@ -18,8 +18,8 @@ use super::BadInput;
 use crate::config::HostConfig;
 use crate::memory::ListFilter;
 use crate::memory::{
-    LocalMemory, MemoryEntry, MemoryError, MemoryKind, MemoryService, RecallHit, RecallQuery,
-    SNAPSHOT_FILE, Scope,
+    CheckedImport, LocalMemory, MemoryEntry, MemoryError, MemoryKind, MemoryService, RecallHit,
+    RecallQuery, SNAPSHOT_FILE, Scope,
 };
 use backend::CommandMemory;
 
@@ -318,13 +318,23 @@ pub fn run(
     if let MemoryCommand::Search(args) = command {
         args.check_span()?;
     }
+    let import = match command {
+        MemoryCommand::Import { file, .. } => Some(commands::read_import(file)?),
+        _ => None,
+    };
     let memory = CommandMemory::open(config, plugins)?;
-    let outcome = dispatch(config, &memory, command);
+    let outcome = dispatch(config, &memory, command, import);
     memory.close();
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
-fn dispatch(config: &HostConfig, memory: &CommandMemory, command: &MemoryCommand) -> Result<()> {
+/// Run `command` on the opened `memory`; an import comes read and checked already.
+fn dispatch(
+    config: &HostConfig,
+    memory: &CommandMemory,
+    command: &MemoryCommand,
+    import: Option<CheckedImport>,
+) -> Result<()> {
     let service = &memory.service;
     let local = &memory.local;
     match command {
@@ -344,7 +354,10 @@ fn dispatch(config: &HostConfig, memory: &CommandMemory, command: &MemoryCommand
             json,
         } => purge(local, ids, forgotten, json),
         MemoryCommand::Export { output, json, .. } => export(local, output.as_deref(), json),
-        MemoryCommand::Import { file, json } => import(local, file, json),
+        MemoryCommand::Import { file, json } => match import {
+            Some(checked) => commands::import(local, file, checked, json),
+            None => commands::import(local, file, commands::read_import(file)?, json),
+        },
         MemoryCommand::Snapshot {
             output,
             hydrate,
