@@ -437,6 +437,12 @@ fn a_python_plugin_uses_kv_and_loads_from_the_compile_cache() {
         first.contains("component compiled and cached"),
         "first start compiles:\n{first}"
     );
+    let announced = first.find("compiling a large component: its first start takes a while");
+    let compiled = first.find("component compiled and cached");
+    assert!(
+        announced.zip(compiled).is_some_and(|(a, c)| a < c),
+        "the long compile is announced before it starts:\n{first}"
+    );
     assert!(
         std::fs::read_dir(&private_cache)
             .expect("cache dir")
@@ -449,7 +455,7 @@ fn a_python_plugin_uses_kv_and_loads_from_the_compile_cache() {
     host.wait_for("hi from python: started 2 time(s)", LONG);
     let (_, second) = host.stop();
     assert!(
-        !second.contains("component compiled and cached"),
+        !second.contains("component compiled and cached") && !second.contains("compiling a"),
         "second start loads from the cache:\n{second}"
     );
 }

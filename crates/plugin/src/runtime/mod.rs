@@ -173,6 +173,10 @@ struct Deadline {
     timeout: Duration,
 }
 
+/// A component at least this large (a Python or JavaScript one, with its interpreter) is
+/// announced before it is compiled: its first start is otherwise tens of seconds of silence.
+const LARGE_COMPONENT_BYTES: usize = 4 << 20;
+
 /// The one wasmtime engine of a host, with its linker and compile cache.
 pub struct Runtime {
     engine: Engine,
@@ -322,6 +326,14 @@ impl Runtime {
                     tracing::warn!(file = %cached.display(), "discarding unusable cached component: {e:#}")
                 }
             }
+        }
+        if bytes.len() >= LARGE_COMPONENT_BYTES {
+            tracing::info!(
+                component = %path.display(),
+                mb = format!("{:.1}", bytes.len() as f64 / 1_048_576.0),
+                "compiling a large component: its first start takes a while (tens of seconds \
+                 for a Python or JavaScript one); later starts load it from the cache"
+            );
         }
         let component = Component::new(&self.engine, &bytes).map_err(|e| RuntimeError::Read {
             path: path.to_path_buf(),
