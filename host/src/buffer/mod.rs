@@ -429,6 +429,18 @@ mod tests {
     /// Push one message from `channel` to `conversation` and route it alone to the main
     /// queue at `priority`; the batch's id.
     async fn route_main(buffer: &Buffer, channel: &str, conversation: &str, priority: u32) -> i64 {
+        route_from(buffer, channel, conversation, priority, Route::Main).await
+    }
+
+    /// Push one message from `channel` to `conversation` and route it alone by `route` at
+    /// `priority`; the batch's id.
+    async fn route_from(
+        buffer: &Buffer,
+        channel: &str,
+        conversation: &str,
+        priority: u32,
+        route: Route,
+    ) -> i64 {
         let mut said = message(conversation, "{}");
         said.channel = channel.into();
         let id = buffer.push_async(said).await.expect("push");
@@ -436,7 +448,7 @@ mod tests {
             channel: channel.into(),
             conversation: conversation.into(),
             priority,
-            route: Route::Main,
+            route,
             rule: None,
             message_ids: vec![id],
         };
@@ -461,7 +473,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered, async channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered, async channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one, async channels_take_turns_at_the_task_queue_too);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -695,6 +707,24 @@ mod tests {
             ],
             "priority first; within it the channel served longest ago, a new one before any"
         );
+    }
+
+    async fn channels_take_turns_at_the_task_queue_too(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
+        let spawn =
+            |channel, conversation| route_from(&buffer, channel, conversation, 10, Route::Spawn);
+        let flood = [
+            spawn("flood", "f1").await,
+            spawn("flood", "f2").await,
+            spawn("flood", "f3").await,
+        ];
+        let cli = spawn("cli", "c1").await;
+        let other = spawn("other", "o1").await;
+        let mut claimed = Vec::new();
+        while let Some((_, batch)) = buffer.claim_task().await.expect("claim") {
+            claimed.push(batch.id);
+        }
+        assert_eq!(claimed, [flood[0], cli, other, flood[1], flood[2]]);
     }
 
     async fn a_conversation_awaits_its_answer_from_arrival_until_answered(place: Place) {

@@ -97,7 +97,8 @@ pub trait BufferStore: Send + Sync {
     /// routed yet, or in a main batch queued or running (a follow-up waiting behind other
     /// work, or a batch queued again after a stop or a crash). Their sessions stay open.
     fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError>;
-    /// Mark the oldest queued task running; (task id, batch id).
+    /// Mark the next queued task running, channels taking turns as at the main queue; (task
+    /// id, batch id).
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
     /// Record how a task ended.
     fn finish_task(
@@ -484,9 +485,10 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
     }
     if batch.route == Route::Spawn {
         conn.prepare_cached(
-            "INSERT INTO tasks (batch_id, status, created_at) VALUES (?1, 'queued', ?2)",
+            "INSERT INTO tasks (batch_id, channel, status, created_at)
+             VALUES (?1, ?2, 'queued', ?3)",
         )?
-        .execute(params![batch_id, now])?;
+        .execute(params![batch_id, batch.channel, now])?;
     }
     Ok(batch_id)
 }
@@ -511,7 +513,7 @@ fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
                     SELECT q.id FROM batches q
                      WHERE q.channel = queued.channel AND q.route = 'main' AND q.status = 'queued'
                      ORDER BY q.priority, q.id LIMIT 1)
-               LEFT JOIN channel_turns t ON t.channel = queued.channel
+               LEFT JOIN channel_turns t ON t.queue = 'main' AND t.channel = queued.channel
               ORDER BY b.priority, COALESCE(t.last_turn, 0), b.id LIMIT 1",
         )?
         .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
@@ -524,13 +526,21 @@ fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
          WHERE id = ?1",
     )?
     .execute(params![id, now_ms()])?;
-    conn.prepare_cached(
-        "INSERT INTO channel_turns (channel, last_turn)
-         VALUES (?1, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM channel_turns))
-         ON CONFLICT (channel) DO UPDATE SET last_turn = excluded.last_turn",
-    )?
-    .execute(params![channel])?;
+    take_turn(conn, "main", &channel)?;
     Ok(Some(id))
+}
+
+/// Record that `channel` was just served at `queue` (`main` or `task`): it goes behind every
+/// other channel waiting there.
+fn take_turn(conn: &Connection, queue: &str, channel: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO channel_turns (queue, channel, last_turn)
+         VALUES (?1, ?2, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM channel_turns
+                           WHERE queue = ?1))
+         ON CONFLICT (queue, channel) DO UPDATE SET last_turn = excluded.last_turn",
+    )?
+    .execute(params![queue, channel])?;
+    Ok(())
 }
 
 /// Record how a main batch ended.
@@ -548,19 +558,35 @@ fn finish_batch(
     Ok(())
 }
 
-/// Mark the oldest queued task running; returns (task id, batch id).
+/// Mark the next queued task running; returns (task id, batch id). Channels take turns (the
+/// one served longest ago first, one never served before any), each channel's tasks oldest
+/// first.
 fn claim_task(conn: &Connection) -> rusqlite::Result<Option<(i64, i64)>> {
-    let claimed: Option<(i64, i64)> = conn
+    let claimed: Option<(i64, i64, String)> = conn
         .prepare_cached(
-            "SELECT id, batch_id FROM tasks WHERE status = 'queued' ORDER BY id LIMIT 1",
+            "WITH RECURSIVE queued(channel) AS (
+                 SELECT MIN(channel) FROM tasks WHERE status = 'queued'
+                 UNION ALL
+                 SELECT (SELECT MIN(k.channel) FROM tasks k
+                          WHERE k.status = 'queued' AND k.channel > queued.channel)
+                   FROM queued WHERE queued.channel IS NOT NULL)
+             SELECT k.id, k.batch_id, k.channel FROM queued
+               JOIN tasks k ON k.id = (
+                    SELECT q.id FROM tasks q
+                     WHERE q.channel = queued.channel AND q.status = 'queued'
+                     ORDER BY q.id LIMIT 1)
+               LEFT JOIN channel_turns t ON t.queue = 'task' AND t.channel = queued.channel
+              ORDER BY COALESCE(t.last_turn, 0), k.id LIMIT 1",
         )?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
         .optional()?;
-    if let Some((id, _)) = claimed {
-        conn.prepare_cached("UPDATE tasks SET status = 'running', started_at = ?2 WHERE id = ?1")?
-            .execute(params![id, now_ms()])?;
-    }
-    Ok(claimed)
+    let Some((id, batch_id, channel)) = claimed else {
+        return Ok(None);
+    };
+    conn.prepare_cached("UPDATE tasks SET status = 'running', started_at = ?2 WHERE id = ?1")?
+        .execute(params![id, now_ms()])?;
+    take_turn(conn, "task", &channel)?;
+    Ok(Some((id, batch_id)))
 }
 
 /// Record how a task ended.

@@ -10,7 +10,8 @@
 //!   channels take turns, so one channel's flood cannot hold back another's messages.
 //! - A claim is a lease: the claiming host renews it every third of [`PgBuffer::lease`]
 //!   while it lives; once it lapsed (the host died) any host's next claim takes the work
-//!   over. Tasks are claimed the same way, with `FOR UPDATE SKIP LOCKED`.
+//!   over. Tasks are claimed the same way, under an advisory lock of their own, channels
+//!   taking turns there too (tasks have no conversation order to keep).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -53,6 +54,10 @@ const CONNECTIONS: usize = 4;
 /// The advisory lock main-batch claims take, so two hosts never start two turns of one
 /// conversation ("claim" in ASCII).
 const CLAIM_LOCK: i64 = 0x0063_6c61_696d;
+
+/// The advisory lock task claims take, so channels' turns at the task queue are counted
+/// one claim at a time across hosts ("task" in ASCII).
+const TASK_CLAIM_LOCK: i64 = 0x7461_736b;
 
 /// The buffer's tables on a PostgreSQL database, claiming as host `holder`.
 pub struct PgBuffer {
@@ -293,21 +298,7 @@ impl BufferStore for PgBuffer {
 
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
-        self.pool.submit(move |tx| {
-            let now = now_ms();
-            Ok(tx
-                .query_opt(
-                    "UPDATE buffer_tasks
-                        SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3
-                      WHERE id = (SELECT id FROM buffer_tasks
-                                   WHERE status = 'queued'
-                                      OR (status = 'running' AND lease_until < $1)
-                                   ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-                      RETURNING id, batch_id",
-                    &[&now, &holder, &(now + lease)],
-                )?
-                .map(|row| (row.get(0), row.get(1))))
-        })
+        self.pool.submit(move |tx| claim_task(tx, &holder, lease))
     }
 
     fn finish_task(
@@ -511,8 +502,9 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
     }
     if batch.route == Route::Spawn {
         tx.execute(
-            "INSERT INTO buffer_tasks (batch_id, status, created_at) VALUES ($1, 'queued', $2)",
-            &[&batch_id, &now],
+            "INSERT INTO buffer_tasks (batch_id, channel, status, created_at)
+             VALUES ($1, $2, 'queued', $3)",
+            &[&batch_id, &batch.channel, &now],
         )?;
     }
     Ok(batch_id)
@@ -570,18 +562,72 @@ fn claim_main(
                     attempts = attempts + 1
               WHERE id = (
                 SELECT c.id FROM candidates c
-                  LEFT JOIN buffer_channel_turns t ON t.channel = c.channel
+                  LEFT JOIN buffer_channel_turns t ON t.queue = 'main' AND t.channel = c.channel
                  ORDER BY c.priority, COALESCE(t.last_turn, 0), c.id LIMIT 1)
               RETURNING id, channel),
          turn AS (
-             INSERT INTO buffer_channel_turns (channel, last_turn)
-             SELECT channel, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns)
+             INSERT INTO buffer_channel_turns (queue, channel, last_turn)
+             SELECT 'main', channel,
+                    (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns
+                      WHERE queue = 'main')
                FROM claimed
-             ON CONFLICT (channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
+             ON CONFLICT (queue, channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
          SELECT id FROM claimed",
         &[&now, &holder, &(now + lease)],
     )?;
     Ok(claimed.map(|row| row.get(0)))
+}
+
+/// Claim the next queued task, or one whose claim lapsed (its host died): channels take
+/// turns, the one served longest ago first, each channel's tasks oldest first; (task id,
+/// batch id).
+fn claim_task(
+    tx: &mut Transaction<'_>,
+    holder: &str,
+    lease: i64,
+) -> Result<Option<(i64, i64)>, StorageError> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&TASK_CLAIM_LOCK])?;
+    let now = now_ms();
+    let claimed = tx.query_opt(
+        // The channels with queued tasks are found one index probe each, then each one's
+        // oldest task; a lapsed claim competes with them by its channel's turn.
+        "WITH RECURSIVE queued(channel) AS (
+             (SELECT channel FROM buffer_tasks
+               WHERE status = 'queued' ORDER BY channel LIMIT 1)
+             UNION ALL
+             SELECT (SELECT k.channel FROM buffer_tasks k
+                      WHERE k.status = 'queued' AND k.channel > queued.channel
+                      ORDER BY k.channel LIMIT 1)
+               FROM queued WHERE queued.channel IS NOT NULL),
+         candidates AS (
+             SELECT head.id, head.channel FROM queued
+              CROSS JOIN LATERAL (
+                SELECT k.id, k.channel FROM buffer_tasks k
+                 WHERE k.channel = queued.channel AND k.status = 'queued'
+                 ORDER BY k.id LIMIT 1) head
+             UNION ALL
+             (SELECT l.id, l.channel FROM buffer_tasks l
+               WHERE l.status = 'running' AND l.lease_until < $1
+               ORDER BY l.id LIMIT 1)),
+         claimed AS (
+             UPDATE buffer_tasks
+                SET status = 'running', started_at = $1, claimed_by = $2, lease_until = $3
+              WHERE id = (
+                SELECT c.id FROM candidates c
+                  LEFT JOIN buffer_channel_turns t ON t.queue = 'task' AND t.channel = c.channel
+                 ORDER BY COALESCE(t.last_turn, 0), c.id LIMIT 1)
+              RETURNING id, batch_id, channel),
+         turn AS (
+             INSERT INTO buffer_channel_turns (queue, channel, last_turn)
+             SELECT 'task', channel,
+                    (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns
+                      WHERE queue = 'task')
+               FROM claimed
+             ON CONFLICT (queue, channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
+         SELECT id, batch_id FROM claimed",
+        &[&now, &holder, &(now + lease)],
+    )?;
+    Ok(claimed.map(|row| (row.get(0), row.get(1))))
 }
 
 /// Delete finished work older than `before_ms`; (messages, batches) deleted.
