@@ -564,18 +564,15 @@ fn claim_main(
                 SELECT c.id FROM candidates c
                   LEFT JOIN buffer_channel_turns t ON t.queue = 'main' AND t.channel = c.channel
                  ORDER BY c.priority, COALESCE(t.last_turn, 0), c.id LIMIT 1)
-              RETURNING id, channel),
-         turn AS (
-             INSERT INTO buffer_channel_turns (queue, channel, last_turn)
-             SELECT 'main', channel,
-                    (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns
-                      WHERE queue = 'main')
-               FROM claimed
-             ON CONFLICT (queue, channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
-         SELECT id FROM claimed",
+              RETURNING id, channel)
+         SELECT id, channel FROM claimed",
         &[&now, &holder, &(now + lease)],
     )?;
-    Ok(claimed.map(|row| row.get(0)))
+    let Some(row) = claimed else {
+        return Ok(None);
+    };
+    take_turn(tx, "main", row.get(1))?;
+    Ok(Some(row.get(0)))
 }
 
 /// Claim the next queued task, or one whose claim lapsed (its host died): channels take
@@ -616,18 +613,28 @@ fn claim_task(
                 SELECT c.id FROM candidates c
                   LEFT JOIN buffer_channel_turns t ON t.queue = 'task' AND t.channel = c.channel
                  ORDER BY COALESCE(t.last_turn, 0), c.id LIMIT 1)
-              RETURNING id, batch_id, channel),
-         turn AS (
-             INSERT INTO buffer_channel_turns (queue, channel, last_turn)
-             SELECT 'task', channel,
-                    (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns
-                      WHERE queue = 'task')
-               FROM claimed
-             ON CONFLICT (queue, channel) DO UPDATE SET last_turn = EXCLUDED.last_turn)
-         SELECT id, batch_id FROM claimed",
+              RETURNING id, batch_id, channel)
+         SELECT id, batch_id, channel FROM claimed",
         &[&now, &holder, &(now + lease)],
     )?;
-    Ok(claimed.map(|row| (row.get(0), row.get(1))))
+    let Some(row) = claimed else {
+        return Ok(None);
+    };
+    take_turn(tx, "task", row.get(2))?;
+    Ok(Some((row.get(0), row.get(1))))
+}
+
+/// Record that `channel` was just served at `queue` (`main` or `task`): it goes behind every
+/// other channel waiting there. Called under the queue's claim lock.
+fn take_turn(tx: &mut Transaction<'_>, queue: &str, channel: &str) -> Result<(), StorageError> {
+    tx.execute(
+        "INSERT INTO buffer_channel_turns (queue, channel, last_turn)
+         VALUES ($1, $2, (SELECT COALESCE(MAX(last_turn), 0) + 1 FROM buffer_channel_turns
+                           WHERE queue = $1))
+         ON CONFLICT (queue, channel) DO UPDATE SET last_turn = EXCLUDED.last_turn",
+        &[&queue, &channel],
+    )?;
+    Ok(())
 }
 
 /// Delete finished work older than `before_ms`; (messages, batches) deleted.
