@@ -283,7 +283,7 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         relevance,
         importance,
         recency,
-        age_hours: age_ms.max(0) as f64 / 3_600_000.0,
+        age_hours: age_ms as f64 / 3_600_000.0,
         crowding: None,
         score,
         adjusted: None,
@@ -447,6 +447,7 @@ mod tests {
         assert!((week_old.recency - 0.5).abs() < 1e-9);
         let later = score(&config, signals(None, false), 5, -86_400_000);
         assert_eq!(later.recency, 0.0, "said after now: no recency");
+        assert_eq!(later.age_hours, -24.0, "a day after now, said as such");
         let skewed = score(&config, signals(None, false), 5, -1_000);
         assert_eq!(skewed.recency, 1.0, "a second ahead is a clock's skew");
         assert!(

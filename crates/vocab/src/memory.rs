@@ -335,7 +335,8 @@ pub struct ScoreParts {
     pub importance: f64,
     /// 0–1, halving every half-life of age.
     pub recency: f64,
-    /// Age at the query's time, in hours.
+    /// Age at the query's time, in hours; negative for a memory dated after it (a search
+    /// `--at` a past moment).
     pub age_hours: f64,
     /// With a semantic model, the hit's mean likeness (centred cosine) to the candidates
     /// most like it: how crowded its neighbourhood is. A share of it is taken off the score

@@ -107,9 +107,14 @@ pub(super) fn print_hits(hits: &[RecallHit], explain: bool) {
                 (Some(plain), None) => format!("{plain:.3}"),
                 _ => "n/a".into(),
             };
+            let age = if e.age_hours < 0.0 {
+                format!("said {:.1} h after now", -e.age_hours)
+            } else {
+                format!("age {:.1} h", e.age_hours)
+            };
             println!(
-                "      bm25 {bm25} · cosine {cosine} · relevance {:.3} · importance {:.2} · recency {:.3} (age {:.1} h)",
-                e.relevance, e.importance, e.recency, e.age_hours
+                "      bm25 {bm25} · cosine {cosine} · relevance {:.3} · importance {:.2} · recency {:.3} ({age})",
+                e.relevance, e.importance, e.recency
             );
             if let Some(crowding) = e.crowding {
                 println!(
