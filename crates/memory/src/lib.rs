@@ -21,6 +21,7 @@
 
 pub mod change;
 pub mod embed;
+pub mod literal;
 pub mod local;
 pub mod recall;
 pub mod rerank;

@@ -26,6 +26,10 @@ pub struct Candidate {
     /// The memory is dated after the recall's "now" (a question asked `--at` an earlier
     /// day): it is never promoted as the update of what was said before then.
     pub said_after_now: bool,
+    /// How many of the question's literal names (numbers, see [`crate::literal`]) the
+    /// memory names: it is never promoted above an older one that names more, which is
+    /// about what was asked.
+    pub literals_named: usize,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -142,6 +146,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                 let newer = &candidates[j];
                 let eligible = !promoted.contains(&newer.hit.entry.id)
                     && !newer.said_after_now
+                    && newer.literals_named >= older.literals_named
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
                     && (older.outside_asked_time || !newer.outside_asked_time);
                 eligible
@@ -247,6 +252,7 @@ mod tests {
             outside_asked_time: false,
             tells_of_change: false,
             said_after_now: false,
+            literals_named: 0,
         }
     }
 
@@ -298,6 +304,32 @@ mod tests {
             ["newer", "older"],
             "only the newer is inside"
         );
+    }
+
+    #[test]
+    fn a_newer_memory_naming_fewer_of_the_questions_numbers_is_not_promoted() {
+        let order = |older_names: usize, newer_names: usize| {
+            let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+            older.hit.entry.valid_from = 10;
+            older.literals_named = older_names;
+            let mut newer = candidate("newer", 0.9, [1.0, 0.0], None);
+            newer.hit.entry.valid_from = 20;
+            newer.literals_named = newer_names;
+            let mut candidates = vec![older, newer];
+            promote_updates(&mut candidates, SameSubject::alike(0.5));
+            candidates[0].hit.entry.id.clone()
+        };
+        assert_eq!(
+            order(1, 0),
+            "older",
+            "PR 105 asked: PR 112 is no update of it"
+        );
+        assert_eq!(
+            order(1, 1),
+            "newer",
+            "both name it: the newer is the update"
+        );
+        assert_eq!(order(0, 0), "newer", "no number asked");
     }
 
     #[test]

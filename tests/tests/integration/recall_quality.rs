@@ -496,3 +496,33 @@ fn a_search_says_when_memories_have_no_vector_yet() {
     let quiet = String::from_utf8_lossy(&after.stderr);
     assert!(!quiet.contains("no vector yet"), "{quiet}");
 }
+
+#[test]
+fn the_memory_naming_the_asked_number_comes_first_not_a_newer_one_like_it() {
+    let data = tempfile::tempdir().expect("data dir");
+    let pages = [
+        "login", "signup", "billing", "search", "export", "import", "profile", "settings",
+        "avatar", "logout", "sidebar", "footer",
+    ];
+    let said: Vec<(String, String, String)> = pages
+        .iter()
+        .enumerate()
+        .map(|(i, page)| {
+            (
+                format!("mem_pr{}", 101 + i),
+                format!("Pull request {} changes the {page} page", 101 + i),
+                format!("2026-03-{:02}T08:00:00Z", 1 + i),
+            )
+        })
+        .collect();
+    let said: Vec<(&str, &str, &str)> = said
+        .iter()
+        .map(|(id, text, at)| (id.as_str(), text.as_str(), at.as_str()))
+        .collect();
+    import_said(data.path(), &said);
+    // Each later pull request is alike the last in every word but its number and page: on
+    // likeness alone each was "newer, on the same subject" and went above 105.
+    let hits = search_local(data.path(), "what does pull request 105 change", &[], &[]);
+    assert_eq!(ids(&hits).first(), Some(&"mem_pr105"), "{hits:?}");
+    assert!(hits[0]["explain"]["adjusted"].is_null(), "{hits:?}");
+}

@@ -365,9 +365,11 @@ impl LocalMemory {
         if query.min_relevance.is_none() && best < config.abstain_below {
             return Vec::new();
         }
+        let literals = crate::literal::literals(&query.text);
         let mut candidates: Vec<rerank::Candidate> = hits
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
+                literals_named: crate::literal::named(&literals, &hit.entry.content),
                 vector: signals.vectors.remove(&seq),
                 centred: signals.centred_vectors.remove(&seq),
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
@@ -450,6 +452,7 @@ fn fill_below_floor(
             outside_asked_time: false,
             tells_of_change: false,
             said_after_now: false,
+            literals_named: 0,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
