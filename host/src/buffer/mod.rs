@@ -211,21 +211,24 @@ impl Buffer {
         })
     }
 
-    /// Adopt the priorities the channel manifests declare: remember them for `cairn send`
-    /// while no host runs, and give unrouted messages that carry their channel's default
-    /// priority the declared one. Returns how many messages changed priority.
+    /// Adopt the priorities of the channels this host runs (`None`: the channel has none,
+    /// so `buffer.default_priority`): remember them for `cairn send` while no host runs, and
+    /// give those channels' unrouted messages that carry their channel's default priority
+    /// the new one. What is remembered of a channel not run now (disabled for a while)
+    /// stays. Returns how many messages changed priority.
     pub fn set_channel_priorities(
         &self,
-        priorities: BTreeMap<String, u32>,
+        priorities: BTreeMap<String, Option<u32>>,
     ) -> Result<usize, BufferError> {
         let changed = self
             .store
-            .set_channel_priorities(priorities.clone(), self.config.default_priority)
+            .set_channel_priorities(priorities, self.config.default_priority)
             .wait()?;
+        let remembered = self.store.channel_priorities()?;
         *self
             .channel_defaults
             .write()
-            .unwrap_or_else(|p| p.into_inner()) = priorities;
+            .unwrap_or_else(|p| p.into_inner()) = remembered;
         Ok(changed)
     }
 
@@ -478,7 +481,7 @@ mod tests {
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
         buffer
-            .set_channel_priorities(BTreeMap::from([("cli".to_string(), 10)]))
+            .set_channel_priorities(BTreeMap::from([("cli".to_string(), Some(10))]))
             .expect("channel priorities");
         buffer
     }
@@ -594,6 +597,32 @@ mod tests {
             Some(10),
             "remembered from the last host while none runs"
         );
+        // A host that runs another channel but not cli (disabled for a while) leaves cli's
+        // remembered priority and its waiting messages alone.
+        let without_cli = buffer_on(&place, BufferConfig::default());
+        let changed = without_cli
+            .set_channel_priorities(BTreeMap::from([("webhook".to_string(), Some(50))]))
+            .expect("channel priorities");
+        assert_eq!(changed, 0, "no webhook message waits");
+        let kept: Vec<u32> = without_cli
+            .unrouted(10)
+            .expect("unrouted")
+            .iter()
+            .map(|m| m.priority)
+            .collect();
+        assert_eq!(kept, [7, 10, 10], "cli's messages keep their priorities");
+        let id = without_cli.push(message("c", "{}")).expect("push");
+        let row = without_cli.unrouted(10).expect("unrouted");
+        assert_eq!(
+            row.iter().find(|m| m.id == id).map(|m| m.priority),
+            Some(10),
+            "cli's priority is still remembered"
+        );
+        // A channel run with no priority of its own takes the default.
+        let changed = without_cli
+            .set_channel_priorities(BTreeMap::from([("cli".to_string(), None)]))
+            .expect("channel priorities");
+        assert_eq!(changed, 3, "the default 100, except the chosen 7");
     }
 
     fn a_repeated_dedup_key_answers_the_first_id_and_stores_nothing(place: Place) {

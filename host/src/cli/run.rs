@@ -277,14 +277,20 @@ fn open_buffer(
         .buffer(&config.data_dir, &config.buffer)
         .map_err(storage_unusable)?;
     let buffer = Arc::new(Buffer::over(store, config.buffer.clone())?);
+    // Each channel run: its `buffer.channel_priority`, else its manifest's, else none.
     let priorities = channels(set)
-        .filter_map(|m| m.channel.as_ref()?.priority.map(|p| (m.id.clone(), p)))
+        .map(|m| {
+            let declared = m.channel.as_ref().and_then(|c| c.priority);
+            let configured = config.buffer.channel_priority.get(&m.id).copied();
+            (m.id.clone(), configured.or(declared))
+        })
         .collect();
     let reprioritised = buffer.set_channel_priorities(priorities)?;
     if reprioritised > 0 {
         tracing::info!(
             messages = reprioritised,
-            "unrouted messages took their channel's manifest priority"
+            "unrouted messages took their channel's priority (buffer.channel_priority, else \
+             the manifest's, else buffer.default_priority)"
         );
     }
     Ok(buffer)

@@ -792,6 +792,57 @@ fn the_channel_priority_holds_whether_or_not_a_host_runs() {
 }
 
 #[test]
+fn a_channel_disabled_for_a_run_keeps_its_priority_and_the_configured_one_is_remembered() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_channel_disabled_for_a_run_keeps_its_priority_and_the_configured_one_is_remembered",
+    ) {
+        return;
+    }
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled_all(&["cli", "webhook"]);
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+    assert!(host.stop().0.success());
+    let waiting = send(
+        data.path(),
+        &["--channel", "webhook", "--conversation", "o/r#1", "queued"],
+    )
+    .expect("sent");
+    let priority = |id: i64| -> i64 {
+        buffer_db(data.path())
+            .query_row("SELECT priority FROM messages WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .expect("priority")
+    };
+    assert_eq!(priority(waiting), 50, "the webhook manifest's");
+
+    // A run with the webhook disabled and cli's priority configured.
+    let config = data.path().join("cairn.yaml");
+    std::fs::write(&config, "buffer:\n  channel_priority: {cli: 30}\n").expect("config");
+    let mut env = fast_env();
+    env.push(("CAIRN_PLUGINS_DISABLED", "[webhook]"));
+    let mut host = Host::start_with_config(dir.path(), data.path(), &config, &env);
+    host.wait_for("cairn is running", LONG);
+    assert!(host.stop().0.success());
+    assert_eq!(
+        priority(waiting),
+        50,
+        "not demoted to the default while disabled"
+    );
+
+    // With no host running and no config given, `cairn send` uses what the last host
+    // gave each channel.
+    let typed = send(
+        data.path(),
+        &["--channel", "cli", "--conversation", "cli", "typed"],
+    )
+    .expect("sent");
+    assert_eq!(priority(typed), 30, "the configured priority, remembered");
+}
+
+#[test]
 fn a_message_cairn_send_stores_beside_a_running_host_is_answered() {
     // The router is woken by messages this process stores; one another process stores is
     // found when it looks again (within a window).

@@ -64,13 +64,15 @@ pub struct MessageRow {
 pub trait BufferStore: Send + Sync {
     /// Store a message; its id (the first message's id when its dedup key is known).
     fn insert(&self, message: MessageRow) -> Receipt<i64>;
-    /// The channel priorities the last host remembered.
+    /// The channel priorities the hosts remembered.
     fn channel_priorities(&self) -> Result<BTreeMap<String, u32>, StorageError>;
-    /// Remember channel priorities and give unrouted default-priority messages theirs;
-    /// how many messages changed.
+    /// Remember the priorities of the channels a host runs (`None`: the channel has none,
+    /// so `default_priority`) and give those channels' unrouted default-priority messages
+    /// theirs; how many messages changed. What is remembered of a channel the host does
+    /// not run (disabled for now) stays, and so do its messages' priorities.
     fn set_channel_priorities(
         &self,
-        priorities: BTreeMap<String, u32>,
+        priorities: BTreeMap<String, Option<u32>>,
         default_priority: u32,
     ) -> Receipt<usize>;
     /// Unrouted messages, most urgent first (priority, then arrival).
@@ -148,7 +150,7 @@ impl BufferStore for SqliteBuffer {
 
     fn set_channel_priorities(
         &self,
-        priorities: BTreeMap<String, u32>,
+        priorities: BTreeMap<String, Option<u32>>,
         default_priority: u32,
     ) -> Receipt<usize> {
         self.db
@@ -430,20 +432,28 @@ fn insert(conn: &Connection, message: &MessageRow) -> rusqlite::Result<i64> {
 /// channel's default priority the new one; returns how many messages changed.
 fn set_channel_priorities(
     conn: &Connection,
-    priorities: &BTreeMap<String, u32>,
+    priorities: &BTreeMap<String, Option<u32>>,
     default_priority: u32,
 ) -> rusqlite::Result<usize> {
-    conn.prepare_cached("DELETE FROM channel_priorities")?
-        .execute([])?;
-    let mut insert =
-        conn.prepare_cached("INSERT INTO channel_priorities (channel, priority) VALUES (?1, ?2)")?;
+    let mut changed = 0;
     for (channel, priority) in priorities {
-        insert.execute(params![channel, priority])?;
+        conn.prepare_cached("DELETE FROM channel_priorities WHERE channel = ?1")?
+            .execute(params![channel])?;
+        if let Some(priority) = priority {
+            conn.prepare_cached(
+                "INSERT INTO channel_priorities (channel, priority) VALUES (?1, ?2)",
+            )?
+            .execute(params![channel, priority])?;
+        }
+        changed += conn
+            .prepare_cached(
+                "UPDATE messages SET priority = ?2
+                  WHERE routed = 0 AND priority_is_default = 1 AND channel = ?1
+                    AND priority <> ?2",
+            )?
+            .execute(params![channel, priority.unwrap_or(default_priority)])?;
     }
-    conn.prepare_cached("UPDATE messages
-            SET priority = coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)
-          WHERE routed = 0 AND priority_is_default = 1
-            AND priority IS NOT coalesce((SELECT c.priority FROM channel_priorities c WHERE c.channel = messages.channel), ?1)")?.execute(params![default_priority])
+    Ok(changed)
 }
 
 /// The remembered channel priorities.

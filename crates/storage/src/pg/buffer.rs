@@ -187,31 +187,35 @@ impl BufferStore for PgBuffer {
 
     fn set_channel_priorities(
         &self,
-        priorities: BTreeMap<String, u32>,
+        priorities: BTreeMap<String, Option<u32>>,
         default_priority: u32,
     ) -> Receipt<usize> {
         self.pool.submit(move |tx| {
-            // Hosts starting together replace the table one after the other.
+            // Hosts starting together change the table one after the other.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('buffer_channel_priorities', 7))",
                 &[],
             )?;
-            tx.execute("DELETE FROM buffer_channel_priorities", &[])?;
+            let mut changed = 0;
             for (channel, priority) in &priorities {
                 tx.execute(
-                    "INSERT INTO buffer_channel_priorities (channel, priority) VALUES ($1, $2)",
-                    &[channel, &i64::from(*priority)],
+                    "DELETE FROM buffer_channel_priorities WHERE channel = $1",
+                    &[channel],
+                )?;
+                if let Some(priority) = priority {
+                    tx.execute(
+                        "INSERT INTO buffer_channel_priorities (channel, priority) VALUES ($1, $2)",
+                        &[channel, &i64::from(*priority)],
+                    )?;
+                }
+                let effective = i64::from(priority.unwrap_or(default_priority));
+                changed += tx.execute(
+                    "UPDATE buffer_messages SET priority = $2
+                      WHERE NOT routed AND priority_is_default AND channel = $1
+                        AND priority <> $2",
+                    &[channel, &effective],
                 )?;
             }
-            let changed = tx.execute(
-                "UPDATE buffer_messages m
-                    SET priority = coalesce(c.priority, $1)
-                   FROM (SELECT m2.id, c2.priority FROM buffer_messages m2
-                         LEFT JOIN buffer_channel_priorities c2 ON c2.channel = m2.channel
-                         WHERE NOT m2.routed AND m2.priority_is_default) c
-                  WHERE m.id = c.id AND m.priority IS DISTINCT FROM coalesce(c.priority, $1)",
-                &[&i64::from(default_priority)],
-            )?;
             Ok(to_usize(changed))
         })
     }
