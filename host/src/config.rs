@@ -153,7 +153,7 @@ impl HostConfig {
                 merge(&mut value, from_file);
             }
         }
-        apply_env_overrides(&mut value, "CAIRN", &|name| std::env::var(name).ok());
+        apply_env_overrides(&mut value, "CAIRN", "", &|name| std::env::var(name).ok());
         let mut config = typed(value).map_err(|e| {
             let variable = variable_of(&e.path().to_string());
             let origin = match std::env::var_os(&variable) {
@@ -260,8 +260,9 @@ impl HostConfig {
     }
 
     /// The `(environment variable, YAML path, current value)` of every setting, for docs
-    /// and `--help`; the storage URL's password is shown as `***`.
-    pub fn settings(&self) -> Vec<(String, String, String)> {
+    /// and `--help` (no variable for a [`KEYED_SETTINGS`] one); the storage URL's password
+    /// is shown as `***`.
+    pub fn settings(&self) -> Vec<(Option<String>, String, String)> {
         let mut out = Vec::new();
         if let Ok(value) = serde_yaml::to_value(self) {
             collect_settings(&value, "CAIRN", "", &mut out);
@@ -377,22 +378,41 @@ fn merge(base: &mut serde_yaml::Value, overlay: serde_yaml::Value) {
     }
 }
 
+/// Settings whose keys are the operator's own (channel ids), not fields: each is one
+/// setting, set in the config file only, with no environment variable for it or its keys.
+const KEYED_SETTINGS: [&str; 1] = ["buffer.channel_priority"];
+
+/// `path`'s child `key` as a setting path (`buffer` + `max_payload_bytes`).
+fn child_path(path: &str, key: &str) -> String {
+    if path.is_empty() {
+        key.to_string()
+    } else {
+        format!("{path}.{key}")
+    }
+}
+
 fn env_name(prefix: &str, key: &str) -> String {
     format!("{prefix}_{}", key.to_uppercase().replace(['-', '.'], "_"))
 }
 
-/// Replace every scalar leaf of `value` whose environment variable is set.
+/// Replace every scalar leaf of `value` (at setting `path`) whose environment variable is
+/// set; a [`KEYED_SETTINGS`] mapping has none.
 fn apply_env_overrides(
     value: &mut serde_yaml::Value,
     prefix: &str,
+    path: &str,
     lookup: &dyn Fn(&str) -> Option<String>,
 ) {
     if let serde_yaml::Value::Mapping(map) = value {
         for (key, child) in map.iter_mut() {
             let Some(key) = key.as_str() else { continue };
             let name = env_name(prefix, key);
+            let path = child_path(path, key);
+            if KEYED_SETTINGS.contains(&path.as_str()) {
+                continue;
+            }
             if child.is_mapping() {
-                apply_env_overrides(child, &name, lookup);
+                apply_env_overrides(child, &name, &path, lookup);
             } else if let Some(raw) = lookup(&name) {
                 *child = serde_yaml::from_str(&raw).unwrap_or(serde_yaml::Value::String(raw));
             }
@@ -404,25 +424,24 @@ fn collect_settings(
     value: &serde_yaml::Value,
     prefix: &str,
     path: &str,
-    out: &mut Vec<(String, String, String)>,
+    out: &mut Vec<(Option<String>, String, String)>,
 ) {
     if let serde_yaml::Value::Mapping(map) = value {
         for (key, child) in map {
             let Some(key) = key.as_str() else { continue };
             let name = env_name(prefix, key);
-            let child_path = if path.is_empty() {
-                key.to_string()
-            } else {
-                format!("{path}.{key}")
-            };
-            if child.is_mapping() {
+            let child_path = child_path(path, key);
+            if KEYED_SETTINGS.contains(&child_path.as_str()) {
+                let shown = serde_json::to_string(child).unwrap_or_default();
+                out.push((None, child_path, shown));
+            } else if child.is_mapping() {
                 collect_settings(child, &name, &child_path, out);
             } else {
                 let shown = serde_yaml::to_string(child)
                     .unwrap_or_default()
                     .trim()
                     .to_string();
-                out.push((name, child_path, shown));
+                out.push((Some(name), child_path, shown));
             }
         }
     }
@@ -445,6 +464,19 @@ mod tests {
     }
 
     #[test]
+    fn a_keyed_setting_has_no_variable_even_for_a_key_the_file_sets() {
+        let mut value = serde_yaml::to_value(HostConfig::default()).expect("defaults serialise");
+        let file: serde_yaml::Value =
+            serde_yaml::from_str("buffer:\n  channel_priority: {cli: 50}\n").expect("yaml");
+        merge(&mut value, file);
+        let env =
+            |name: &str| (name == "CAIRN_BUFFER_CHANNEL_PRIORITY_CLI").then(|| "7".to_string());
+        apply_env_overrides(&mut value, "CAIRN", "", &env);
+        let config: HostConfig = serde_yaml::from_value(value).expect("schema");
+        assert_eq!(config.buffer.channel_priority.get("cli"), Some(&50));
+    }
+
+    #[test]
     fn env_overrides_reach_nested_settings_with_typed_values() {
         let mut value = serde_yaml::to_value(HostConfig::default()).expect("defaults serialise");
         let env = |name: &str| match name {
@@ -453,7 +485,7 @@ mod tests {
             "CAIRN_DATA_DIR" => Some("/tmp/x".to_string()),
             _ => None,
         };
-        apply_env_overrides(&mut value, "CAIRN", &env);
+        apply_env_overrides(&mut value, "CAIRN", "", &env);
         let config: HostConfig = serde_yaml::from_value(value).expect("overrides keep the schema");
         assert_eq!(config.supervisor.restart_budget, 2);
         assert!(!config.runtime.pooling);
@@ -504,11 +536,19 @@ mod tests {
 
     #[test]
     fn every_setting_has_an_environment_name() {
-        let names: Vec<String> = HostConfig::default()
-            .settings()
-            .into_iter()
-            .map(|(n, _, _)| n)
-            .collect();
+        let settings = HostConfig::default().settings();
+        let names: Vec<String> = settings.iter().filter_map(|(n, _, _)| n.clone()).collect();
+        let keyed: Vec<&(Option<String>, String, String)> =
+            settings.iter().filter(|(n, _, _)| n.is_none()).collect();
+        assert_eq!(
+            keyed,
+            [&(
+                None,
+                "buffer.channel_priority".to_string(),
+                "{}".to_string()
+            )],
+            "keyed by channel ids: one setting, no variable"
+        );
         assert!(
             names.contains(&"CAIRN_RUNTIME_EPOCH_TICK_MS".to_string()),
             "{names:?}"

@@ -69,7 +69,7 @@ pub fn unread_variables(
     let settings: Vec<String> = config
         .settings()
         .into_iter()
-        .map(|(variable, _, _)| variable)
+        .filter_map(|(variable, _, _)| variable)
         .collect();
     let named_keys = [
         Some(config.agent.llm.api_key_env.as_str()),

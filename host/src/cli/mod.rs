@@ -247,6 +247,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for (env, path, value) in settings {
+                    let env = env.as_deref().unwrap_or("— (config file only)");
                     println!("{path:<32} {env:<36} {value}");
                 }
             }
