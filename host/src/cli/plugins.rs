@@ -111,6 +111,12 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                 let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins});
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
+                if set.start_order().is_empty() {
+                    eprintln!(
+                        "warning: no plugin manifests (*.yaml, *.yml) in {}: is the path right?",
+                        dir.display()
+                    );
+                }
                 println!(
                     "{}: {} plugin(s), all valid",
                     dir.display(),

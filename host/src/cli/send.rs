@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::{BadInput, storage_unusable};
 use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS, check_message};
@@ -112,10 +112,26 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     }
     let storage = config.storage().map_err(storage_unusable)?;
     if let Storage::Sqlite = storage {
+        let dir = &config.data_dir;
+        let wrong = if dir.is_file() {
+            Some("is not a directory")
+        } else if !dir.exists() {
+            Some(
+                "does not exist: expected the data dir of a host (a mistyped path starts no \
+                 new buffer; create the dir to fill one before any host runs)",
+            )
+        } else {
+            None
+        };
+        if let Some(wrong) = wrong {
+            return Err(BadInput(format!(
+                "data dir (--data, data_dir or CAIRN_DATA_DIR): {} {wrong}",
+                dir.display()
+            ))
+            .into());
+        }
         check_channel(&config.data_dir, &args.channel)?;
     }
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let store = storage
         .buffer(&config.data_dir, &config.buffer)
         .map_err(storage_unusable)?;

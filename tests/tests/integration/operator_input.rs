@@ -81,9 +81,11 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     std::fs::write(&a_file, "not a directory").expect("file");
     let f = a_file.display().to_string();
     refused(&["status", "--data", &f], "is not a directory");
+    let typo = data.path().join("typo").display().to_string();
     for (data_dir, text, expected) in [
         (&f, "hello", "is not a directory"),
         (&d, "  ", "expected some words"),
+        (&typo, "hello", "typo does not exist: expected the data dir of a host"),
     ] {
         let send = ["send", "--channel", "cli", "--conversation", "c"];
         refused(&[&send[..], &["--data", data_dir, text]].concat(), expected);

@@ -624,6 +624,18 @@ fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
         &data.path().display().to_string(),
     ]);
     assert_eq!(run.status.code(), Some(2), "run refuses a bad directory");
+
+    // An empty directory is valid, and said to be empty; a missing one is refused.
+    let empty = tempfile::tempdir().expect("empty");
+    let checked = cairn(&["plugins", "check", &empty.path().display().to_string()]);
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    assert!(said.contains("warning: no plugin manifests"), "{said}");
+    let missing = empty.path().join("typo").display().to_string();
+    let refused = cairn(&["plugins", "check", &missing]);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{said}");
+    assert!(said.contains("cannot read plugin directory"), "{said}");
 }
 
 #[test]
