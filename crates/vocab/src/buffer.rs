@@ -29,6 +29,11 @@ pub struct NewMessage {
 /// Longest dedup key accepted, in bytes.
 pub const MAX_DEDUP_KEY_BYTES: usize = 256;
 
+/// Longest channel, sender or conversation accepted, in bytes: names, not text. Every event
+/// and episode of a message carries them, so a longer one would overflow those limits
+/// (a GitHub conversation, `owner/repository#123`, is under 150).
+pub const MAX_NAME_BYTES: usize = 512;
+
 /// A message as stored.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct BufferedMessage {

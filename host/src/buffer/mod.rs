@@ -15,8 +15,8 @@ pub use cairn_storage::buffer::{MIGRATIONS, read_stats};
 use cairn_storage::{ErrorKind, StorageError, now_ms};
 pub use cairn_vocab::buffer::{
     Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedKind, FailedWork,
-    MAX_DEDUP_KEY_BYTES, NewBatch, NewMessage, NotFailed, RetryOutcome, RetrySelection, Route,
-    StatusCounts, TaskRow, TaskStatus,
+    MAX_DEDUP_KEY_BYTES, MAX_NAME_BYTES, NewBatch, NewMessage, NotFailed, RetryOutcome,
+    RetrySelection, Route, StatusCounts, TaskRow, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -122,6 +122,12 @@ fn validate(
             };
             return Err(BufferError::InvalidInput(format!(
                 "{field}: expected a non-empty string{only}"
+            )));
+        }
+        if value.len() > MAX_NAME_BYTES {
+            return Err(BufferError::InvalidInput(format!(
+                "{field}: expected a name of at most {MAX_NAME_BYTES} bytes, got {}",
+                value.len()
             )));
         }
     }
@@ -517,6 +523,17 @@ mod tests {
                     ..message("c", "{}")
                 },
                 "sender: expected",
+            ),
+            (
+                NewMessage {
+                    sender: "a".repeat(513),
+                    ..message("c", "{}")
+                },
+                "sender: expected a name of at most 512 bytes, got 513",
+            ),
+            (
+                message(&"c".repeat(120_000), "{}"),
+                "conversation: expected a name of at most 512 bytes",
             ),
             (
                 NewMessage {

@@ -85,7 +85,11 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     for (data_dir, text, expected) in [
         (&f, "hello", "is not a directory"),
         (&d, "  ", "expected some words"),
-        (&typo, "hello", "typo does not exist: expected the data dir of a host"),
+        (
+            &typo,
+            "hello",
+            "typo does not exist: expected the data dir of a host",
+        ),
     ] {
         let send = ["send", "--channel", "cli", "--conversation", "c"];
         refused(&[&send[..], &["--data", data_dir, text]].concat(), expected);
@@ -115,6 +119,22 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             "hello",
         ],
         "message rejected: --conversation: expected a non-empty string",
+    );
+    let long_name = "x".repeat(600);
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--sender",
+            &long_name,
+            "--data",
+            &d,
+            "hello",
+        ],
+        "message rejected: --sender: expected a name of at most 512 bytes, got 600",
     );
     refused(
         &["memory", "search", "", "--data", &d],
