@@ -142,7 +142,7 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
         print_plugins(&plugins);
     }
     if let Some(stats) = &buffer_stats {
-        print_buffer(stats);
+        print_buffer(stats, running);
     }
     print_subscribers(&subscribers);
     if let Some(cache) = llm_cache {
@@ -242,7 +242,9 @@ fn print_subscribers(subscribers: &[SubscriberLag]) {
     }
 }
 
-fn print_buffer(stats: &buffer::BufferStats) {
+/// The buffer's depth, batches and tasks; `host_running` says whether a batch marked
+/// running is being worked on here or was left so by a host that ended.
+fn print_buffer(stats: &buffer::BufferStats, host_running: bool) {
     let oldest = stats
         .oldest_unrouted_age_ms
         .map(|age| format!(", oldest waiting {:.1}s", age as f64 / 1000.0))
@@ -271,10 +273,19 @@ fn print_buffer(stats: &buffer::BufferStats) {
             Some(_) => "; its session stays open until it is answered",
             None => "",
         };
-        println!(
-            "  batch {} ({}:{}) running since {since}, attempt {}{kept}",
-            batch.id, batch.channel, batch.conversation, batch.attempts
-        );
+        let (id, channel, conversation) = (batch.id, &batch.channel, &batch.conversation);
+        if host_running {
+            println!(
+                "  batch {id} ({channel}:{conversation}) running since {since}, attempt {}{kept}",
+                batch.attempts
+            );
+        } else {
+            println!(
+                "  batch {id} ({channel}:{conversation}) was running when the last host ended \
+                 ({since}, attempt {}): the next host to start takes it up again{kept}",
+                batch.attempts
+            );
+        }
     }
     let failed = stats.batches.get("main/failed").copied().unwrap_or(0)
         + stats.tasks.get("failed").copied().unwrap_or(0);

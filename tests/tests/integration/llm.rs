@@ -711,6 +711,35 @@ fn status_says_stopping_while_a_stop_waits_for_the_provider() {
 }
 
 #[test]
+fn status_after_a_kill_says_the_batch_it_left_running_waits_for_the_next_host() {
+    let slow = Reply::Slow(
+        Duration::from_secs(60),
+        Box::new(Reply::openai_chat("Too late.")),
+    );
+    let server = StubServer::start(vec![slow]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
+    host.type_line("what time is it?");
+    let asked = std::time::Instant::now();
+    while server.seen().is_empty() {
+        assert!(asked.elapsed() < Duration::from_secs(30), "never asked");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    host.kill9();
+    let text = cairn_ok(&["status", "--data", &data.path().display().to_string()]);
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.starts_with("host: not running"), "{text}");
+    assert!(
+        text.contains("batch 1 (cli:cli) was running when the last host ended")
+            && text.contains("the next host to start takes it up again")
+            && !text.contains("running since"),
+        "{text}"
+    );
+}
+
+#[test]
 fn the_response_cache_answers_a_repeated_request_without_the_provider() {
     let server = StubServer::start(vec![Reply::openai_chat("From the model.")]);
     let dir = tempfile::tempdir().expect("cache dir");
