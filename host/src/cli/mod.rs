@@ -50,7 +50,7 @@ enum Command {
         plugins: PathBuf,
         /// Serve the status console and `/metrics` on this address, e.g. 127.0.0.1:8790
         /// (overrides `console.listen`; an address beyond loopback needs `console.token`).
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         console: Option<std::net::SocketAddr>,
     },
     /// Inspect a plugin directory without running it; write and build plugin projects.
@@ -116,6 +116,21 @@ pub(crate) fn parse_id(text: &str) -> Result<String, String> {
         return Err("expected an id, not an empty text".into());
     }
     Ok(text.to_string())
+}
+
+/// A listening address argument (`--console`): an IP and a port, as `http.listen` is.
+pub(crate) fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
+    text.parse().map_err(|_| {
+        "expected IP:PORT, such as 127.0.0.1:8790 (an IP address, not a host name such as \
+         localhost)"
+            .to_string()
+    })
+}
+
+/// A priority argument (`--priority`): a whole number, lower served first.
+pub(crate) fn parse_priority(text: &str) -> Result<u32, String> {
+    text.parse()
+        .map_err(|_| "expected a whole number (0 or more; lower is served first)".to_string())
 }
 
 /// A time argument in messages: RFC 3339, as the operator may have typed it.

@@ -27,7 +27,7 @@ pub struct SendArgs {
     /// Priority (lower is served first); default: the channel's configured priority
     /// (`buffer.channel_priority`, else its manifest's, as the last host on this data
     /// dir read it, else `buffer.default_priority`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::parse_priority)]
     pub priority: Option<u32>,
     /// An id for the message: sending the same key on the same channel again stores
     /// nothing and prints the first message's id.

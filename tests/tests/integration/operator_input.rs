@@ -120,6 +120,33 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "message rejected: --conversation: expected a non-empty string",
     );
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--priority",
+            "-5",
+            "--data",
+            &d,
+            "hello",
+        ],
+        "--priority <PRIORITY>': expected a whole number (0 or more; lower is served first)",
+    );
+    refused(
+        &[
+            "run",
+            "--plugins",
+            &d,
+            "--data",
+            &d,
+            "--console",
+            "localhost:9999",
+        ],
+        "expected IP:PORT, such as 127.0.0.1:8790 (an IP address, not a host name",
+    );
     let long_name = "x".repeat(600);
     refused(
         &[
