@@ -277,6 +277,16 @@ fn open_buffer(
         .buffer(&config.data_dir, &config.buffer)
         .map_err(storage_unusable)?;
     let buffer = Arc::new(Buffer::over(store, config.buffer.clone())?);
+    let run: Vec<&str> = channels(set).map(|m| m.id.as_str()).collect();
+    for named in config.buffer.channel_priority.keys() {
+        if !run.contains(&named.as_str()) {
+            tracing::warn!(
+                "buffer.channel_priority names `{named}`, which is no channel this host runs \
+                 (its channels: {}): a typo?",
+                run.join(", ")
+            );
+        }
+    }
     // Each channel run: its `buffer.channel_priority`, else its manifest's, else none.
     let priorities = channels(set)
         .map(|m| {

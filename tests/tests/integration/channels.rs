@@ -820,12 +820,17 @@ fn a_channel_disabled_for_a_run_keeps_its_priority_and_the_configured_one_is_rem
 
     // A run with the webhook disabled and cli's priority configured.
     let config = data.path().join("cairn.yaml");
-    std::fs::write(&config, "buffer:\n  channel_priority: {cli: 30}\n").expect("config");
+    std::fs::write(&config, "buffer:\n  channel_priority: {cli: 30, clii: 5}\n").expect("config");
     let mut env = fast_env();
     env.push(("CAIRN_PLUGINS_DISABLED", "[webhook]"));
     let mut host = Host::start_with_config(dir.path(), data.path(), &config, &env);
     host.wait_for("cairn is running", LONG);
-    assert!(host.stop().0.success());
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert!(
+        log.contains("buffer.channel_priority names `clii`, which is no channel this host runs (its channels: cli): a typo?"),
+        "{log}"
+    );
     assert_eq!(
         priority(waiting),
         50,
