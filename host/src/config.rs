@@ -332,18 +332,10 @@ fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {
     }
 }
 
-/// A parser's message with Rust's type names said as what they mean to an operator.
+/// A parser's message with Rust's type names said as what they mean to an operator, and
+/// the config's own types too.
 fn in_plain_words(message: &str) -> String {
-    const WORDS: [(&str, &str); 12] = [
-        ("expected usize", "expected a whole number (0 or more)"),
-        ("expected u64", "expected a whole number (0 or more)"),
-        ("expected u32", "expected a whole number (0 or more)"),
-        ("expected u16", "expected a whole number (0 to 65535)"),
-        ("expected u8", "expected a whole number (0 to 255)"),
-        ("expected i64", "expected a whole number"),
-        ("expected f64", "expected a number"),
-        ("expected f32", "expected a number"),
-        ("unit value", "an empty value"),
+    const WORDS: [(&str, &str); 2] = [
         (
             "expected struct HostConfig",
             "expected a mapping of settings",
@@ -352,13 +344,11 @@ fn in_plain_words(message: &str) -> String {
             "invalid socket address syntax",
             "expected IP:PORT, such as 127.0.0.1:8787",
         ),
-        ("expected any YAML value", "expected a number that fits"),
     ];
-    WORDS
-        .iter()
-        .fold(message.to_string(), |text, (rust, plain)| {
-            text.replace(rust, plain)
-        })
+    WORDS.iter().fold(
+        cairn_vocab::plain::type_names_in_plain_words(message),
+        |text, (rust, plain)| text.replace(rust, plain),
+    )
 }
 
 /// Overlay `overlay`'s mapping keys onto `base`, recursively.

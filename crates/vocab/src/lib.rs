@@ -13,6 +13,7 @@ pub mod error;
 pub mod event;
 pub mod llm;
 pub mod memory;
+pub mod plain;
 pub mod plugin;
 pub mod session;
 pub mod text;

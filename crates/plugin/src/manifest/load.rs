@@ -175,7 +175,10 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         Ok(raw) => raw,
         Err(e) => {
             let (field, message) = split_serde_error(&e.to_string());
-            problems.add(field, message);
+            problems.add(
+                field,
+                cairn_vocab::plain::type_names_in_plain_words(&message),
+            );
             return Err(problems.errors);
         }
     };

@@ -395,6 +395,20 @@ mod tests {
     }
 
     #[test]
+    fn a_value_of_the_wrong_type_is_said_in_plain_words() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = format!("{GOOD}limits:\n  timeout_ms: -1\n");
+        let path = write_manifest(dir.path(), "p.yaml", &body);
+        let errors = load_file(&path).expect_err("a negative timeout");
+        assert_eq!(errors[0].field, "limits.timeout_ms", "{errors:?}");
+        assert!(
+            errors[0].message.contains("expected a whole number (0 or more)")
+                && !errors[0].message.contains("u64"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn a_syntax_error_or_a_document_of_the_wrong_shape_is_said_as_such() {
         let dir = tempfile::tempdir().expect("tempdir");
         for (body, expected) in [
