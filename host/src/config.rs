@@ -271,6 +271,9 @@ impl HostConfig {
             if path == "storage" {
                 *value = cairn_storage::pg::url::redact(value);
             }
+            if path == "agent.llm.base_url" {
+                *value = crate::llm::http::shown_url(value);
+            }
             if path == "console.token" && value != "null" {
                 *value = "***".to_string();
             }

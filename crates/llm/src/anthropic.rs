@@ -114,8 +114,8 @@ impl LlmProvider for AnthropicProvider {
             .filter(|block| block.kind == "text")
             .filter_map(|block| block.text)
             .collect();
-        if content.is_empty() {
-            return Err(self.target.endpoint.invalid("no text block"));
+        if content.trim().is_empty() {
+            return Err(self.target.endpoint.invalid("no text block with text"));
         }
         let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
             input_tokens: u.input_tokens.unwrap_or(0),

@@ -37,7 +37,7 @@ impl Endpoint {
             .build()
             .into();
         Self {
-            label: format!("{provider} ({url})"),
+            label: format!("{provider} ({})", shown_url(&url)),
             url,
             agent,
             timeout_ms: config.timeout_ms,
@@ -93,6 +93,14 @@ impl Endpoint {
         }
         let mut response = match request.send(body) {
             Ok(response) => response,
+            // The request could not even be made (a header value it cannot send): no
+            // retry or wait mends that.
+            Err(ureq::Error::Http(error)) => {
+                return Attempt::Failed(LlmError::InvalidRequest(format!(
+                    "{}: cannot make the request: {error}",
+                    self.label
+                )));
+            }
             Err(error) => return Attempt::Retry(self.transport(error), None),
         };
         let status = response.status().as_u16();
@@ -100,11 +108,14 @@ impl Endpoint {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|secs| secs.is_finite() && *secs >= 0.0)
-            .map(Duration::from_secs_f64);
+            .and_then(retry_after);
         let text = match response.body_mut().read_to_string() {
             Ok(text) => text,
+            Err(ureq::Error::BodyExceedsLimit(limit)) => {
+                return Attempt::Failed(
+                    self.invalid(format!("an answer longer than {limit} bytes")),
+                );
+            }
             Err(error) => return Attempt::Retry(self.transport(error), None),
         };
         match status {
@@ -143,6 +154,34 @@ impl Endpoint {
                 message: other.to_string(),
             },
         }
+    }
+}
+
+/// How long a `retry-after` header asks to wait: seconds, or an HTTP date (none for a
+/// date already past, or a value of neither form).
+fn retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    at.duration_since(std::time::SystemTime::now()).ok()
+}
+
+/// `url` as logs and errors show it: a password in it as `***`.
+pub fn shown_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut parsed) if parsed.password().is_some() => {
+            let _ = parsed.set_password(Some("***"));
+            parsed.to_string()
+        }
+        Ok(_) => url.to_string(),
+        // Not a URL the host would ask: show no more than its scheme and where a password
+        // would start.
+        Err(_) => match url.split_once('@') {
+            Some((_, after)) => format!("***@{after}"),
+            None => url.to_string(),
+        },
     }
 }
 

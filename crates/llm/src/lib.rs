@@ -39,7 +39,10 @@ pub enum LlmError {
         message: String,
     },
     /// The provider kept answering 429 after every retry.
-    #[error("{provider} is rate-limiting (retry after {retry_after_ms:?} ms)")]
+    #[error(
+        "{provider} is rate-limiting{}",
+        .retry_after_ms.map(|ms| format!(" (it asked to wait {ms} ms)")).unwrap_or_default()
+    )]
     RateLimited {
         /// The provider and endpoint.
         provider: String,
@@ -172,12 +175,9 @@ impl Default for LlmConfig {
 impl LlmConfig {
     /// Check the settings; the error names the field and what was expected.
     pub fn validate(&self) -> Result<(), String> {
-        let url = &self.base_url;
-        if !(url.is_empty() || url.starts_with("http://") || url.starts_with("https://")) {
-            return Err(format!(
-                "agent.llm.base_url: `{}` is not an http:// or https:// URL",
-                self.base_url
-            ));
+        if !self.base_url.is_empty() {
+            check_base_url(&self.base_url)
+                .map_err(|problem| format!("agent.llm.base_url: {problem}"))?;
         }
         let variable_name = |name: &str| {
             name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -185,8 +185,9 @@ impl LlmConfig {
         };
         if !variable_name(&self.api_key_env) {
             return Err(format!(
-                "agent.llm.api_key_env: `{}` is not an environment variable's name: expected letters, digits and `_`",
-                self.api_key_env
+                "agent.llm.api_key_env: {} is not an environment variable's name: expected \
+                 letters, digits and `_` (the name of the variable holding the key, not the key)",
+                shown_briefly(&self.api_key_env)
             ));
         }
         if self.timeout_ms == 0 {
@@ -225,12 +226,20 @@ impl LlmConfig {
             ProviderKind::Anthropic => ("anthropic", anthropic::DEFAULT_BASE_URL),
         };
         if !self.api_key_env.is_empty() {
-            return self.api_key().is_none().then(|| {
-                format!(
+            return match self.api_key() {
+                None => Some(format!(
                     "agent.llm.api_key_env: the environment variable `{}` is not set or is empty: expected the {name} API key in it",
                     self.api_key_env
-                )
-            });
+                )),
+                Some(key) if key.chars().any(|c| c.is_whitespace() || c.is_control()) => {
+                    Some(format!(
+                        "agent.llm.api_key_env: the key in `{}` holds a space, a line break or \
+                         another control character inside it: expected the key alone",
+                        self.api_key_env
+                    ))
+                }
+                Some(_) => None,
+            };
         }
         let url = if self.base_url.is_empty() {
             own_api
@@ -250,14 +259,45 @@ impl LlmConfig {
         })
     }
 
-    /// The API key from `api_key_env`, when set and not empty.
+    /// The API key from `api_key_env`, when set and not empty, without the white space
+    /// around it (the line break an env file or a secrets mount leaves at its end).
     pub fn api_key(&self) -> Option<String> {
         if self.api_key_env.is_empty() {
             return None;
         }
         std::env::var(&self.api_key_env)
             .ok()
+            .map(|key| key.trim().to_string())
             .filter(|key| !key.is_empty())
+    }
+}
+
+/// Why `base_url` cannot be asked: not an http(s) URL with a host (and a port that is one).
+/// The URL is shown with any password as `***`.
+fn check_base_url(base_url: &str) -> Result<(), String> {
+    let shown = http::shown_url(base_url);
+    let url = url::Url::parse(base_url)
+        .map_err(|e| format!("`{shown}` is not a URL ({e}): expected http://HOST[:PORT]/PATH"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("`{shown}` is not an http:// or https:// URL"));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!(
+            "`{shown}` names no host: expected http://HOST[:PORT]/PATH"
+        ));
+    }
+    Ok(())
+}
+
+/// A setting's value in a message, in full when short, else its start and length: a
+/// mistaken value may be a secret pasted in the wrong place.
+fn shown_briefly(value: &str) -> String {
+    const SHOWN_IN_FULL: usize = 12;
+    if value.chars().count() <= SHOWN_IN_FULL {
+        format!("`{value}`")
+    } else {
+        let start: String = value.chars().take(4).collect();
+        format!("`{start}…` ({} characters)", value.chars().count())
     }
 }
 
@@ -276,4 +316,92 @@ fn check(request: &CompletionRequest) -> Result<(), LlmError> {
         return Err(LlmError::InvalidRequest("no user message to answer".into()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_base_url(base_url: &str) -> LlmConfig {
+        LlmConfig {
+            provider: ProviderKind::Openai,
+            base_url: base_url.into(),
+            ..LlmConfig::default()
+        }
+    }
+
+    #[test]
+    fn a_base_url_with_no_host_or_an_impossible_port_is_refused_without_its_password() {
+        for (url, expected) in [
+            ("http://", "is not a URL"),
+            (
+                "http://127.0.0.1:99999/v1",
+                "is not a URL (invalid port number)",
+            ),
+            ("ftp://example.com", "is not an http:// or https:// URL"),
+            ("not-a-url", "is not a URL"),
+        ] {
+            let problem = with_base_url(url).validate().expect_err(url);
+            assert!(problem.contains(expected), "{url}: {problem}");
+        }
+        let problem = with_base_url("ftp://ann:hunter2@example.com")
+            .validate()
+            .expect_err("ftp");
+        assert!(
+            problem.contains("ftp://ann:***@example.com") && !problem.contains("hunter2"),
+            "{problem}"
+        );
+        assert!(
+            with_base_url("http://127.0.0.1:11434/v1")
+                .validate()
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn a_key_pasted_into_api_key_env_is_not_echoed_whole() {
+        let config = LlmConfig {
+            api_key_env: "sk-proj-LEAKVALUE1234567890".into(),
+            ..LlmConfig::default()
+        };
+        let problem = config.validate().expect_err("a key, not a name");
+        assert!(
+            problem.contains("`sk-p…` (27 characters)") && !problem.contains("LEAKVALUE"),
+            "{problem}"
+        );
+        let typo = LlmConfig {
+            api_key_env: "MY-KEY".into(),
+            ..LlmConfig::default()
+        };
+        assert!(typo.validate().expect_err("a hyphen").contains("`MY-KEY`"));
+    }
+
+    #[test]
+    fn a_password_in_the_endpoint_is_shown_as_stars() {
+        assert_eq!(
+            http::shown_url("http://user:hunter2@127.0.0.1:18931/v1/chat/completions"),
+            "http://user:***@127.0.0.1:18931/v1/chat/completions"
+        );
+        assert_eq!(
+            http::shown_url("https://api.openai.com/v1"),
+            "https://api.openai.com/v1"
+        );
+    }
+
+    #[test]
+    fn the_key_is_read_without_the_line_break_a_secrets_file_leaves() {
+        let name = "CAIRN_TEST_LLM_KEY_WITH_NEWLINE";
+        // SAFETY: this test alone sets and reads this variable.
+        unsafe { std::env::set_var(name, "sk-abc\n") };
+        let config = LlmConfig {
+            provider: ProviderKind::Openai,
+            api_key_env: name.into(),
+            ..LlmConfig::default()
+        };
+        assert_eq!(config.api_key().as_deref(), Some("sk-abc"));
+        assert_eq!(config.key_problem(), None);
+        unsafe { std::env::set_var(name, "sk-abc\ndef") };
+        let problem = config.key_problem().expect("a break inside");
+        assert!(problem.contains("a line break"), "{problem}");
+    }
 }

@@ -103,6 +103,9 @@ impl LlmProvider for OpenAiProvider {
             .next()
             .and_then(|choice| choice.message.content)
             .ok_or_else(|| self.target.endpoint.invalid("no choice with a message"))?;
+        if content.trim().is_empty() {
+            return Err(self.target.endpoint.invalid("an empty message"));
+        }
         let usage = answer.usage.map_or_else(Usage::default, |u| Usage {
             input_tokens: u.prompt_tokens.unwrap_or(0),
             output_tokens: u.completion_tokens.unwrap_or(0),

@@ -202,6 +202,45 @@ fn a_429_storm_ends_as_rate_limited_after_the_retries() {
 }
 
 #[test]
+fn a_retry_after_date_is_waited_and_an_empty_or_oversized_answer_is_final() {
+    // An HTTP date a second ahead: waited (within the cap), not ignored.
+    let soon = httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(2));
+    let server = StubServer::start(vec![
+        Reply::status(429, "{}").header("Retry-After", &soon),
+        Reply::openai_chat("after the date"),
+    ]);
+    let mut capped = config(&server, ProviderKind::Openai);
+    capped.backoff_max_ms = 700;
+    let asked = std::time::Instant::now();
+    let answer = OpenAiProvider::with_key(&capped, None)
+        .complete(&ask("hi"))
+        .expect("the second try");
+    assert_eq!(answer.content, "after the date");
+    assert!(
+        asked.elapsed() >= Duration::from_millis(600),
+        "waited the date, capped at 700 ms: {:?}",
+        asked.elapsed()
+    );
+    // An empty message is no answer: final, never delivered or cached as one.
+    let server = StubServer::start(vec![Reply::openai_chat("  ")]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("empty");
+    assert!(
+        matches!(&error, LlmError::InvalidResponse { message, .. } if message == "an empty message"),
+        "{error:?}"
+    );
+    assert_eq!(server.seen().len(), 1, "not asked again");
+    // An answer over ureq's 10 MiB cap: final, not an outage to download again and again.
+    let huge = format!("{{\"pad\": \"{}\"}}", "x".repeat(11 << 20));
+    let server = StubServer::start(vec![Reply::status(200, &huge)]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("huge");
+    assert!(
+        matches!(&error, LlmError::InvalidResponse { message, .. } if message.starts_with("an answer longer than")),
+        "{error:?}"
+    );
+    assert_eq!(server.seen().len(), 1, "not asked again");
+}
+
+#[test]
 fn a_slow_answer_times_out_and_a_dropped_connection_is_retried() {
     let server = StubServer::start(vec![Reply::Slow(
         Duration::from_secs(5),
@@ -708,6 +747,49 @@ fn status_says_stopping_while_a_stop_waits_for_the_provider() {
     let after = status_json(data.path());
     assert_eq!(after["host"]["running"], false, "{after}");
     assert_eq!(after["host"]["stopping_since"], Value::Null, "{after}");
+}
+
+#[test]
+fn a_password_in_the_base_url_is_never_logged_or_stored() {
+    let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let with_password = server.url().replace("http://", "http://ann:hunter2@") + "/v1";
+    let mut host = host_answered_by(
+        &server,
+        &plugins,
+        data.path(),
+        &[("CAIRN_AGENT_LLM_BASE_URL", with_password.as_str())],
+    );
+    host.type_line("hello");
+    host.wait_for("refused the request: HTTP 401", Duration::from_secs(60));
+    let (_, log) = host.stop();
+    let d = data.path().display().to_string();
+    let failed = cairn_ok(&["buffer", "failed", "--data", &d]);
+    assert!(log.contains("ann:***@"), "{log}");
+    for (place, text) in [
+        ("the log", log),
+        (
+            "cairn buffer failed",
+            String::from_utf8_lossy(&failed.stdout).into_owned(),
+        ),
+    ] {
+        assert!(!text.contains("hunter2"), "{place}: {text}");
+    }
+    let failure = String::from_utf8_lossy(&failed.stdout).into_owned();
+    assert!(failure.contains("ann:***@"), "{failure}");
+    for file in std::fs::read_dir(data.path()).expect("data dir").flatten() {
+        let Ok(bytes) = std::fs::read(file.path()) else {
+            continue;
+        };
+        let needle = b"hunter2";
+        assert!(
+            !bytes.windows(needle.len()).any(|w| w == needle),
+            "{} holds the password",
+            file.path().display()
+        );
+    }
 }
 
 #[test]

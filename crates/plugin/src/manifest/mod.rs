@@ -402,7 +402,9 @@ mod tests {
         let errors = load_file(&path).expect_err("a negative timeout");
         assert_eq!(errors[0].field, "limits.timeout_ms", "{errors:?}");
         assert!(
-            errors[0].message.contains("expected a whole number (0 or more)")
+            errors[0]
+                .message
+                .contains("expected a whole number (0 or more)")
                 && !errors[0].message.contains("u64"),
             "{errors:?}"
         );
