@@ -49,7 +49,7 @@ pub fn candidates_from_answer(value: &serde_json::Value) -> Result<Vec<Candidate
                 })?;
             Ok(Candidate {
                 content: string_field(item, "content").map_err(|p| format!("facts[{i}]: {p}"))?,
-                subject: optional("subject")?,
+                subject: optional("subject")?.map(|s| normalise_subject(&s)),
                 predicate: optional("predicate")?.map(|p| normalise_predicate(&p)),
                 confidence,
             })
@@ -65,6 +65,21 @@ fn normalise_predicate(predicate: &str) -> String {
         .map(str::to_lowercase)
         .collect::<Vec<_>>()
         .join("_")
+}
+
+/// A subject as lower-case words without a leading article, so `User`, `user` and `the
+/// user` are one subject and a later fact about it supersedes the earlier.
+fn normalise_subject(subject: &str) -> String {
+    let words: Vec<String> = subject
+        .split_whitespace()
+        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .filter(|w| !w.is_empty())
+        .collect();
+    let words = match words.first().map(String::as_str) {
+        Some("the" | "a" | "an") if words.len() > 1 => &words[1..],
+        _ => &words[..],
+    };
+    words.join(" ")
 }
 
 /// What [`select`] kept and why it left the others out.
@@ -128,6 +143,7 @@ mod tests {
         ]});
         let read = candidates_from_answer(&answer).expect("reads");
         assert_eq!(read[0].predicate.as_deref(), Some("lives_in"));
+        assert_eq!(read[0].subject.as_deref(), Some("user"));
         assert_eq!(read[1].subject, None);
         let one_bad = json!({"facts": [{"content": "x", "confidence": 0.9}, {"content": "y"}]});
         assert!(
@@ -135,6 +151,15 @@ mod tests {
                 .unwrap_err()
                 .contains("facts[1]")
         );
+    }
+
+    #[test]
+    fn a_subject_is_one_however_the_model_spells_it() {
+        for spelled in ["User", "user", "the user", "The User.", "  the   USER "] {
+            assert_eq!(normalise_subject(spelled), "user", "{spelled:?}");
+        }
+        assert_eq!(normalise_subject("the user's sister"), "user's sister");
+        assert_eq!(normalise_subject("The"), "the", "an article alone stays");
     }
 
     #[test]

@@ -446,8 +446,9 @@ fn playing_a_model() -> StubServer {
             }
             Some("extract-facts") => {
                 let mut facts = Vec::new();
+                // Spelled unlike the first fact's subject and predicate, as models do.
                 if input.contains("coffee") {
-                    facts.push(json!({"content": "The user now prefers coffee as their favourite drink.", "subject": "user", "predicate": "favourite_drink", "confidence": 0.95}));
+                    facts.push(json!({"content": "The user now prefers coffee as their favourite drink.", "subject": "The User", "predicate": "Favourite drink", "confidence": 0.95}));
                 } else if input.contains("green tea") {
                     facts.push(json!({"content": "The user's favourite drink is green tea.", "subject": "user", "predicate": "favourite_drink", "confidence": 0.9}));
                     facts.push(json!({"content": "The user may enjoy hiking.", "subject": "user", "predicate": null, "confidence": 0.3}));
