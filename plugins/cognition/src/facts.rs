@@ -72,7 +72,10 @@ fn normalise_predicate(predicate: &str) -> String {
 fn normalise_subject(subject: &str) -> String {
     let words: Vec<String> = subject
         .split_whitespace()
-        .map(|w| w.trim_matches(|c: char| !c.is_alphanumeric()).to_lowercase())
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
         .filter(|w| !w.is_empty())
         .collect();
     let words = match words.first().map(String::as_str) {
