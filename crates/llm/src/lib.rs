@@ -259,6 +259,25 @@ impl LlmConfig {
         })
     }
 
+    /// The longest one completion can take, in ms, when every attempt times out: each
+    /// attempt's `timeout_ms` and the backoffs between them (none for `offline`). A
+    /// plugin's call that asks the model must be allowed this long.
+    pub fn longest_call_ms(&self) -> u64 {
+        if self.provider == ProviderKind::Offline {
+            return 0;
+        }
+        let backoffs: u64 = (0..self.max_retries)
+            .map(|retry| {
+                self.backoff_initial_ms
+                    .saturating_mul(1 << retry.min(16))
+                    .min(self.backoff_max_ms)
+            })
+            .sum();
+        self.timeout_ms
+            .saturating_mul(u64::from(self.max_retries) + 1)
+            .saturating_add(backoffs)
+    }
+
     /// The API key from `api_key_env`, when set and not empty, without the white space
     /// around it (the line break an env file or a secrets mount leaves at its end).
     pub fn api_key(&self) -> Option<String> {
@@ -374,6 +393,20 @@ mod tests {
             ..LlmConfig::default()
         };
         assert!(typo.validate().expect_err("a hyphen").contains("`MY-KEY`"));
+    }
+
+    #[test]
+    fn the_longest_call_is_every_attempt_timed_out_and_the_backoffs_between() {
+        let config = LlmConfig {
+            provider: ProviderKind::Openai,
+            timeout_ms: 1_000,
+            max_retries: 3,
+            backoff_initial_ms: 500,
+            backoff_max_ms: 1_500,
+            ..LlmConfig::default()
+        };
+        assert_eq!(config.longest_call_ms(), 4 * 1_000 + 500 + 1_000 + 1_500);
+        assert_eq!(LlmConfig::default().longest_call_ms(), 0, "offline");
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         tracing::info!(plugin = %id, "disabled by plugins.disabled");
     }
     warn_unread_variables(&config, &set);
+    warn_of_short_llm_deadlines(&config, &set);
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
     let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
@@ -505,6 +506,26 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
             "work still running after {}s; stopping anyway (it resumes on the next start)",
             SHUTDOWN_DEADLINE.as_secs()
         );
+    }
+}
+
+/// Warn about each plugin granted the model whose call deadline (`limits.timeout_ms`) is
+/// shorter than one completion may take with `agent.llm`'s timeout and retries: a slow
+/// provider would fault it mid-call and dead-letter its event.
+fn warn_of_short_llm_deadlines(config: &HostConfig, set: &resolve::PluginSet) {
+    let longest = config.agent.llm.longest_call_ms();
+    for manifest in set.start_order() {
+        if manifest.capabilities.llm && manifest.limits.timeout_ms < longest {
+            tracing::warn!(
+                plugin = %manifest.id,
+                "one completion may take {} s (agent.llm.timeout_ms × {} attempts, and the \
+                 backoffs between), longer than the plugin's limits.timeout_ms of {} s: a slow \
+                 provider faults its call; raise its limits.timeout_ms or lower agent.llm's",
+                longest / 1000,
+                config.agent.llm.max_retries + 1,
+                manifest.limits.timeout_ms / 1000
+            );
+        }
     }
 }
 

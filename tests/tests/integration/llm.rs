@@ -750,6 +750,29 @@ fn status_says_stopping_while_a_stop_waits_for_the_provider() {
 }
 
 #[test]
+fn a_plugin_deadline_shorter_than_a_slow_completion_is_warned_about_at_start() {
+    let server = StubServer::start(vec![Reply::openai_chat("unused")]);
+    let plugins = PluginDir::new();
+    plugins.bundled_all(&["cli", "episode-summarizer"]);
+    let data = tempfile::tempdir().expect("data");
+    // Four attempts of two minutes: longer than the summarizer's five-minute deadline.
+    let slow = [("CAIRN_AGENT_LLM_TIMEOUT_MS", "120000")];
+    let host = host_answered_by(&server, &plugins, data.path(), &slow);
+    let (_, log) = host.stop();
+    let warned = |log: &str| {
+        log.lines().any(|line| {
+            line.contains("plugin=episode-summarizer")
+                && line.contains("longer than the plugin's limits.timeout_ms of 300 s")
+        })
+    };
+    assert!(warned(&log), "{log}");
+    // The defaults fit: no warning.
+    let host = host_answered_by(&server, &plugins, data.path(), &[]);
+    let (_, log) = host.stop();
+    assert!(!warned(&log), "{log}");
+}
+
+#[test]
 fn a_password_in_the_base_url_is_never_logged_or_stored() {
     let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
     let plugins = PluginDir::new();
