@@ -78,6 +78,12 @@ pub fn ask<T>(
             }
         }
     }
+    // Recorded in the journal by the caller; said in the host's log too, where an operator
+    // looks first.
+    crate::warn(&format!(
+        "the model's answer was unusable twice ({}); nothing of it is saved",
+        last.problem
+    ));
     Ok(Err(last))
 }
 

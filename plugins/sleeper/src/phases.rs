@@ -262,15 +262,15 @@ fn by_user(
     Ok(groups)
 }
 
-/// Ask the model for memories of `kind` drawn from numbered `inputs`, and store those not
+/// Ask the model for the memories `derivation` makes from numbered `inputs`, and store those not
 /// already known; how many were stored.
 fn derive(
     inputs: &[MemoryEntry],
     scope: MemoryScope,
-    kind: MemoryKind,
-    (prompt, list, category): (&str, &str, &str),
+    derivation: &Derivation,
     settings: &Settings,
 ) -> Result<u64, Error> {
+    let (kind, (prompt, list, category)) = (derivation.stores, derivation.task);
     let numbered: Vec<String> = inputs
         .iter()
         .enumerate()
@@ -281,8 +281,10 @@ fn derive(
     })? {
         Ok(items) => items,
         Err(garbage) => {
+            // The phase goes on for the other users, and completes.
             let mut report = garbage.report("");
-            report["phase"] = list.into();
+            report["phase"] = derivation.phase.into();
+            report["user_id"] = scope.user_id.clone().into();
             emit("sleep.phase_failed", report)?;
             return Ok(0);
         }
@@ -328,6 +330,8 @@ struct Derivation {
     at_least: usize,
     /// The newest this many inputs are given to the model.
     newest: usize,
+    /// Its phase's name (`reflect`, `generalize`), as events name it.
+    phase: &'static str,
     /// The kind it stores, and the prompt, answer list and category it uses.
     stores: MemoryKind,
     task: (&'static str, &'static str, &'static str),
@@ -339,6 +343,7 @@ const REFLECTION: Derivation = Derivation {
     counts: |_| true,
     at_least: 2,
     newest: 30,
+    phase: "reflect",
     stores: MemoryKind::Reflection,
     task: (prompts::REFLECT, "reflections", "insight"),
 };
@@ -349,6 +354,7 @@ const GENERALIZATION: Derivation = Derivation {
     counts: |e| e.tags.iter().any(|t| t == "user"),
     at_least: 3,
     newest: 100,
+    phase: "generalize",
     stores: MemoryKind::Procedure,
     task: (prompts::GENERALIZE, "procedures", "procedure"),
 };
@@ -370,7 +376,7 @@ fn derive_per_user(derivation: &Derivation, settings: &Settings) -> Result<Outco
             user_id,
             session_id: None,
         };
-        changed += derive(newest, scope, derivation.stores, derivation.task, settings)?;
+        changed += derive(newest, scope, derivation, settings)?;
     }
     Ok(Outcome::Done(changed))
 }
