@@ -65,26 +65,21 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     }
     warn_unread_variables(&config, &set);
     warn_of_short_llm_deadlines(&config, &set);
+    let fresh = !config.data_dir.exists();
     std::fs::create_dir_all(&config.data_dir)
         .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let _lock = lock::DataDirLock::acquire(&config.data_dir)?;
-    check_memory_backend(&config, &set)?;
-    // A taken port is the operator's to change: said once, exit 2.
-    let listener = match serves_webhooks {
-        Some(_) => Some(
-            webhook::bind(&config.http)
-                .await
-                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
-        ),
-        None => None,
-    };
-    let console = match config.console.listen {
-        Some(address) => Some(
-            console::bind(address)
-                .await
-                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
-        ),
-        None => None,
+    let lock = lock::DataDirLock::acquire(&config.data_dir)?;
+    let (listener, console) = match prepare_to_serve(&config, &set, serves_webhooks).await {
+        Ok(bound) => bound,
+        Err(refusal) => {
+            // Refused before anything was stored: a data dir this run made goes again,
+            // lock file and all.
+            drop(lock);
+            if fresh {
+                let _ = std::fs::remove_dir_all(&config.data_dir);
+            }
+            return Err(refusal);
+        }
     };
     let stores = open_stores(&config, &set, plugins_dir)?;
     let (stop, stopping) = watch::channel(false);
@@ -507,6 +502,37 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
             SHUTDOWN_DEADLINE.as_secs()
         );
     }
+}
+
+/// Check the memory backend and bind the webhook's and the console's ports (the webhook's
+/// only when `webhooks` names a channel that serves them). A taken port is the operator's
+/// to change: said once, exit 2.
+async fn prepare_to_serve(
+    config: &HostConfig,
+    set: &resolve::PluginSet,
+    webhooks: Option<&Manifest>,
+) -> Result<(
+    Option<tokio::net::TcpListener>,
+    Option<tokio::net::TcpListener>,
+)> {
+    check_memory_backend(config, set)?;
+    let listener = match webhooks {
+        Some(_) => Some(
+            webhook::bind(&config.http)
+                .await
+                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
+        ),
+        None => None,
+    };
+    let console = match config.console.listen {
+        Some(address) => Some(
+            console::bind(address)
+                .await
+                .map_err(|e| BadInput(format!("{e}: expected a free port")))?,
+        ),
+        None => None,
+    };
+    Ok((listener, console))
 }
 
 /// Warn about each plugin granted the model whose call deadline (`limits.timeout_ms`) is

@@ -495,6 +495,29 @@ fn a_replay_past_the_journals_end_and_an_overlong_line_are_refused() {
 }
 
 #[test]
+fn a_taken_console_port_is_refused_and_a_new_data_dir_is_not_left_behind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let address = taken.local_addr().expect("address").to_string();
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let parent = tempfile::tempdir().expect("parent");
+    let data = parent.path().join("fresh");
+    let out = cairn(&[
+        "run",
+        "--plugins",
+        &plugins.path().display().to_string(),
+        "--data",
+        &data.display().to_string(),
+        "--console",
+        &address,
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("expected a free port"), "{stderr}");
+    assert!(!data.exists(), "{:?}", entries(parent.path()));
+}
+
+#[test]
 fn a_refused_import_into_a_new_data_dir_leaves_no_trace() {
     if storage::reads_sqlite_files("a_refused_import_into_a_new_data_dir_leaves_no_trace") {
         return;
