@@ -55,7 +55,8 @@ fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
 /// One line as a record. A field no record of its type has is refused, not dropped:
 /// an export from a newer Cairn imported here would otherwise lose it without a word.
 fn parse_line(line: &str) -> Result<ExportRecord, String> {
-    let record: ExportRecord = serde_json::from_str(line).map_err(|e| e.to_string())?;
+    let record: ExportRecord =
+        serde_json::from_str(line).map_err(|e| field_error(line).unwrap_or(e.to_string()))?;
     let Ok(Value::Object(mut fields)) = serde_json::from_str::<Value>(line) else {
         return Err("expected a JSON object".into());
     };
@@ -73,6 +74,24 @@ fn parse_line(line: &str) -> Result<ExportRecord, String> {
             names.join(", "),
         )),
     }
+}
+
+/// Why a line of a known record type does not read, naming the field (`kind: unknown
+/// variant …`): the tagged record's own error cannot say which field it was.
+fn field_error(line: &str) -> Option<String> {
+    let Value::Object(mut fields) = serde_json::from_str::<Value>(line).ok()? else {
+        return None;
+    };
+    let kind = fields.remove("type")?;
+    let fields = Value::Object(fields);
+    let error = match kind.as_str()? {
+        "entry" => serde_path_to_error::deserialize::<_, MemoryEntry>(fields).err(),
+        "session" => serde_path_to_error::deserialize::<_, Session>(fields).err(),
+        "audit" => serde_path_to_error::deserialize::<_, AuditRow>(fields).err(),
+        _ => None,
+    }?;
+    let path = error.path().to_string();
+    (path != ".").then(|| format!("{path}: {}", error.inner()))
 }
 
 /// The paths of the fields in `fields` that `T` does not read (`scope.team`, say).
@@ -253,6 +272,22 @@ mod tests {
         assert!(error_of(&extra).contains("line 1: entry record: unknown field mood:"));
         let nested = ENTRY.replace(r#""session_id":null}"#, r#""session_id":null,"team":"x"}"#);
         assert!(error_of(&nested).contains("scope.team"));
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_kind_names_its_field() {
+        let banana = ENTRY.replace(r#""kind":"fact""#, r#""kind":"banana""#);
+        let error = error_of(&banana);
+        assert!(
+            error.contains("line 1: kind: unknown variant `banana`"),
+            "{error}"
+        );
+        let nested = ENTRY.replace(r#""user_id":"ana""#, r#""user_id":7"#);
+        let error = error_of(&nested);
+        assert!(
+            error.contains("line 1: scope.user_id: invalid type"),
+            "{error}"
+        );
     }
 
     #[test]
