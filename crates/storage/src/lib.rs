@@ -298,9 +298,26 @@ pub fn verify_data_dir(data_dir: &Path) -> Result<(), StorageError> {
             continue;
         }
         refuse_emptied(&path)?;
+        let [wal, shm] = ["-wal", "-shm"].map(|suffix| {
+            let mut name = path.clone().into_os_string();
+            name.push(suffix);
+            PathBuf::from(name)
+        });
+        let (had_wal, had_shm) = (wal.exists(), shm.exists());
         let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|e| StorageError::open(&path, e))?;
-        check_integrity(&conn, &path)?;
+        let checked = check_integrity(&conn, &path);
+        drop(conn);
+        // A read-only look at a WAL database leaves an empty log and a shared-memory index
+        // beside it: a check writes nothing, so what it made goes again (a store that opens
+        // the file makes its own).
+        if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
+            let _ = std::fs::remove_file(&wal);
+        }
+        if !had_shm {
+            let _ = std::fs::remove_file(&shm);
+        }
+        checked?;
     }
     Ok(())
 }

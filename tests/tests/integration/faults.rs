@@ -8,19 +8,6 @@ use cairn_tests::{Host, PluginDir, cairn, count_lines, status_json};
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// Every file of a data dir (recursively) with its bytes, but SQLite's shared-memory
-/// index (`-shm`, rebuilt by whoever opens the file) and empty WAL files (the same as none).
-fn contents(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut files = all_files(dir);
-    files.retain(|path, bytes| {
-        let name = path.to_string_lossy();
-        let index = name.ends_with("-shm");
-        let empty_wal = name.ends_with("-wal") && bytes.is_empty();
-        !(index || empty_wal)
-    });
-    files
-}
-
 /// Every file of a directory (recursively) with its bytes.
 fn all_files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut files = BTreeMap::new();
@@ -106,7 +93,7 @@ fn a_damaged_database_is_refused_at_start_naming_it_and_left_as_it_was() {
             copy_dir(sound.path(), data.path());
             checkpoint(&data.path().join(db));
             apply(&data.path().join(db));
-            let before = contents(data.path());
+            let before = all_files(data.path());
             let data_arg = data.path().display().to_string();
             let run = cairn(&["run", "--plugins", &plugins, "--data", &data_arg]);
             let stderr = String::from_utf8_lossy(&run.stderr);
@@ -123,7 +110,7 @@ fn a_damaged_database_is_refused_at_start_naming_it_and_left_as_it_was() {
                 stderr.contains("move it aside"),
                 "{case}: and says what to do"
             );
-            let after = contents(data.path());
+            let after = all_files(data.path());
             let changed: Vec<_> = before
                 .keys()
                 .chain(after.keys())
