@@ -30,6 +30,10 @@ pub struct Candidate {
     /// memory names: it is never promoted above an older one that names more, which is
     /// about what was asked.
     pub literals_named: usize,
+    /// The memory is the assistant's own words (an episode tagged `assistant`): it is
+    /// never promoted above what someone else said, as a reply that repeats a statement
+    /// ("I remember: …") is no update of it.
+    pub by_assistant: bool,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -147,6 +151,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                 let eligible = !promoted.contains(&newer.hit.entry.id)
                     && !newer.said_after_now
                     && newer.literals_named >= older.literals_named
+                    && (older.by_assistant || !newer.by_assistant)
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
                     && (older.outside_asked_time || !newer.outside_asked_time);
                 eligible
@@ -253,6 +258,7 @@ mod tests {
             tells_of_change: false,
             said_after_now: false,
             literals_named: 0,
+            by_assistant: false,
         }
     }
 
@@ -330,6 +336,29 @@ mod tests {
             "both name it: the newer is the update"
         );
         assert_eq!(order(0, 0), "newer", "no number asked");
+    }
+
+    #[test]
+    fn the_assistants_words_are_never_promoted_above_what_a_user_said() {
+        let order = |older_by_assistant: bool, newer_by_assistant: bool| {
+            let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+            older.hit.entry.valid_from = 10;
+            older.by_assistant = older_by_assistant;
+            let mut newer = candidate("newer", 0.9, [1.0, 0.0], None);
+            newer.hit.entry.valid_from = 20;
+            newer.by_assistant = newer_by_assistant;
+            let mut candidates = vec![older, newer];
+            promote_updates(&mut candidates, SameSubject::alike(0.5));
+            candidates[0].hit.entry.id.clone()
+        };
+        assert_eq!(
+            order(false, true),
+            "older",
+            "a reply repeating it is no update"
+        );
+        assert_eq!(order(false, false), "newer");
+        assert_eq!(order(true, true), "newer");
+        assert_eq!(order(true, false), "newer", "the user's later word wins");
     }
 
     #[test]

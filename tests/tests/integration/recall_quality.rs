@@ -522,7 +522,34 @@ fn the_memory_naming_the_asked_number_comes_first_not_a_newer_one_like_it() {
     import_said(data.path(), &said);
     // Each later pull request is alike the last in every word but its number and page: on
     // likeness alone each was "newer, on the same subject" and went above 105.
-    let hits = search_local(data.path(), "what does pull request 105 change", &[], &[]);
+    let question = "what does pull request 105 change";
+    let hits = search_local(data.path(), question, &[], &[]);
     assert_eq!(ids(&hits).first(), Some(&"mem_pr105"), "{hits:?}");
     assert!(hits[0]["explain"]["adjusted"].is_null(), "{hits:?}");
+    // The assistant's later reply repeats 105 as it answers about 112: its echo names the
+    // number too, and is still no update of what the user said.
+    let mut reply = NewMemory::new(
+        MemoryKind::Episode,
+        "I received: ana: Pull request 112 changes the footer page (I remember: Pull request 105 changes the export page)",
+    );
+    reply.scope.user_id = Some("ana".into());
+    reply.tags = vec!["assistant".into()];
+    let at = chrono::DateTime::parse_from_rfc3339("2026-03-20T08:00:00Z").expect("time");
+    reply.valid_from = Some(at.timestamp_millis());
+    let entry = cairn::memory::record(&reply, "mem_reply".into(), at.timestamp_millis());
+    let line = serde_json::to_string(&ExportRecord::Entry(Box::new(entry))).expect("json");
+    let file = data.path().join("reply.jsonl");
+    std::fs::write(&file, line + "\n").expect("write");
+    for args in [
+        vec!["import", &*file.display().to_string()],
+        vec!["reindex"],
+    ] {
+        assert!(
+            cairn_local(data.path(), &args, &[]).status.success(),
+            "{args:?}"
+        );
+    }
+    let hits = search_local(data.path(), question, &["--limit", "20"], &[]);
+    assert!(ids(&hits).contains(&"mem_reply"), "a candidate: {hits:?}");
+    assert_eq!(ids(&hits).first(), Some(&"mem_pr105"), "{hits:?}");
 }
