@@ -274,6 +274,9 @@ impl HostConfig {
             if path == "agent.llm.base_url" {
                 *value = crate::llm::http::shown_url(value);
             }
+            if path.ends_with(".api_key_env") {
+                *value = crate::llm::shown_briefly(value).replace('`', "");
+            }
             if path == "console.token" && value != "null" {
                 *value = "***".to_string();
             }

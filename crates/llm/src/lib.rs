@@ -228,8 +228,8 @@ impl LlmConfig {
         if !self.api_key_env.is_empty() {
             return match self.api_key() {
                 None => Some(format!(
-                    "agent.llm.api_key_env: the environment variable `{}` is not set or is empty: expected the {name} API key in it",
-                    self.api_key_env
+                    "agent.llm.api_key_env: the environment variable {} is not set or is empty: expected the {name} API key in it",
+                    shown_briefly(&self.api_key_env)
                 )),
                 Some(key) if key.chars().any(|c| c.is_whitespace() || c.is_control()) => {
                     Some(format!(
@@ -308,11 +308,16 @@ fn check_base_url(base_url: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A setting's value in a message, in full when short, else its start and length: a
-/// mistaken value may be a secret pasted in the wrong place.
-fn shown_briefly(value: &str) -> String {
+/// A variable's name as a message shows it: in full when it looks like one (short, or
+/// words of capitals joined by `_`, as `OPENAI_API_KEY`), else its start and length, as
+/// what was set may be a key pasted in the wrong place.
+pub fn shown_briefly(value: &str) -> String {
     const SHOWN_IN_FULL: usize = 12;
-    if value.chars().count() <= SHOWN_IN_FULL {
+    let like_a_name = value.contains('_')
+        && value
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+    if value.chars().count() <= SHOWN_IN_FULL || like_a_name {
         format!("`{value}`")
     } else {
         let start: String = value.chars().take(4).collect();
@@ -393,6 +398,18 @@ mod tests {
             ..LlmConfig::default()
         };
         assert!(typo.validate().expect_err("a hyphen").contains("`MY-KEY`"));
+        // A key that happens to be a valid name is not echoed whole when unset either.
+        let aws_like = LlmConfig {
+            provider: ProviderKind::Openai,
+            api_key_env: "AKIAIOSFODNN7EXAMPLEwJalrXUtnFEMIK7MDENG".into(),
+            ..LlmConfig::default()
+        };
+        let problem = aws_like.key_problem().expect("unset");
+        assert!(
+            problem.contains("`AKIA…` (40 characters)") && !problem.contains("EXAMPLE"),
+            "{problem}"
+        );
+        assert_eq!(shown_briefly("OPENAI_API_KEY"), "`OPENAI_API_KEY`");
     }
 
     #[test]
