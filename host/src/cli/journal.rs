@@ -170,9 +170,13 @@ pub fn journal_command(config: &HostConfig, command: &JournalCommand) -> Result<
             id,
             ..
         } => settle_dead_letters(&journals, *action, subscriber.as_deref(), *id),
-        JournalCommand::DeadLetters { limit, json, .. } => {
-            list_dead_letters(&journals, *limit, *json)
-        }
+        JournalCommand::DeadLetters {
+            subscriber,
+            id,
+            limit,
+            json,
+            ..
+        } => list_dead_letters(&journals, subscriber.as_deref(), *id, *limit, *json),
         JournalCommand::Unsubscribe { subscriber } => unsubscribe(&journals, subscriber),
     }
 }
@@ -339,9 +343,50 @@ fn settle_dead_letters(
 }
 
 /// Print the newest dead letters.
-fn list_dead_letters(journals: &Journals, limit: usize, json: bool) -> Result<ExitCode> {
+/// Most dead letters a filtered list looks through, newest first.
+const DEAD_LETTERS_SEARCHED: usize = 100_000;
+
+/// List the newest `limit` dead letters, only `subscriber`'s or the one numbered `id` when
+/// given. A data dir that does not exist, or a subscriber the journal does not have, is
+/// refused (a mistyped name would otherwise list nothing as if all were well).
+fn list_dead_letters(
+    journals: &Journals,
+    subscriber: Option<&str>,
+    id: Option<i64>,
+    limit: usize,
+    json: bool,
+) -> Result<ExitCode> {
+    if matches!(journals.storage, Storage::Sqlite) && !journals.data_dir.is_dir() {
+        return Err(BadInput(format!(
+            "data dir (--data, data_dir or CAIRN_DATA_DIR): {} does not exist",
+            journals.data_dir.display()
+        ))
+        .into());
+    }
     let letters = match journals.read()? {
-        Some(admin) => admin.dead_letters(limit)?,
+        Some(admin) => {
+            if let Some(subscriber) = subscriber
+                && !admin.subscriber_lags()?.iter().any(|s| s.id == subscriber)
+            {
+                return Err(BadInput(format!(
+                    "--subscriber: no subscriber `{subscriber}` in this journal"
+                ))
+                .into());
+            }
+            let filtered = subscriber.is_some() || id.is_some();
+            let searched = if filtered {
+                DEAD_LETTERS_SEARCHED
+            } else {
+                limit
+            };
+            admin
+                .dead_letters(searched)?
+                .into_iter()
+                .filter(|letter| subscriber.is_none_or(|s| letter.subscriber == s))
+                .filter(|letter| id.is_none_or(|id| letter.id == id))
+                .take(limit)
+                .collect()
+        }
         None => Vec::new(),
     };
     if json {

@@ -95,6 +95,21 @@ fn turn_events_reach_subscribers_and_a_failing_one_is_dead_lettered_alone() {
             .all(|d| d["subscriber"] == "trapper" && d["attempts"] == 3),
         "{dead:?}"
     );
+    // The list takes the same --subscriber and --id as retry and discard.
+    let list = |extra: &[&str]| {
+        let mut args = vec!["journal", "dead-letters", "--json", "--data", &data_arg];
+        args.extend_from_slice(extra);
+        cairn(&args)
+    };
+    let counter = list(&["--subscriber", "counter"]);
+    assert_eq!(String::from_utf8_lossy(&counter.stdout).trim(), "[]");
+    let first = dead[0]["id"].as_i64().expect("id").to_string();
+    let one: Vec<serde_json::Value> =
+        serde_json::from_slice(&list(&["--id", &first]).stdout).expect("json");
+    assert_eq!(one.len(), 1, "{one:?}");
+    let unknown = list(&["--subscriber", "nobody"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("no subscriber `nobody`"));
 
     let status = status_json(data.path());
     let subscribers = status["subscribers"].as_array().expect("subscribers");
