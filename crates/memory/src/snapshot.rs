@@ -50,31 +50,42 @@ fn normal(text: &str) -> String {
 }
 
 impl Section {
-    /// The text a section added by hand holds: its prose, or without prose its heading
-    /// without the `(user …)` suffix.
-    pub fn content(&self) -> String {
-        if !self.prose.is_empty() {
-            return self.prose.clone();
+    /// What a section added by hand holds: the heading's text (what to remember) with any
+    /// prose after it as detail, and the user a trailing `(user <id>)` names. A heading with
+    /// nothing to remember, or an empty `(user )`, is the error.
+    pub fn addition(&self) -> Result<(String, Option<String>), String> {
+        let (text, user) = split_user(&self.heading)?;
+        if text.is_empty() {
+            return Err(format!(
+                "`## {}` holds nothing to remember: expected `## <what to remember> (user <id>)`",
+                self.heading
+            ));
         }
-        split_user(&self.heading).0.to_string()
-    }
-
-    /// The user a hand-written heading names with a trailing `(user <id>)`.
-    pub fn user(&self) -> Option<String> {
-        split_user(&self.heading).1.map(str::to_string)
+        let content = if self.prose.is_empty() {
+            text.to_string()
+        } else {
+            format!("{text}\n\n{}", self.prose)
+        };
+        Ok((content, user.map(str::to_string)))
     }
 }
 
-/// `"Prefers tea (user ada)"` → `("Prefers tea", Some("ada"))`.
-fn split_user(heading: &str) -> (&str, Option<&str>) {
+/// `"Prefers tea (user ada)"` → `("Prefers tea", Some("ada"))`; `(user )` names nobody.
+fn split_user(heading: &str) -> Result<(&str, Option<&str>), String> {
     let heading = heading.trim();
-    if let Some(open) = heading.rfind(" (user ")
-        && let Some(user) = heading[open + 7..].strip_suffix(')')
-        && !user.trim().is_empty()
-    {
-        return (heading[..open].trim(), Some(user.trim()));
+    let opened = heading
+        .rfind("(user ")
+        .filter(|&open| heading.ends_with(')') && (open == 0 || heading[..open].ends_with(' ')));
+    let Some(open) = opened else {
+        return Ok((heading, None));
+    };
+    let user = heading[open + "(user ".len()..heading.len() - 1].trim();
+    if user.is_empty() {
+        return Err(format!(
+            "`## {heading}` names no user: expected `(user <id>)` or none"
+        ));
     }
-    (heading, None)
+    Ok((heading[..open].trim(), Some(user)))
 }
 
 /// Render core memories (newest first) as a snapshot.
@@ -259,8 +270,36 @@ mod tests {
         assert_eq!(record.content, "Ada prefers green tea, no sugar.");
         assert_eq!(record.scope.user_id.as_deref(), Some("ada"));
         assert_eq!(sections[1].record, None);
-        assert_eq!(sections[1].content(), "Ada's cat is called Turing");
-        assert_eq!(sections[1].user().as_deref(), Some("ada"));
+        assert_eq!(
+            sections[1].addition(),
+            Ok(("Ada's cat is called Turing".into(), Some("ada".into())))
+        );
+    }
+
+    #[test]
+    fn an_added_sections_heading_is_what_to_remember_and_its_prose_the_detail() {
+        let text = "# x\n\n## Carol owns the release calendar (user carol)\n\nShe updates it every Monday.\n\n## Deploys happen on Tuesdays\n";
+        let sections = parse(text, Path::new("s.md")).expect("parse");
+        assert_eq!(
+            sections[0].addition(),
+            Ok((
+                "Carol owns the release calendar\n\nShe updates it every Monday.".into(),
+                Some("carol".into())
+            ))
+        );
+        assert_eq!(
+            sections[1].addition(),
+            Ok(("Deploys happen on Tuesdays".into(), None))
+        );
+        for (heading, expected) in [
+            ("(user ann)", "holds nothing to remember"),
+            ("Deploys happen on Tuesdays (user )", "names no user"),
+        ] {
+            let text = format!("# x\n\n## {heading}\n");
+            let sections = parse(&text, Path::new("s.md")).expect("parse");
+            let error = sections[0].addition().expect_err(heading);
+            assert!(error.contains(expected), "{heading}: {error}");
+        }
     }
 
     #[test]

@@ -77,8 +77,11 @@ impl LocalMemory {
                     records.push((entry, section.edited));
                 }
                 None => {
-                    let mut memory = NewMemory::new(MemoryKind::Core, section.content());
-                    memory.scope.user_id = section.user();
+                    let (content, user) = section
+                        .addition()
+                        .map_err(|e| at(MemoryError::InvalidInput(e)))?;
+                    let mut memory = NewMemory::new(MemoryKind::Core, content);
+                    memory.scope.user_id = user;
                     validate(&memory).map_err(at)?;
                     additions.push(memory);
                 }

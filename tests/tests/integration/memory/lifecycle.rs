@@ -288,7 +288,7 @@ fn a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits() {
     let edited = snapshot.replace(
         "Alice prefers short answers",
         "Alice prefers short answers\nand replies in French",
-    ) + "\n## Carol owns the release calendar (user carol)\n";
+    ) + "\n## Carol owns the release calendar (user carol)\n\nShe updates it every Monday.\n";
     std::fs::write(&path, edited).expect("edit the snapshot");
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(dir.path().join(format!("memory.db{suffix}")));
@@ -325,8 +325,8 @@ fn a_host_starting_without_memory_db_hydrates_the_snapshot_with_its_edits() {
         "memory", "list", "--kind", "core", "--user", "carol", "--json", "--data", &data,
     ]);
     assert_eq!(
-        carol[0]["content"], "Carol owns the release calendar",
-        "{carol}"
+        carol[0]["content"], "Carol owns the release calendar\n\nShe updates it every Monday.",
+        "the heading is what to remember, the prose its detail: {carol}"
     );
 
     // With memory.db present, an edit hydrated on purpose supersedes the entry it changes.
