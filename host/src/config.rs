@@ -209,6 +209,9 @@ impl HostConfig {
         if self.http.max_body_bytes == 0 {
             return problem("http.max_body_bytes: expected a positive number of bytes");
         }
+        if self.http.request_timeout_ms == 0 {
+            return problem("http.request_timeout_ms: expected a positive number of milliseconds");
+        }
         if self.agent.deliver_attempts == 0 {
             return problem("agent.deliver_attempts: expected at least 1");
         }

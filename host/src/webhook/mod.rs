@@ -5,7 +5,8 @@
 //! trailing-slash forms). It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
 //! manifest asks for a webhook. Requests to a channel that asked for none get 404; while the
 //! plugin is restarting or quarantined, 503; a plugin fault during the call, 500; a body over
-//! `http.max_body_bytes`, 413. The host's own answers are JSON, `{"error": "…"}`, as the
+//! `http.max_body_bytes`, 413; a request not received and answered within
+//! `http.request_timeout_ms`, 408. The host's own answers are JSON, `{"error": "…"}`, as the
 //! bundled channels' are.
 
 use std::collections::BTreeMap;
@@ -32,6 +33,10 @@ pub struct HttpConfig {
     pub listen: SocketAddr,
     /// Largest request body accepted, in bytes (default 2 MiB); larger ones get 413.
     pub max_body_bytes: usize,
+    /// Longest a request may take from its headers to the channel's answer, in ms (default
+    /// 30000); a client still sending its body then gets 408 and the connection is closed,
+    /// so stalled uploads hold no connection for ever.
+    pub request_timeout_ms: u64,
 }
 
 impl Default for HttpConfig {
@@ -39,6 +44,7 @@ impl Default for HttpConfig {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             max_body_bytes: 2 << 20,
+            request_timeout_ms: 30_000,
         }
     }
 }
@@ -84,6 +90,10 @@ pub async fn serve(
             error_json(StatusCode::NOT_FOUND, expected)
         })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            std::time::Duration::from_millis(config.request_timeout_ms),
+            within_deadline,
+        ))
         .with_state(std::sync::Arc::new(channels));
     let shutdown = async move {
         while !*stop.borrow() {
@@ -125,6 +135,25 @@ async fn nested_request(
     match body {
         Ok(body) => forward(channels, id, rest, method, query, headers, body).await,
         Err(rejection) => refused_body(&rejection),
+    }
+}
+
+/// Answer 408 when reading the request and the channel's answer take longer than
+/// `deadline` (`http.request_timeout_ms`).
+async fn within_deadline(
+    State(deadline): State<std::time::Duration>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match tokio::time::timeout(deadline, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => error_json(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the request was not received and answered within {} ms (http.request_timeout_ms)",
+                deadline.as_millis()
+            ),
+        ),
     }
 }
 

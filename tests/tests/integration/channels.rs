@@ -955,6 +955,33 @@ fn a_channel_flooding_the_queue_holds_back_no_other_channel() {
 }
 
 #[test]
+fn a_stalled_upload_gets_408_and_its_connection_is_closed() {
+    use std::io::{Read, Write};
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    let mut env = fast_env();
+    env.push(("CAIRN_HTTP_REQUEST_TIMEOUT_MS", "300"));
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    let port = host.webhook_port();
+    let mut stalled = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    stalled
+        .write_all(
+            b"POST /channels/webhook HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nabc",
+        )
+        .expect("send the start");
+    stalled.set_read_timeout(Some(LONG)).expect("read timeout");
+    let mut answer = String::new();
+    // Read until the server closes the connection (or the long timeout says it never did).
+    let closed = stalled.read_to_string(&mut answer).is_ok();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("http.request_timeout_ms"), "{answer}");
+    assert!(closed, "the connection is closed after the 408: {answer}");
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+}
+
+#[test]
 fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
     if cairn_tests::storage::reads_sqlite_files(
         "payloads_that_are_not_json_objects_are_refused_at_the_edge",
