@@ -10,6 +10,7 @@ mod search;
 pub use embedding::TurnInFlight;
 pub use import_check::CheckedImport;
 pub use search::VectorSource;
+pub use transfer::CheckedSnapshot;
 mod transfer;
 
 use std::collections::HashMap;

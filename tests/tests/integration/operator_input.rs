@@ -518,8 +518,8 @@ fn a_taken_console_port_is_refused_and_a_new_data_dir_is_not_left_behind() {
 }
 
 #[test]
-fn a_refused_import_into_a_new_data_dir_leaves_no_trace() {
-    if storage::reads_sqlite_files("a_refused_import_into_a_new_data_dir_leaves_no_trace") {
+fn a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace() {
+    if storage::reads_sqlite_files("a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace") {
         return;
     }
     let parent = tempfile::tempdir().expect("parent");
@@ -537,6 +537,19 @@ fn a_refused_import_into_a_new_data_dir_leaves_no_trace() {
         "no data dir, no memory.db: {:?}",
         entries(parent.path())
     );
+    // A file that is no snapshot, or a snapshot with a broken section, hydrates nothing.
+    refused(
+        &["memory", "snapshot", "--hydrate", &path, "--data", &d],
+        "holds no `## ` section and no `# ` title: expected a memory snapshot",
+    );
+    let broken = parent.path().join("snapshot.md");
+    std::fs::write(&broken, "# Cairn memory snapshot\n\n## (user ann)\n").expect("write");
+    let broken = broken.display().to_string();
+    refused(
+        &["memory", "snapshot", "--hydrate", &broken, "--data", &d],
+        "snapshot.md line 3: `## (user ann)` holds nothing to remember",
+    );
+    assert!(!data.exists(), "{:?}", entries(parent.path()));
     // An empty data dir stays empty too.
     std::fs::create_dir(&data).expect("data dir");
     refused(

@@ -62,11 +62,63 @@ impl LocalMemory {
     /// text; a section without a record becomes a new core memory. Unchanged entries that
     /// are present are skipped. Returns how many memories were restored, edited or added.
     pub fn hydrate(&self, path: &Path) -> Result<u64, MemoryError> {
+        self.hydrate_checked(CheckedSnapshot::read(path)?)
+    }
+
+    /// [`LocalMemory::hydrate`] from a snapshot already read and checked.
+    pub fn hydrate_checked(&self, snapshot: CheckedSnapshot) -> Result<u64, MemoryError> {
+        let CheckedSnapshot {
+            mut records,
+            additions,
+        } = snapshot;
+        // The snapshot lists newest first; restoring oldest first (file order breaking ties
+        // in the same millisecond) gives the entries back the order they were listed in.
+        records.reverse();
+        records.sort_by_key(|(entry, _)| entry.recorded_at);
+        for (entry, _) in &mut records {
+            (entry.issue_refs, entry.pr_refs) = stream::extract_refs(&entry.content);
+        }
+        let (restored, edited) = self.store.restore(records).wait()?;
+        let edits = edited.into_iter().map(successor_of_edit);
+        let mut changed = restored;
+        for memory in edits.chain(additions) {
+            if let StoreOutcome::Stored { .. } = self.store_blocking(memory)? {
+                changed += 1;
+            }
+        }
+        self.signal.notify();
+        Ok(changed)
+    }
+}
+
+/// A snapshot read and checked whole, ready to hydrate: made before memory.db is opened,
+/// so a refused snapshot leaves nothing behind.
+#[derive(Debug)]
+pub struct CheckedSnapshot {
+    /// The sections with a record: each entry, and whether its prose was edited.
+    records: Vec<(MemoryEntry, bool)>,
+    /// The sections a person added, as new core memories.
+    additions: Vec<NewMemory>,
+}
+
+impl CheckedSnapshot {
+    /// Read the snapshot at `path`; every section is checked, and the first bad one is the
+    /// error, naming the file and line. A file with no section that does not begin as a
+    /// snapshot does (`# …`) is refused: it is most likely another file.
+    pub fn read(path: &Path) -> Result<Self, MemoryError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| MemoryError::InvalidInput(format!("{}: {e}", path.display())))?;
+        let sections = snapshot::parse(&text, path)?;
+        if sections.is_empty() && !text.trim_start().starts_with("# ") && !text.trim().is_empty() {
+            return Err(MemoryError::InvalidInput(format!(
+                "{}: holds no `## ` section and no `# ` title: expected a memory snapshot \
+                 (`cairn memory snapshot` writes one)",
+                path.display()
+            )));
+        }
         let mut records = Vec::new();
         let mut additions = Vec::new();
-        for section in snapshot::parse(&text, path)? {
+        for section in sections {
             let at = |e: MemoryError| {
                 MemoryError::InvalidInput(format!("{} line {}: {e}", path.display(), section.line))
             };
@@ -87,23 +139,7 @@ impl LocalMemory {
                 }
             }
         }
-        // The snapshot lists newest first; restoring oldest first (file order breaking ties
-        // in the same millisecond) gives the entries back the order they were listed in.
-        records.reverse();
-        records.sort_by_key(|(entry, _)| entry.recorded_at);
-        for (entry, _) in &mut records {
-            (entry.issue_refs, entry.pr_refs) = stream::extract_refs(&entry.content);
-        }
-        let (restored, edited) = self.store.restore(records).wait()?;
-        let edits = edited.into_iter().map(successor_of_edit);
-        let mut changed = restored;
-        for memory in edits.chain(additions) {
-            if let StoreOutcome::Stored { .. } = self.store_blocking(memory)? {
-                changed += 1;
-            }
-        }
-        self.signal.notify();
-        Ok(changed)
+        Ok(Self { records, additions })
     }
 }
 

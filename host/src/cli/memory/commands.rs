@@ -341,14 +341,11 @@ pub(super) fn snapshot(
     memory: &LocalMemory,
     config: &HostConfig,
     output: Option<&Path>,
-    hydrate: Option<&Path>,
+    hydrate: Option<(&Path, CheckedSnapshot)>,
     json: &bool,
 ) -> Result<()> {
-    if let Some(source) = hydrate {
-        if !source.is_file() {
-            return Err(BadInput(format!("--hydrate: {} is not a file", source.display())).into());
-        }
-        let restored = memory.hydrate(source).map_err(memory_failure)?;
+    if let Some((source, checked)) = hydrate {
+        let restored = memory.hydrate_checked(checked).map_err(memory_failure)?;
         if *json {
             print_json(&json!({"restored": restored}))?;
         } else {
@@ -372,6 +369,15 @@ pub(super) fn snapshot(
         }
     }
     Ok(())
+}
+
+/// Read and check the snapshot `--hydrate` names, before memory.db is opened, so a
+/// refused one leaves nothing behind.
+pub(super) fn read_snapshot(source: &Path) -> Result<CheckedSnapshot> {
+    if !source.is_file() {
+        return Err(BadInput(format!("--hydrate: {} is not a file", source.display())).into());
+    }
+    CheckedSnapshot::read(source).map_err(memory_failure)
 }
 
 /// `cairn memory reindex`.

@@ -18,8 +18,8 @@ use super::BadInput;
 use crate::config::HostConfig;
 use crate::memory::ListFilter;
 use crate::memory::{
-    CheckedImport, LocalMemory, MemoryEntry, MemoryError, MemoryKind, MemoryService, RecallHit,
-    RecallQuery, SNAPSHOT_FILE, Scope,
+    CheckedImport, CheckedSnapshot, LocalMemory, MemoryEntry, MemoryError, MemoryKind,
+    MemoryService, RecallHit, RecallQuery, SNAPSHOT_FILE, Scope,
 };
 use backend::CommandMemory;
 
@@ -318,22 +318,40 @@ pub fn run(
     if let MemoryCommand::Search(args) = command {
         args.check_span()?;
     }
-    let import = match command {
-        MemoryCommand::Import { file, .. } => Some(commands::read_import(file)?),
-        _ => None,
-    };
+    let prepared = prepare(command)?;
     let memory = CommandMemory::open(config, plugins)?;
-    let outcome = dispatch(config, &memory, command, import);
+    let outcome = dispatch(config, &memory, command, prepared);
     memory.close();
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
-/// Run `command` on the opened `memory`; an import comes read and checked already.
+/// What a command that fills memory read and checked before memory.db is opened, so a
+/// refusal leaves nothing behind, not even an empty memory.db.
+enum Prepared {
+    /// `cairn memory import`'s file.
+    Import(CheckedImport),
+    /// `cairn memory snapshot --hydrate`'s file.
+    Hydration(CheckedSnapshot),
+}
+
+/// Read and check what `command` brings into memory, if it brings anything.
+fn prepare(command: &MemoryCommand) -> Result<Option<Prepared>> {
+    Ok(match command {
+        MemoryCommand::Import { file, .. } => Some(Prepared::Import(commands::read_import(file)?)),
+        MemoryCommand::Snapshot {
+            hydrate: Some(source),
+            ..
+        } => Some(Prepared::Hydration(commands::read_snapshot(source)?)),
+        _ => None,
+    })
+}
+
+/// Run `command` on the opened `memory`, with what [`prepare`] read for it.
 fn dispatch(
     config: &HostConfig,
     memory: &CommandMemory,
     command: &MemoryCommand,
-    import: Option<CheckedImport>,
+    prepared: Option<Prepared>,
 ) -> Result<()> {
     let service = &memory.service;
     let local = &memory.local;
@@ -354,15 +372,26 @@ fn dispatch(
             json,
         } => purge(local, ids, forgotten, json),
         MemoryCommand::Export { output, json, .. } => export(local, output.as_deref(), json),
-        MemoryCommand::Import { file, json } => match import {
-            Some(checked) => commands::import(local, file, checked, json),
-            None => commands::import(local, file, commands::read_import(file)?, json),
-        },
+        MemoryCommand::Import { file, json } => {
+            let checked = match prepared {
+                Some(Prepared::Import(checked)) => checked,
+                _ => commands::read_import(file)?,
+            };
+            commands::import(local, file, checked, json)
+        }
         MemoryCommand::Snapshot {
             output,
             hydrate,
             json,
-        } => snapshot(local, config, output.as_deref(), hydrate.as_deref(), json),
+        } => {
+            let hydration = match (hydrate, prepared) {
+                (Some(_), Some(Prepared::Hydration(checked))) => Some(checked),
+                (Some(source), _) => Some(commands::read_snapshot(source)?),
+                (None, _) => None,
+            };
+            let hydrate = hydrate.as_deref().zip(hydration);
+            snapshot(local, config, output.as_deref(), hydrate, json)
+        }
         MemoryCommand::Reindex { force, json } => reindex(local, config, force, json),
         MemoryCommand::Hygiene { json } => hygiene(local, json),
     }
