@@ -442,7 +442,7 @@ impl Agent {
                     &format!("user {} {}", message.id, message.received_at),
                 );
                 let mut episode = self.episode(id, session_id, &message.sender, "user", text)?;
-                episode.valid_from = message.said_at;
+                episode.valid_from = Some(message.said_at());
                 Some(episode)
             })
             .collect()

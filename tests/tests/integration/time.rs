@@ -183,3 +183,42 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
         "{compared:#?}"
     );
 }
+
+#[test]
+fn a_message_waiting_for_a_host_is_remembered_as_said_when_it_arrived() {
+    let data = tempfile::tempdir().expect("data");
+    let sent = send(data.path(), &["Written while no host ran."]);
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
+    let sent_by = chrono::Utc::now().timestamp_millis();
+    // The host starts a while later: the episode must not take the answer's time.
+    std::thread::sleep(Duration::from_millis(1_500));
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("cairn> [offline] I received", LONG);
+    host.wait_until(LONG, "the batch answered", |_| {
+        status_json(data.path())["buffer"]["depth"] == 0
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    let data_arg = data.path().display().to_string();
+    let listed = cairn(&[
+        "memory", "list", "--user", "ana", "--json", "--data", &data_arg,
+    ]);
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).expect("list JSON");
+    let episode = listed
+        .as_array()
+        .expect("entries")
+        .iter()
+        .find(|e| e["tags"][0] == "user")
+        .unwrap_or_else(|| panic!("the user's episode: {listed}"));
+    let valid_from = episode["valid_from"].as_i64().expect("valid_from");
+    assert!(
+        valid_from <= sent_by,
+        "valid from its arrival ({valid_from}), not the turn's time (sent by {sent_by})"
+    );
+}
