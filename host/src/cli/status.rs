@@ -281,8 +281,8 @@ fn print_buffer(stats: &buffer::BufferStats, host_running: bool) {
             );
         } else {
             println!(
-                "  batch {id} ({channel}:{conversation}) was running when the last host ended \
-                 ({since}, attempt {}): the next host to start takes it up again{kept}",
+                "  batch {id} ({channel}:{conversation}) was running (started {since}, attempt \
+                 {}) when the last host ended: the next host to start takes it up again{kept}",
                 batch.attempts
             );
         }

@@ -843,7 +843,8 @@ fn status_after_a_kill_says_the_batch_it_left_running_waits_for_the_next_host() 
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.starts_with("host: not running"), "{text}");
     assert!(
-        text.contains("batch 1 (cli:cli) was running when the last host ended")
+        text.contains("batch 1 (cli:cli) was running (started ")
+            && text.contains(", attempt 1) when the last host ended")
             && text.contains("the next host to start takes it up again")
             && !text.contains("running since"),
         "{text}"
