@@ -34,6 +34,9 @@ pub struct Candidate {
     /// never promoted above what someone else said, as a reply that repeats a statement
     /// ("I remember: …") is no update of it.
     pub by_assistant: bool,
+    /// The memory is a question ("What is my favourite drink?"): it states nothing, so it
+    /// is never promoted as the update of a statement.
+    pub asks: bool,
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -152,6 +155,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                     && !newer.said_after_now
                     && newer.literals_named >= older.literals_named
                     && (older.by_assistant || !newer.by_assistant)
+                    && (older.asks || !newer.asks)
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
                     && (older.outside_asked_time || !newer.outside_asked_time);
                 eligible
@@ -259,6 +263,7 @@ mod tests {
             said_after_now: false,
             literals_named: 0,
             by_assistant: false,
+            asks: false,
         }
     }
 
@@ -359,6 +364,18 @@ mod tests {
         assert_eq!(order(false, false), "newer");
         assert_eq!(order(true, true), "newer");
         assert_eq!(order(true, false), "newer", "the user's later word wins");
+    }
+
+    #[test]
+    fn a_question_is_never_promoted_as_the_update_of_a_statement() {
+        let mut older = candidate("statement", 1.0, [1.0, 0.0], None);
+        older.hit.entry.valid_from = 10;
+        let mut newer = candidate("question", 0.9, [1.0, 0.0], None);
+        newer.hit.entry.valid_from = 20;
+        newer.asks = true;
+        let mut candidates = vec![older, newer];
+        promote_updates(&mut candidates, SameSubject::alike(0.5));
+        assert_eq!(candidates[0].hit.entry.id, "statement");
     }
 
     #[test]

@@ -553,3 +553,26 @@ fn the_memory_naming_the_asked_number_comes_first_not_a_newer_one_like_it() {
     assert!(ids(&hits).contains(&"mem_reply"), "a candidate: {hits:?}");
     assert_eq!(ids(&hits).first(), Some(&"mem_pr105"), "{hits:?}");
 }
+
+#[test]
+fn a_later_question_is_not_ranked_above_the_statement_it_asks_about() {
+    let data = tempfile::tempdir().expect("data dir");
+    import_said(
+        data.path(),
+        &[
+            (
+                "mem_said",
+                "My favourite drink is green tea.",
+                "2026-03-02T08:00:00Z",
+            ),
+            (
+                "mem_asked",
+                "What is my favourite drink?",
+                "2026-03-09T08:00:00Z",
+            ),
+        ],
+    );
+    // Alike and newer, but a question states nothing: no update of the statement.
+    let hits = search_local(data.path(), "green tea", &[], &[]);
+    assert_eq!(ids(&hits).first(), Some(&"mem_said"), "{hits:?}");
+}

@@ -371,6 +371,7 @@ impl LocalMemory {
             .map(|(seq, hit)| rerank::Candidate {
                 literals_named: crate::literal::named(&literals, &hit.entry.content),
                 by_assistant: said_by_assistant(&hit.entry),
+                asks: hit.entry.content.trim_end().ends_with('?'),
                 vector: signals.vectors.remove(&seq),
                 centred: signals.centred_vectors.remove(&seq),
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
@@ -452,6 +453,7 @@ fn fill_below_floor(
     let fillers = below.take(candidates_len(room)).map(|mut hit| {
         hit.explain.adjusted = Some("below the relevance floor: fills the top k".into());
         let by_assistant = said_by_assistant(&hit.entry);
+        let asks = hit.entry.content.trim_end().ends_with('?');
         rerank::Candidate {
             hit,
             vector: None,
@@ -461,6 +463,7 @@ fn fill_below_floor(
             said_after_now: false,
             literals_named: 0,
             by_assistant,
+            asks,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
