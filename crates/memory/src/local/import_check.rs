@@ -12,7 +12,14 @@ use cairn_vocab::session::Session;
 use cairn_vocab::text::is_blank;
 
 /// What the store writes into an audit row's `action`; an import may hold only these.
-const AUDIT_ACTIONS: [&str; 5] = ["forget", "purge", "supersede", "edit", "rescore"];
+const AUDIT_ACTIONS: [&str; 6] = [
+    "forget",
+    "purge",
+    "supersede",
+    "edit",
+    "rescore",
+    "reinstate",
+];
 
 /// A JSONL import read and checked whole, ready to write: made before memory.db is opened,
 /// so a refused import leaves nothing behind, not even an empty memory.db.

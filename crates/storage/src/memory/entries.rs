@@ -62,6 +62,18 @@ impl SqliteMemory {
                 conn.prepare_cached("DELETE FROM entries WHERE seq = ?1")?
                     .execute(params![seq])?;
                 audit(conn, id, "purge", &actor, now, None)?;
+                // What the purged entry superseded holds again: no successor is left.
+                let reinstated: Vec<String> = conn
+                    .prepare_cached(
+                        "UPDATE entries SET superseded_by = NULL, valid_to = NULL
+                          WHERE superseded_by = ?1 RETURNING id",
+                    )?
+                    .query_map(params![id], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?;
+                for older in &reinstated {
+                    let why = format!("{id}, which superseded it, was purged");
+                    audit(conn, older, "reinstate", &actor, now, Some(&why))?;
+                }
             }
             Ok(targets.into_iter().map(|(seq, _)| seq).collect())
         })

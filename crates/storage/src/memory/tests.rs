@@ -480,6 +480,21 @@ fn a_fact_supersedes_the_live_fact_with_its_subject_and_predicate(memory: &dyn S
         Ok(Insertion::Refused(_))
     ));
     assert_eq!(memory.count(&old.scope).expect("count"), 2);
+    // Purged for good, the successor leaves the fact it replaced current again, not
+    // pointing at a row that is gone.
+    memory
+        .purge(vec!["f3".into()], "operator")
+        .wait()
+        .expect("purge");
+    let f1 = memory.get("f1").expect("read").expect("kept");
+    assert_eq!((f1.valid_to, f1.superseded_by), (None, None));
+    let trail = memory.audit_trail("f1").expect("audit");
+    let last = trail.last().expect("a row");
+    assert_eq!(
+        (last.action.as_str(), last.detail.as_deref()),
+        ("reinstate", Some("f3, which superseded it, was purged"))
+    );
+    assert_eq!(memory.count(&old.scope).expect("count"), 2, "f1 and f2");
 }
 
 fn a_new_store_awaits_hydration_until_it_is_settled(memory: &dyn Stores) {

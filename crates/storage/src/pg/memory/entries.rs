@@ -65,6 +65,17 @@ impl PgMemory {
                 let id: String = row.get(1);
                 audit(tx, &id, "purge", &actor, now, None)?;
                 purged.push(row.get(0));
+                // What the purged entry superseded holds again: no successor is left.
+                let reinstated = tx.query(
+                    "UPDATE memory_entries SET superseded_by = NULL, valid_to = NULL
+                      WHERE superseded_by = $1 RETURNING id",
+                    &[&id],
+                )?;
+                for older in &reinstated {
+                    let older: String = older.get(0);
+                    let why = format!("{id}, which superseded it, was purged");
+                    audit(tx, &older, "reinstate", &actor, now, Some(&why))?;
+                }
             }
             purged.sort_unstable();
             Ok(purged)
