@@ -26,8 +26,8 @@ pub enum JournalCommand {
         #[arg(long, default_value = "*")]
         topic: String,
         /// How many of the newest events to print first.
-        #[arg(long, default_value_t = 20)]
-        limit: usize,
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
         /// Keep printing new events until interrupted.
         #[arg(long)]
         follow: bool,
@@ -56,8 +56,8 @@ pub enum JournalCommand {
         #[arg(long)]
         id: Option<i64>,
         /// How many to list, newest first.
-        #[arg(long, default_value_t = 50)]
-        limit: usize,
+        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
         /// Machine-readable output.
         #[arg(long)]
         json: bool,
@@ -162,7 +162,7 @@ pub fn journal_command(config: &HostConfig, command: &JournalCommand) -> Result<
             limit,
             follow,
             json,
-        } => tail(&journals, topic, *limit, *follow, *json),
+        } => tail(&journals, topic, *limit as usize, *follow, *json),
         JournalCommand::Replay { subscriber, from } => replay(&journals, subscriber, *from),
         JournalCommand::DeadLetters {
             action: action @ (DeadLetterAction::Retry | DeadLetterAction::Discard),
@@ -176,7 +176,13 @@ pub fn journal_command(config: &HostConfig, command: &JournalCommand) -> Result<
             limit,
             json,
             ..
-        } => list_dead_letters(&journals, subscriber.as_deref(), *id, *limit, *json),
+        } => list_dead_letters(
+            &journals,
+            subscriber.as_deref(),
+            *id,
+            *limit as usize,
+            *json,
+        ),
         JournalCommand::Unsubscribe { subscriber } => unsubscribe(&journals, subscriber),
     }
 }

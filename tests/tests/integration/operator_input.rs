@@ -151,6 +151,22 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "expected IP:PORT, such as 127.0.0.1:8790 (an IP address, not a host name",
     );
+    refused(
+        &[
+            "memory",
+            "search",
+            "tea",
+            "--min-relevance",
+            "-0.1",
+            "--data",
+            &d,
+        ],
+        "`-0.1`: expected a number from 0 to 1",
+    );
+    refused(
+        &["journal", "tail", "--limit", "0", "--data", &d],
+        "--limit",
+    );
     let long_name = "x".repeat(600);
     refused(
         &[

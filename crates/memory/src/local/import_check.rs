@@ -37,6 +37,8 @@ impl CheckedImport {
 /// The records of a JSONL import, each checked, in file order. The first bad line is the
 /// error, named by its number, so the caller writes nothing.
 fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
+    // An editor's byte-order mark is not part of the first record.
+    let input = input.strip_prefix('\u{feff}').unwrap_or(input);
     let mut records = Vec::new();
     let mut first_line_of: HashMap<(&'static str, String), usize> = HashMap::new();
     for (index, line) in input.lines().enumerate() {
@@ -271,6 +273,9 @@ mod tests {
     fn an_exported_entry_is_read_back() {
         let records = parse_records(ENTRY).expect("the entry");
         assert!(matches!(&records[..], [ExportRecord::Entry(e)] if e.id == "m1"));
+        let marked = format!("\u{feff}{ENTRY}");
+        let records = parse_records(&marked).expect("an editor's byte-order mark");
+        assert_eq!(records.len(), 1);
     }
 
     #[test]

@@ -231,7 +231,7 @@ pub struct SearchArgs {
     #[arg(long, default_value_t = 10, value_parser = parse_limit)]
     pub limit: usize,
     /// Drop hits less relevant than this (0–1; default from the config).
-    #[arg(long, value_parser = parse_relevance)]
+    #[arg(long, allow_hyphen_values = true, value_parser = parse_relevance)]
     pub min_relevance: Option<f64>,
     /// BM25 only, even when embeddings are on.
     #[arg(long)]
