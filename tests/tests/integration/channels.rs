@@ -791,6 +791,18 @@ fn the_channel_priority_holds_whether_or_not_a_host_runs() {
     assert_eq!(stored, 3, "nothing stored for it");
 }
 
+/// A data dir where a host ran `cli` and `webhook` once (so `cairn send` knows both), and
+/// that plugin dir.
+fn where_cli_and_the_webhook_ran() -> (tempfile::TempDir, PluginDir) {
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled_all(&["cli", "webhook"]);
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+    assert!(host.stop().0.success());
+    (data, dir)
+}
+
 #[test]
 fn a_channel_disabled_for_a_run_keeps_its_priority_and_the_configured_one_is_remembered() {
     if cairn_tests::storage::reads_sqlite_files(
@@ -798,12 +810,7 @@ fn a_channel_disabled_for_a_run_keeps_its_priority_and_the_configured_one_is_rem
     ) {
         return;
     }
-    let data = tempfile::tempdir().expect("data");
-    let dir = PluginDir::new();
-    dir.bundled_all(&["cli", "webhook"]);
-    let mut host = Host::start(dir.path(), data.path(), &fast_env());
-    host.wait_for("cairn is running", LONG);
-    assert!(host.stop().0.success());
+    let (data, dir) = where_cli_and_the_webhook_ran();
     let waiting = send(
         data.path(),
         &["--channel", "webhook", "--conversation", "o/r#1", "queued"],
@@ -883,13 +890,7 @@ fn a_channel_flooding_the_queue_holds_back_no_other_channel() {
     ) {
         return;
     }
-    let data = tempfile::tempdir().expect("data");
-    let dir = PluginDir::new();
-    dir.bundled_all(&["cli", "webhook"]);
-    // A first run makes both channels known to `cairn send`.
-    let mut host = Host::start(dir.path(), data.path(), &fast_env());
-    host.wait_for("cairn is running", LONG);
-    assert!(host.stop().0.success());
+    let (data, dir) = where_cli_and_the_webhook_ran();
     // A backlog of 40 conversations on the webhook, then one typed line, all at one priority.
     for i in 0..40 {
         let conversation = format!("octo/app#{i}");

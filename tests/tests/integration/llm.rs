@@ -697,9 +697,9 @@ fn the_agent_sleeps_a_sleep_timeout_after_its_last_answer_not_its_question() {
     );
 }
 
-#[test]
-fn status_says_stopping_while_a_stop_waits_for_the_provider() {
-    // The provider takes longer than the 10 s a stop gives a request in flight.
+/// A host on `cli` whose provider answers only after a minute, once it has asked it
+/// (with its server, plugins and data dir, to keep alive).
+fn asking_a_slow_provider() -> (Host, StubServer, PluginDir, tempfile::TempDir) {
     let slow = Reply::Slow(
         Duration::from_secs(60),
         Box::new(Reply::openai_chat("Too late.")),
@@ -715,6 +715,13 @@ fn status_says_stopping_while_a_stop_waits_for_the_provider() {
         assert!(asked.elapsed() < Duration::from_secs(30), "never asked");
         std::thread::sleep(Duration::from_millis(20));
     }
+    (host, server, plugins, data)
+}
+
+#[test]
+fn status_says_stopping_while_a_stop_waits_for_the_provider() {
+    // The provider takes longer than the 10 s a stop gives a request in flight.
+    let (mut host, _server, _plugins, data) = asking_a_slow_provider();
     assert_eq!(
         status_json(data.path())["host"]["stopping_since"],
         Value::Null
@@ -817,21 +824,7 @@ fn a_password_in_the_base_url_is_never_logged_or_stored() {
 
 #[test]
 fn status_after_a_kill_says_the_batch_it_left_running_waits_for_the_next_host() {
-    let slow = Reply::Slow(
-        Duration::from_secs(60),
-        Box::new(Reply::openai_chat("Too late.")),
-    );
-    let server = StubServer::start(vec![slow]);
-    let plugins = PluginDir::new();
-    plugins.bundled("cli");
-    let data = tempfile::tempdir().expect("data");
-    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
-    host.type_line("what time is it?");
-    let asked = std::time::Instant::now();
-    while server.seen().is_empty() {
-        assert!(asked.elapsed() < Duration::from_secs(30), "never asked");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let (host, _server, _plugins, data) = asking_a_slow_provider();
     host.kill9();
     // (On a shared database a host counts as running until its heartbeat goes stale.)
     let gone = std::time::Instant::now();
