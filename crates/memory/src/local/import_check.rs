@@ -197,6 +197,18 @@ fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
             return Err("superseded_by: an entry cannot supersede itself".into());
         }
     }
+    let named = entry
+        .superseded_by
+        .iter()
+        .map(|id| ("superseded_by".to_string(), id));
+    let sources = (entry.sources.iter().enumerate()).map(|(i, id)| (format!("sources[{i}]"), id));
+    for (field, id) in named.chain(sources) {
+        if !is_entry_id(id) {
+            return Err(format!(
+                "{field}: {id:?} is not an id; expected 1 to 64 ASCII letters, digits, - or _"
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -292,6 +304,12 @@ mod tests {
         let error = error_of(&banana);
         assert!(
             error.contains("line 1: kind: unknown variant `banana`"),
+            "{error}"
+        );
+        let source = ENTRY.replace(r#""sources":[]"#, r#""sources":["nope nope"]"#);
+        let error = error_of(&source);
+        assert!(
+            error.contains("line 1: sources[0]: \"nope nope\" is not an id"),
             "{error}"
         );
         let nested = ENTRY.replace(r#""user_id":"ana""#, r#""user_id":7"#);
