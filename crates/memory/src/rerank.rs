@@ -6,6 +6,7 @@ use std::collections::HashSet;
 
 use super::embed::cosine;
 use super::recall::RecallHit;
+use crate::MemoryKind;
 
 /// A scored hit and its vector (none when it has not been embedded yet).
 pub struct Candidate {
@@ -30,13 +31,22 @@ pub struct Candidate {
     /// memory names: it is never promoted above an older one that names more, which is
     /// about what was asked.
     pub literals_named: usize,
+}
+
+impl Candidate {
     /// The memory is the assistant's own words (an episode tagged `assistant`): it is
     /// never promoted above what someone else said, as a reply that repeats a statement
     /// ("I remember: …") is no update of it.
-    pub by_assistant: bool,
+    fn by_assistant(&self) -> bool {
+        let entry = &self.hit.entry;
+        entry.kind == MemoryKind::Episode && entry.tags.iter().any(|tag| tag == "assistant")
+    }
+
     /// The memory is a question ("What is my favourite drink?"): it states nothing, so it
     /// is never promoted as the update of a statement.
-    pub asks: bool,
+    fn asks(&self) -> bool {
+        self.hit.entry.content.trim_end().ends_with('?')
+    }
 }
 
 /// Which of their vectors two candidates are compared by.
@@ -154,8 +164,8 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                 let eligible = !promoted.contains(&newer.hit.entry.id)
                     && !newer.said_after_now
                     && newer.literals_named >= older.literals_named
-                    && (older.by_assistant || !newer.by_assistant)
-                    && (older.asks || !newer.asks)
+                    && (older.by_assistant() || !newer.by_assistant())
+                    && (older.asks() || !newer.asks())
                     && newer.hit.entry.valid_from > older.hit.entry.valid_from
                     && (older.outside_asked_time || !newer.outside_asked_time);
                 eligible
@@ -262,8 +272,6 @@ mod tests {
             tells_of_change: false,
             said_after_now: false,
             literals_named: 0,
-            by_assistant: false,
-            asks: false,
         }
     }
 
@@ -348,10 +356,14 @@ mod tests {
         let order = |older_by_assistant: bool, newer_by_assistant: bool| {
             let mut older = candidate("older", 1.0, [1.0, 0.0], None);
             older.hit.entry.valid_from = 10;
-            older.by_assistant = older_by_assistant;
+            if older_by_assistant {
+                older.hit.entry.tags = vec!["assistant".into()];
+            }
             let mut newer = candidate("newer", 0.9, [1.0, 0.0], None);
             newer.hit.entry.valid_from = 20;
-            newer.by_assistant = newer_by_assistant;
+            if newer_by_assistant {
+                newer.hit.entry.tags = vec!["assistant".into()];
+            }
             let mut candidates = vec![older, newer];
             promote_updates(&mut candidates, SameSubject::alike(0.5));
             candidates[0].hit.entry.id.clone()
@@ -372,7 +384,7 @@ mod tests {
         older.hit.entry.valid_from = 10;
         let mut newer = candidate("question", 0.9, [1.0, 0.0], None);
         newer.hit.entry.valid_from = 20;
-        newer.asks = true;
+        newer.hit.entry.content = "question?".into();
         let mut candidates = vec![older, newer];
         promote_updates(&mut candidates, SameSubject::alike(0.5));
         assert_eq!(candidates[0].hit.entry.id, "statement");

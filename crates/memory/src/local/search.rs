@@ -370,8 +370,6 @@ impl LocalMemory {
             .into_iter()
             .map(|(seq, hit)| rerank::Candidate {
                 literals_named: crate::literal::named(&literals, &hit.entry.content),
-                by_assistant: said_by_assistant(&hit.entry),
-                asks: hit.entry.content.trim_end().ends_with('?'),
                 vector: signals.vectors.remove(&seq),
                 centred: signals.centred_vectors.remove(&seq),
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
@@ -413,11 +411,6 @@ impl LocalMemory {
     }
 }
 
-/// Whether `entry` is the assistant's own words: an episode of a turn tagged `assistant`.
-fn said_by_assistant(entry: &MemoryEntry) -> bool {
-    entry.kind == MemoryKind::Episode && entry.tags.iter().any(|tag| tag == "assistant")
-}
-
 /// Take each hit's crowding among the candidates (see [`rerank::crowding`]) off its score,
 /// `crowding_penalty` of it weighted as relevance is, and record it in the explanation.
 fn mark_down_crowded(
@@ -452,8 +445,6 @@ fn fill_below_floor(
     let room = limit.saturating_sub(kept.len());
     let fillers = below.take(candidates_len(room)).map(|mut hit| {
         hit.explain.adjusted = Some("below the relevance floor: fills the top k".into());
-        let by_assistant = said_by_assistant(&hit.entry);
-        let asks = hit.entry.content.trim_end().ends_with('?');
         rerank::Candidate {
             hit,
             vector: None,
@@ -462,8 +453,6 @@ fn fill_below_floor(
             tells_of_change: false,
             said_after_now: false,
             literals_named: 0,
-            by_assistant,
-            asks,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
