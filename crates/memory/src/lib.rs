@@ -291,6 +291,7 @@ impl MemoryConfig {
                 "update_relevance_ratio_when_changed",
                 recall.update_relevance_ratio_when_changed,
             ),
+            ("successor_similarity", recall.successor_similarity),
             ("abstain_below", recall.abstain_below),
             ("diversity_lambda", recall.diversity_lambda),
             ("time_boost", recall.time_boost),

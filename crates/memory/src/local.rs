@@ -6,6 +6,7 @@ mod embedding;
 mod import_check;
 mod maintenance;
 mod search;
+mod successors;
 
 pub use embedding::TurnInFlight;
 pub use import_check::CheckedImport;

@@ -67,6 +67,16 @@ pub struct RecallConfig {
     pub same_subject_when_changed: f64,
     /// See `same_subject_when_changed` (default 0.4).
     pub update_relevance_ratio_when_changed: f64,
+    /// With a semantic model, the candidates most like the query (this many, default 5,
+    /// set on the dev set) are each compared with their own nearest memories: the most
+    /// alike newer one that tells of a change, is at least `successor_similarity` alike,
+    /// and has that candidate as its own nearest memory, is its update. It joins the
+    /// candidates and ranks above the one it updates even when it shares little with the
+    /// query ("these days my free time goes into climbing" for "how do I stay fit?", after
+    /// "joined a running club"). Not for a question comparing two events. 0 turns it off.
+    pub successor_probes: usize,
+    /// See `successor_probes` (default 0.2, set on the dev set).
+    pub successor_similarity: f64,
     /// With a semantic model, a recall whose best hit is less relevant than this answers
     /// nothing: nothing the user said is about the question (default 0.22, set on the dev
     /// set: balanced accuracy against recall).
@@ -126,6 +136,8 @@ impl Default for RecallConfig {
             update_relevance_ratio: 0.5,
             same_subject_when_changed: 0.1,
             update_relevance_ratio_when_changed: 0.4,
+            successor_probes: 5,
+            successor_similarity: 0.2,
             abstain_below: 0.22,
             diversity_lambda: 0.8,
             time_boost: 0.3,

@@ -31,6 +31,9 @@ pub struct Candidate {
     /// memory names: it is never promoted above an older one that names more, which is
     /// about what was asked.
     pub literals_named: usize,
+    /// The id of an older candidate this memory was found to update among that one's
+    /// nearest memories (see [`crate::RecallConfig::successor_probes`]): it goes above it.
+    pub succeeds: Option<String>,
 }
 
 impl Candidate {
@@ -123,6 +126,8 @@ impl SameSubject {
             && mutual >= self.similarity_when_changed
         {
             Some(UpdateSign::ToldOfChange)
+        } else if newer.succeeds.as_deref() == Some(older.hit.entry.id.as_str()) {
+            Some(UpdateSign::Succeeds)
         } else {
             None
         }
@@ -136,6 +141,9 @@ enum UpdateSign {
     SameSubject,
     /// The newer tells of a change and is somewhat like the older.
     ToldOfChange,
+    /// The newer tells of a change, is among the older's nearest memories, and the older
+    /// is its own nearest (see [`Candidate::succeeds`]).
+    Succeeds,
 }
 
 impl UpdateSign {
@@ -143,6 +151,7 @@ impl UpdateSign {
         match self {
             Self::SameSubject => "newer, on the same subject",
             Self::ToldOfChange => "newer, tells of a change to the same subject",
+            Self::Succeeds => "newer, tells of a change, and this is its nearest memory",
         }
     }
 }
@@ -272,6 +281,7 @@ mod tests {
             tells_of_change: false,
             said_after_now: false,
             literals_named: 0,
+            succeeds: None,
         }
     }
 
@@ -442,6 +452,32 @@ mod tests {
             ["older", "newer"],
             "it tells of a change but hardly answers"
         );
+    }
+
+    #[test]
+    fn the_update_found_among_an_older_ones_nearest_goes_above_it_however_unlike() {
+        let order = |succeeds: Option<&str>| {
+            let mut older = candidate("older", 1.0, [1.0, 0.0], None);
+            older.hit.entry.valid_from = 10;
+            // Unlike the older (cosine 0) and far less relevant.
+            let mut newer = candidate("newer", 0.1, [0.0, 1.0], None);
+            newer.hit.entry.valid_from = 20;
+            newer.succeeds = succeeds.map(str::to_string);
+            let mut candidates = vec![older, newer];
+            promote_updates(&mut candidates, SameSubject::alike(0.4));
+            candidates
+                .into_iter()
+                .map(|c| (c.hit.entry.id, c.hit.explain.adjusted))
+                .collect::<Vec<_>>()
+        };
+        let promoted = order(Some("older"));
+        assert_eq!(promoted[0].0, "newer");
+        assert_eq!(
+            promoted[0].1.as_deref(),
+            Some("ranked above older: newer, tells of a change, and this is its nearest memory")
+        );
+        assert_eq!(order(None)[0].0, "older");
+        assert_eq!(order(Some("another"))[0].0, "older", "it updates another");
     }
 
     #[test]

@@ -294,9 +294,23 @@ impl VectorIndex {
 
     /// The `k` entries most similar to `query` that pass `filter`, best first.
     pub fn nearest(&self, query: &[f32], filter: &ScanFilter<'_>, k: usize) -> Vec<(i64, f32)> {
+        self.nearest_each(&[query], filter, k)
+            .pop()
+            .unwrap_or_default()
+    }
+
+    /// [`Self::nearest`] for each of `queries`, in one pass over the vectors (each is read
+    /// once, whatever the number of queries).
+    pub fn nearest_each(
+        &self,
+        queries: &[&[f32]],
+        filter: &ScanFilter<'_>,
+        k: usize,
+    ) -> Vec<Vec<(i64, f32)>> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
-        if data.dims == 0 || query.len() != data.dims || k == 0 {
-            return Vec::new();
+        let mut found: Vec<Nearest> = queries.iter().map(|_| Nearest::new(k)).collect();
+        if data.dims == 0 || k == 0 || queries.iter().any(|q| q.len() != data.dims) {
+            return found.into_iter().map(|n| n.best).collect();
         }
         let agent = data.lookup(&filter.scope.agent_id);
         let user = data.lookup(&filter.scope.user_id);
@@ -305,8 +319,6 @@ impl VectorIndex {
             .exclude_session
             .map(|s| data.names.get(s).copied().unwrap_or(u32::MAX));
         let admits = |key: u32, wanted: Option<u32>| wanted.is_none_or(|w| key == w || key == 0);
-        let mut best: Vec<(i64, f32)> = Vec::with_capacity(k + 1);
-        let mut floor = f32::MIN;
         let mut consider = |shelf: &Shelf, slot: usize| {
             let (seq, scope) = (shelf.seqs[slot], shelf.scopes[slot]);
             if seq == EMPTY
@@ -316,15 +328,9 @@ impl VectorIndex {
             {
                 return;
             }
-            let score = cosine(query, shelf.vector(slot, data.dims));
-            if best.len() == k && score <= floor {
-                return;
-            }
-            let place = best.partition_point(|(_, s)| *s >= score);
-            best.insert(place, (seq, score));
-            best.truncate(k);
-            if best.len() == k {
-                floor = best[k - 1].1;
+            let vector = shelf.vector(slot, data.dims);
+            for (query, nearest) in queries.iter().zip(&mut found) {
+                nearest.offer(seq, cosine(query, vector));
             }
         };
         match user {
@@ -342,7 +348,36 @@ impl VectorIndex {
                 }
             }
         }
-        best
+        found.into_iter().map(|n| n.best).collect()
+    }
+}
+
+/// The `k` best-scored entries offered so far, best first.
+struct Nearest {
+    k: usize,
+    best: Vec<(i64, f32)>,
+    floor: f32,
+}
+
+impl Nearest {
+    fn new(k: usize) -> Self {
+        Self {
+            k,
+            best: Vec::with_capacity(k + 1),
+            floor: f32::MIN,
+        }
+    }
+
+    fn offer(&mut self, seq: i64, score: f32) {
+        if self.best.len() == self.k && score <= self.floor {
+            return;
+        }
+        let place = self.best.partition_point(|(_, s)| *s >= score);
+        self.best.insert(place, (seq, score));
+        self.best.truncate(self.k);
+        if self.best.len() == self.k {
+            self.floor = self.best[self.k - 1].1;
+        }
     }
 }
 
@@ -369,6 +404,39 @@ mod tests {
             .iter()
             .map(|h| h.0)
             .collect()
+    }
+
+    #[test]
+    fn one_pass_for_several_queries_finds_what_one_pass_each_finds() {
+        let index = VectorIndex::new(100);
+        let vector = |seq: i64| {
+            let angle = seq as f32 * 0.37;
+            [angle.cos(), angle.sin(), 0.5]
+        };
+        for seq in 0..40 {
+            let user = if seq % 3 == 0 { "bo" } else { "ana" };
+            index.upsert(seq, &scope(user), &vector(seq));
+        }
+        let queries: [&[f32]; 3] = [&[1.0, 0.0, 0.0], &[0.0, 1.0, 0.2], &[-0.5, 0.5, 1.0]];
+        let ana = scope("ana");
+        let filter = ScanFilter {
+            scope: &ana,
+            exclude_session: None,
+        };
+        let each = index.nearest_each(&queries, &filter, 4);
+        assert_eq!(each.len(), 3);
+        for (query, found) in queries.iter().zip(&each) {
+            // Every one of ana's vectors scored, the best four.
+            let mut expected: Vec<(i64, f32)> = (0..40)
+                .filter(|seq| seq % 3 != 0)
+                .map(|seq| (seq, cosine(query, &vector(seq))))
+                .collect();
+            expected.sort_by(|a, b| b.1.total_cmp(&a.1));
+            expected.truncate(4);
+            assert_eq!(found, &expected);
+            assert_eq!(found, &index.nearest(query, &filter, 4));
+        }
+        assert!(index.nearest_each(&[], &filter, 4).is_empty());
     }
 
     #[test]

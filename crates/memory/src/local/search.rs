@@ -3,6 +3,7 @@
 //! query favour memories of the span they name, and a question comparing two events gets
 //! the best match of each (see [`crate::timeframe`]).
 
+use super::successors::Probed;
 use super::*;
 use crate::rerank::Likeness;
 use crate::timeframe::{self, TimeCue, TimeFrame};
@@ -30,7 +31,13 @@ impl LocalMemory {
         let frame = self
             .time_frame(query, now)?
             .map(|frame| frame.ending_by(now));
-        let mut hits = self.ranked_awaiting(query, now, frame.as_ref(), limit, vector)?;
+        let ranking = Ranking {
+            now,
+            frame: frame.as_ref(),
+            limit,
+            follow_updates: timeframe::compared_events(&query.text).is_none(),
+        };
+        let mut hits = self.ranked_awaiting(query, ranking, vector)?;
         if let Some(events) = timeframe::compared_events(&query.text) {
             self.bring_in_each(query, now, events, &mut hits, limit)?;
         }
@@ -98,7 +105,13 @@ impl LocalMemory {
         frame: Option<&TimeFrame>,
         limit: usize,
     ) -> Result<Vec<RecallHit>, MemoryError> {
-        self.ranked_awaiting(query, now, frame, limit, None)
+        let ranking = Ranking {
+            now,
+            frame,
+            limit,
+            follow_updates: false,
+        };
+        self.ranked_awaiting(query, ranking, None)
     }
 
     /// [`Self::ranked`], the query's vector taken from `vector` after the full-text search
@@ -106,11 +119,10 @@ impl LocalMemory {
     fn ranked_awaiting(
         &self,
         query: &RecallQuery,
-        now: i64,
-        frame: Option<&TimeFrame>,
-        limit: usize,
+        ranking: Ranking<'_>,
         vector: Option<VectorSource<'_>>,
     ) -> Result<Vec<RecallHit>, MemoryError> {
+        let Ranking { frame, limit, .. } = ranking;
         let candidates = (limit * self.config.recall.candidates_per_hit.max(1)).max(50);
         let (bm25, query_vector) = match vector {
             Some(on_its_way) if self.wants_vector(query) && query.query_vector.is_none() => {
@@ -137,11 +149,17 @@ impl LocalMemory {
         } else {
             candidates
         };
-        let (cosines, vectors) = match &query_vector {
+        let (mut cosines, mut vectors) = match &query_vector {
             Some(vector) => self.semantic_candidates(query, vector, &bm25, nearest),
             None => Default::default(),
         };
         let semantic = self.embedder.as_ref().is_some_and(|e| e.semantic());
+        let neighbours = match &query_vector {
+            Some(vector) if semantic && ranking.follow_updates => {
+                self.neighbours_of_best(query, vector, &mut cosines, &mut vectors)
+            }
+            _ => Vec::new(),
+        };
         let (centred, centred_vectors) = match &query_vector {
             Some(vector) if semantic => self.centred_cosines(vector, &vectors),
             _ => (HashMap::new(), HashMap::new()),
@@ -160,8 +178,9 @@ impl LocalMemory {
             vectors,
             centred_vectors,
             semantic,
+            neighbours: &neighbours,
         };
-        Ok(self.rank(query, entries, signals, Ranking { now, frame, limit }))
+        Ok(self.rank(query, entries, signals, ranking))
     }
 
     /// Full-text candidates of the query, and of the span it names.
@@ -302,7 +321,9 @@ impl LocalMemory {
         ranking: Ranking<'_>,
     ) -> Vec<RecallHit> {
         let config = &self.config.recall;
-        let Ranking { now, frame, limit } = ranking;
+        let Ranking {
+            now, frame, limit, ..
+        } = ranking;
         let best_bm25 = signals.bm25.values().map(|b| -b).fold(0.0, f64::max);
         let semantic = signals.semantic && signals.cosines.is_some();
         // How plainly a hit answers, on the scale the floor and abstention are set on.
@@ -338,6 +359,11 @@ impl LocalMemory {
                 (seq, hit)
             })
             .collect();
+        let successors = if semantic {
+            self.successors(query, &hits, signals.neighbours, &signals.vectors, now)
+        } else {
+            HashMap::new()
+        };
         if semantic && config.crowding_penalty > 0.0 {
             mark_down_crowded(config, &mut hits, &signals.centred_vectors);
         }
@@ -345,9 +371,12 @@ impl LocalMemory {
             let mut scored: Vec<&mut RecallHit> = hits.iter_mut().map(|(_, hit)| hit).collect();
             recall::favour_span(config, &mut scored, frame, semantic);
         }
-        let (mut hits, mut below): (Vec<_>, Vec<_>) = hits
-            .into_iter()
-            .partition(|(_, hit)| relevance(&hit.explain) >= min_relevance);
+        let (mut hits, mut below): (Vec<_>, Vec<_>) = hits.into_iter().partition(|(seq, hit)| {
+            // An update found among a candidate's nearest memories competes whatever its
+            // relevance, unless the query set its own floor.
+            relevance(&hit.explain) >= min_relevance
+                || (query.min_relevance.is_none() && successors.contains_key(seq))
+        });
         hits.sort_by(|(_, a), (_, b)| {
             b.score
                 .total_cmp(&a.score)
@@ -375,6 +404,7 @@ impl LocalMemory {
                 outside_asked_time: frame.is_some_and(|f| !f.contains(hit.entry.valid_from)),
                 tells_of_change: crate::change::tells_of_change(&hit.entry.content),
                 said_after_now: hit.entry.valid_from > now.saturating_add(recall::CLOCK_SLACK_MS),
+                succeeds: successors.get(&seq).cloned(),
                 hit,
             })
             .collect();
@@ -453,6 +483,7 @@ fn fill_below_floor(
             tells_of_change: false,
             said_after_now: false,
             literals_named: 0,
+            succeeds: None,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
@@ -501,10 +532,16 @@ fn inside(query: &RecallQuery, frame: &TimeFrame) -> RecallQuery {
 }
 
 /// When "now" is, the span the query names, and how many hits to keep.
+#[derive(Clone, Copy)]
 struct Ranking<'a> {
     now: i64,
     frame: Option<&'a TimeFrame>,
     limit: usize,
+    /// Whether the best candidates' updates are looked for among their nearest memories
+    /// (see [`crate::RecallConfig::successor_probes`]): not for a question comparing two
+    /// events, which asks about both and not about what replaced either, nor for the
+    /// probes that find one event.
+    follow_updates: bool,
 }
 
 /// The relevance signals of a recall's candidates: BM25 by seq, cosine by seq when the
@@ -517,4 +554,7 @@ struct Signals<'a> {
     vectors: HashMap<i64, Vec<f32>>,
     centred_vectors: HashMap<i64, Vec<f32>>,
     semantic: bool,
+    /// The nearest memories of the candidates most like the query, in the order probed
+    /// (see [`LocalMemory::neighbours_of_best`]).
+    neighbours: &'a [Probed],
 }
