@@ -2,8 +2,6 @@
 //! rise above older ones (knowledge updates), and the top k is diversified so that several
 //! different memories — from several sessions — make it in (maximal marginal relevance).
 
-use std::collections::HashSet;
-
 use super::embed::cosine;
 use super::recall::RecallHit;
 use crate::MemoryKind;
@@ -34,6 +32,8 @@ pub struct Candidate {
     /// The id of an older candidate this memory was found to update among that one's
     /// nearest memories (see [`crate::RecallConfig::successor_probes`]): it goes above it.
     pub succeeds: Option<String>,
+    /// Already ranked above an older candidate as its update (see [`promote_updates`]).
+    pub promoted: bool,
 }
 
 impl Candidate {
@@ -160,17 +160,24 @@ impl UpdateSign {
 /// [`SameSubject`]), the newest such takes the older's place and the older moves just
 /// below it: the newest statement wins where two disagree, without favouring new memories
 /// in general. `candidates` must be sorted best first. Each candidate is promoted at most
-/// once, so the work is quadratic in the candidates at worst (a user who says much the
-/// same thing many times), never cubic.
+/// once, and a promoted one is never the older of another promotion: each older's newest
+/// update is picked directly, so a chain — B like A and newer, C like B (not A) and newer
+/// still — never carries an unrelated C above B ("the internet provider switched us to
+/// fibre" above "I switched to a Google Pixel" above "My phone is an iPhone"). The work is
+/// quadratic in the candidates at worst (a user who says much the same thing many times),
+/// never cubic.
 pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubject) {
-    let mut promoted: HashSet<String> = HashSet::new();
     let mut at = 0;
     while at < candidates.len() {
         let older = &candidates[at];
+        if older.promoted {
+            at += 1;
+            continue;
+        }
         let newest = (at + 1..candidates.len())
             .filter_map(|j| {
                 let newer = &candidates[j];
-                let eligible = !promoted.contains(&newer.hit.entry.id)
+                let eligible = !newer.promoted
                     && !newer.said_after_now
                     && newer.literals_named >= older.literals_named
                     && (older.by_assistant() || !newer.by_assistant())
@@ -186,7 +193,7 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
         match newest {
             Some((j, sign)) => {
                 let mut moved = candidates.remove(j);
-                promoted.insert(moved.hit.entry.id.clone());
+                moved.promoted = true;
                 let displaced = &candidates[at].hit;
                 moved.hit.explain.adjusted = Some(format!(
                     "ranked above {}: {}",
@@ -196,7 +203,8 @@ pub fn promote_updates(candidates: &mut Vec<Candidate>, same_subject: SameSubjec
                 // Scores stay in rank order, so diversifying afterwards keeps the promotion.
                 moved.hit.score = moved.hit.score.max(displaced.score) + 1e-9;
                 candidates.insert(at, moved);
-                // The promoted one may itself have a newer successor further down.
+                // The older, now just below, may still have another newer one to go above
+                // it; the promoted one is passed over.
             }
             None => at += 1,
         }
@@ -282,6 +290,7 @@ mod tests {
             said_after_now: false,
             literals_named: 0,
             succeeds: None,
+            promoted: false,
         }
     }
 
@@ -478,6 +487,22 @@ mod tests {
         );
         assert_eq!(order(None)[0].0, "older");
         assert_eq!(order(Some("another"))[0].0, "older", "it updates another");
+    }
+
+    #[test]
+    fn an_update_is_never_itself_updated_by_something_like_it_alone() {
+        let mut a = candidate("a", 1.0, [1.0, 0.0], None);
+        a.hit.entry.valid_from = 10;
+        // b is like a (0.71) and newer; c is like b (0.71), unlike a (0), and newer still.
+        let mut b = candidate("b", 0.9, [0.71, 0.71], None);
+        b.hit.entry.valid_from = 20;
+        let mut c = candidate("c", 0.8, [0.0, 1.0], None);
+        c.hit.entry.valid_from = 30;
+        let mut candidates = vec![a, b, c];
+        promote_updates(&mut candidates, SameSubject::alike(0.5));
+        let ids: Vec<&str> = candidates.iter().map(|c| c.hit.entry.id.as_str()).collect();
+        assert_eq!(ids, ["b", "a", "c"], "c updates b at most, not a");
+        assert!(candidates[0].promoted);
     }
 
     #[test]

@@ -405,6 +405,7 @@ impl LocalMemory {
                 tells_of_change: crate::change::tells_of_change(&hit.entry.content),
                 said_after_now: hit.entry.valid_from > now.saturating_add(recall::CLOCK_SLACK_MS),
                 succeeds: successors.get(&seq).cloned(),
+                promoted: false,
                 hit,
             })
             .collect();
@@ -484,6 +485,7 @@ fn fill_below_floor(
             said_after_now: false,
             literals_named: 0,
             succeeds: None,
+            promoted: false,
         }
     });
     keep_unrepeated(kept.into_iter().chain(fillers).collect(), threshold, limit)
