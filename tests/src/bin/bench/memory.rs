@@ -1,5 +1,6 @@
 //! Memory rows: background embedding, recall latency at 10k/100k/1M entries (BM25 only and
-//! hybrid, SQLite and PostgreSQL), episode saves beside recall, and memory.db's size.
+//! hybrid, SQLite and PostgreSQL; hybrid with and without the update probes), the vector
+//! scan of one user's full window, episode saves beside recall, and memory.db's size.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -236,8 +237,25 @@ pub fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Resul
                     }
                 ),
             });
+            if !lexical && size <= POSTGRES_RECALL_SIZE {
+                let without = without_update_probes(&dir, &config, &sqlite, &queries)?;
+                rows.push(Row {
+                    name: format!(
+                        "recall top-5 at {}k entries, hybrid, no update probes",
+                        size / 1000
+                    ),
+                    value: percentile(&without, 0.5),
+                    unit: "ms",
+                    note: format!(
+                        "p50; p99 {:.1} ms; the row above (`successor_probes` 5) takes {:.2}x this at p50",
+                        percentile(&without, 0.99),
+                        percentile(&samples, 0.5) / percentile(&without, 0.5)
+                    ),
+                });
+            }
         }
     }
+    index_scan_rows(rows);
 
     // Episode saves on the hot path, alone and while another thread recalls non-stop.
     let save = |n: usize| -> Result<Vec<f64>> {
@@ -321,4 +339,97 @@ pub fn memory_rows(rows: &mut Vec<Row>, scratch: &Path, largest: usize) -> Resul
     });
     memory.stop_embedder();
     Ok(())
+}
+
+/// `queries`' recall times on the same store with `memory.recall.successor_probes` 0, beside
+/// the shipped setting: what looking for updates among the best candidates' nearest memories
+/// costs.
+fn without_update_probes(
+    dir: &Path,
+    config: &cairn::memory::MemoryConfig,
+    store: &Arc<cairn::store::memory::SqliteMemory>,
+    queries: &[cairn::memory::RecallQuery],
+) -> Result<Vec<f64>> {
+    let mut plain = config.clone();
+    plain.recall.successor_probes = 0;
+    let without = cairn::memory::LocalMemory::over(dir, plain, store.clone())?;
+    let samples = recall_times(&without, queries);
+    without.stop_embedder();
+    samples
+}
+
+/// The cost of looking for updates among the best candidates' nearest memories for a user
+/// with a full window of their own (the recall scan limit, 50,000 vectors of 384
+/// dimensions, random): the query's own scan, the five probes in one pass, and the five as
+/// five passes, side by side.
+fn index_scan_rows(rows: &mut Vec<Row>) {
+    use cairn::memory::Scope;
+    use cairn::memory::embed::{ScanFilter, VectorIndex};
+    use cairn_tests::memory_dataset::Rng;
+
+    const VECTORS: usize = 50_000;
+    const DIMS: usize = 384;
+    const ROUNDS: usize = 30;
+    let mut rng = Rng::new(11);
+    let mut random_vector = || -> Vec<f32> {
+        let raw: Vec<f32> = (0..DIMS)
+            .map(|_| (rng.next_u64() % 2_000) as f32 / 1_000.0 - 1.0)
+            .collect();
+        let norm = raw
+            .iter()
+            .map(|x| x * x)
+            .sum::<f32>()
+            .sqrt()
+            .max(f32::EPSILON);
+        raw.into_iter().map(|x| x / norm).collect()
+    };
+    let scope = Scope {
+        user_id: Some("heavy-user".into()),
+        ..Scope::default()
+    };
+    let index = VectorIndex::new(VECTORS);
+    for seq in 0..VECTORS as i64 {
+        index.upsert(seq, &scope, &random_vector());
+    }
+    let filter = ScanFilter {
+        scope: &scope,
+        exclude_session: None,
+    };
+    let probes: Vec<Vec<f32>> = (0..5).map(|_| random_vector()).collect();
+    let probe_refs: Vec<&[f32]> = probes.iter().map(Vec::as_slice).collect();
+    let (mut one, mut together, mut apart) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        black_box(index.nearest(&probes[0], &filter, 50));
+        one.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = Instant::now();
+        black_box(index.nearest_each(&probe_refs, &filter, 21));
+        together.push(started.elapsed().as_secs_f64() * 1e3);
+        let started = Instant::now();
+        for probe in &probe_refs {
+            black_box(index.nearest(probe, &filter, 21));
+        }
+        apart.push(started.elapsed().as_secs_f64() * 1e3);
+    }
+    for samples in [&mut one, &mut together, &mut apart] {
+        samples.sort_by(|a, b| a.total_cmp(b));
+    }
+    let base = percentile(&one, 0.5);
+    rows.push(Row {
+        name: "vector scan of one user's 50k vectors, the query's".into(),
+        value: base,
+        unit: "ms",
+        note: format!("p50 of {ROUNDS}; 384 dims, random"),
+    });
+    rows.push(Row {
+        name: "the same, 5 update probes in one pass".into(),
+        value: percentile(&together, 0.5),
+        unit: "ms",
+        note: format!(
+            "p50; {:.2}x the query's scan; as 5 passes {:.1} ms ({:.2}x)",
+            percentile(&together, 0.5) / base,
+            percentile(&apart, 0.5),
+            percentile(&apart, 0.5) / base
+        ),
+    });
 }
