@@ -114,6 +114,11 @@ impl SameSubject {
 
     /// Why `newer` is an update of `older`, if it is.
     fn holds(&self, older: &Candidate, newer: &Candidate) -> Option<UpdateSign> {
+        // The strictest sign first, so the explanation names it: the newer may be no
+        // candidate of the query but for it.
+        if newer.succeeds.as_deref() == Some(older.hit.entry.id.as_str()) {
+            return Some(UpdateSign::Succeeds);
+        }
         let mutual = similarity(older, newer, self.likeness);
         let answers_as_well =
             |ratio: f64| newer.hit.explain.relevance >= ratio * older.hit.explain.relevance;
@@ -126,8 +131,6 @@ impl SameSubject {
             && mutual >= self.similarity_when_changed
         {
             Some(UpdateSign::ToldOfChange)
-        } else if newer.succeeds.as_deref() == Some(older.hit.entry.id.as_str()) {
-            Some(UpdateSign::Succeeds)
         } else {
             None
         }
