@@ -72,10 +72,7 @@ impl Endpoint {
             if retries >= self.max_retries {
                 return Err(error);
             }
-            let backoff = self
-                .backoff_initial
-                .saturating_mul(1 << retries.min(16))
-                .min(self.backoff_max);
+            let backoff = crate::backoff(self.backoff_initial, self.backoff_max, retries);
             let wait = asked_wait.map_or(backoff, |asked| asked.min(self.backoff_max));
             retries += 1;
             tracing::warn!(provider = %self.label, retry = retries, wait_ms = wait.as_millis() as u64, "{error}; retrying");

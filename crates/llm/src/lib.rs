@@ -19,6 +19,8 @@ pub mod http;
 pub mod offline;
 pub mod openai;
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 pub use cairn_vocab::ErrorKind;
@@ -266,12 +268,12 @@ impl LlmConfig {
         if self.provider == ProviderKind::Offline {
             return 0;
         }
+        let (initial, max) = (
+            Duration::from_millis(self.backoff_initial_ms),
+            Duration::from_millis(self.backoff_max_ms),
+        );
         let backoffs: u64 = (0..self.max_retries)
-            .map(|retry| {
-                self.backoff_initial_ms
-                    .saturating_mul(1 << retry.min(16))
-                    .min(self.backoff_max_ms)
-            })
+            .map(|retry| backoff(initial, max, retry).as_millis() as u64)
             .sum();
         self.timeout_ms
             .saturating_mul(u64::from(self.max_retries) + 1)
@@ -289,6 +291,12 @@ impl LlmConfig {
             .map(|key| key.trim().to_string())
             .filter(|key| !key.is_empty())
     }
+}
+
+/// The wait before retry `retry` (0 for the first): `initial`, doubled at each retry, at
+/// most `max` — the one backoff both the retries and [`LlmConfig::longest_call_ms`] use.
+pub(crate) fn backoff(initial: Duration, max: Duration, retry: u32) -> Duration {
+    initial.saturating_mul(1 << retry.min(16)).min(max)
 }
 
 /// Why `base_url` cannot be asked: not an http(s) URL with a host (and a port that is one).
