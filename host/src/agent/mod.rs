@@ -950,13 +950,16 @@ impl Agent {
         }
     }
 
-    /// Serve the main queue until `stop`: take the most urgent batch, answer, repeat.
+    /// Serve the main queue until `stop`: take the most urgent batch of a channel this host
+    /// runs (it could not deliver the reply of another; a host that runs it will), answer,
+    /// repeat.
     pub async fn run_main(self: Arc<Self>, routed: Arc<Notify>, stop: watch::Receiver<bool>) {
+        let served: Vec<String> = self.channels.keys().cloned().collect();
         drain_queue(
             routed,
             stop,
             "batch",
-            || self.buffer.claim_main_batch(),
+            || self.buffer.claim_main_batch(Some(&served)),
             |batch, stop| self.main_turn(batch, stop),
         )
         .await;

@@ -297,9 +297,13 @@ impl Buffer {
         Ok(self.store.route(batch).await?)
     }
 
-    /// Take the most urgent queued main batch (marking it running).
-    pub async fn claim_main_batch(&self) -> Result<Option<Batch>, BufferError> {
-        match self.store.claim_main().await? {
+    /// Take the most urgent queued main batch (marking it running), of `channels` only when
+    /// given (see [`BufferStore::claim_main`]).
+    pub async fn claim_main_batch(
+        &self,
+        channels: Option<&[String]>,
+    ) -> Result<Option<Batch>, BufferError> {
+        match self.store.claim_main(channels).await? {
             Some(id) => self.batch(id),
             None => Ok(None),
         }
@@ -482,7 +486,7 @@ mod tests {
         a_repeated_dedup_key_answers_the_first_id_and_stores_nothing,
         concurrent_producers_are_all_acknowledged_with_distinct_ids
     );
-    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered, async channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one, async channels_take_turns_at_the_task_queue_too);
+    on_each_backend!(async routing_is_all_or_nothing_and_never_twice, async the_most_urgent_main_batch_is_claimed_first_and_requeued_after_a_crash, async pruning_keeps_unrouted_messages_and_unfinished_batches, async failed_work_is_listed_and_queued_again_all_named_or_none, async a_conversation_awaits_its_answer_from_arrival_until_answered, async channels_take_turns_within_a_priority_so_a_flood_holds_back_no_one, async channels_take_turns_at_the_task_queue_too, async a_host_claims_only_batches_of_the_channels_it_runs);
 
     fn open(place: &Place, config: BufferConfig) -> Buffer {
         let buffer = buffer_on(place, config);
@@ -711,7 +715,7 @@ mod tests {
             ids.push(batch);
         }
         let first = buffer
-            .claim_main_batch()
+            .claim_main_batch(None)
             .await
             .expect("claim")
             .expect("one");
@@ -719,7 +723,7 @@ mod tests {
         assert_eq!(first.attempt, 1);
         assert_eq!(buffer.requeue_interrupted().await.expect("requeue"), (1, 0));
         let again = buffer
-            .claim_main_batch()
+            .claim_main_batch(None)
             .await
             .expect("claim")
             .expect("one");
@@ -743,7 +747,7 @@ mod tests {
         ];
         let urgent = route_main(&buffer, "flood", "f5", 5).await;
         let mut claimed = Vec::new();
-        while let Some(batch) = buffer.claim_main_batch().await.expect("claim") {
+        while let Some(batch) = buffer.claim_main_batch(None).await.expect("claim") {
             claimed.push(batch.id);
         }
         assert_eq!(
@@ -752,6 +756,30 @@ mod tests {
                 urgent, cli, other[0], flood[0], other[1], flood[1], flood[2], flood[3]
             ],
             "priority first; within it the channel served longest ago, a new one before any"
+        );
+    }
+
+    async fn a_host_claims_only_batches_of_the_channels_it_runs(place: Place) {
+        let buffer = open(&place, BufferConfig::default());
+        let elsewhere = route_main(&buffer, "telegram", "t1", 5).await;
+        let mine = route_main(&buffer, "cli", "c1", 10).await;
+        let served = ["cli".to_string(), "webhook".to_string()];
+        let claim = || buffer.claim_main_batch(Some(&served));
+        let first = claim().await.expect("claim").expect("the cli batch");
+        assert_eq!(
+            first.id, mine,
+            "the more urgent telegram batch is not this host's"
+        );
+        assert!(
+            claim().await.expect("claim").is_none(),
+            "nothing else it runs"
+        );
+        assert!(buffer.requeue_interrupted().await.is_ok());
+        let any = buffer.claim_main_batch(None).await.expect("claim");
+        assert_eq!(
+            any.map(|b| b.id),
+            Some(elsewhere),
+            "left for a host that runs it"
         );
     }
 
@@ -801,7 +829,7 @@ mod tests {
             "queued"
         );
         let first = buffer
-            .claim_main_batch()
+            .claim_main_batch(None)
             .await
             .expect("claim")
             .expect("one");
@@ -809,7 +837,7 @@ mod tests {
         assert_eq!(awaiting().len(), 2, "running, then queued again");
         for _ in 0..2 {
             let batch = buffer
-                .claim_main_batch()
+                .claim_main_batch(None)
                 .await
                 .expect("claim")
                 .expect("one");
@@ -830,7 +858,7 @@ mod tests {
             routed.push(push_and_route(&buffer, conversation, route).await);
         }
         let batch = buffer
-            .claim_main_batch()
+            .claim_main_batch(None)
             .await
             .expect("claim")
             .expect("one");
@@ -907,7 +935,7 @@ mod tests {
             "its task is queued again, so no retry is suggested"
         );
         let again = buffer
-            .claim_main_batch()
+            .claim_main_batch(None)
             .await
             .expect("claim")
             .expect("one");

@@ -23,6 +23,33 @@ fn host_answered_by(server: &StubServer, plugins: &Path, data: &Path) -> Host {
     host
 }
 
+/// [`host_answered_by`] with the webhook channel's secret and a GitHub token set.
+fn host_with_webhook_answered_by(server: &StubServer, plugins: &Path, data: &Path) -> Host {
+    let base_url = format!("{}/v1", server.url());
+    let env = [
+        ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
+        ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+        ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
+        ("CAIRN_WEBHOOK_SECRET", "failed-work-secret"),
+        ("GITHUB_TOKEN", "token-for-tests"),
+    ];
+    let mut host = Host::start(plugins, data, &env);
+    host.wait_for("cairn is running", Duration::from_secs(60));
+    host
+}
+
+/// The bundled webhook channel posting replies to `api_base`, granted `http` only.
+fn webhook_posting_to(dir: &PluginDir, api_base: &str, http: &str) {
+    dir.bundled_with("webhook", |manifest| {
+        manifest
+            .replace(
+                "api_base: https://api.github.com",
+                &format!("api_base: {api_base}"),
+            )
+            .replace("http: [api.github.com]", &format!("http: ['{http}']"))
+    });
+}
+
 /// `cairn buffer failed --json` on `data`.
 fn failed(data: &Path) -> Vec<Value> {
     let out = cairn_ok(&[
@@ -130,32 +157,45 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
     let at = data.display().to_string();
-    // Sent to a channel the first host does not run: the reply has nowhere to go.
+    // A GitHub thread: the webhook channel delivers the reply as a comment on it.
     cairn_ok(&[
         "send",
         "--channel",
-        "pager",
+        "webhook",
         "--conversation",
-        "cli",
+        "octo/repo#7",
         "--sender",
-        "user",
+        "ann",
         "--data",
         &at,
         "where did I park?",
     ]);
+    let api = StubServer::answering(|request| {
+        if request.line == "POST /repos/octo/repo/issues/7/comments" {
+            Reply::status(
+                201,
+                r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
+            )
+        } else {
+            Reply::status(404, r#"{"message": "Not Found"}"#)
+        }
+    });
+    let host_port = api.url().trim_start_matches("http://").to_string();
+    // The first host may not reach the comments API (not in its capabilities): the reply
+    // has nowhere to go.
     let first = StubServer::start(vec![Reply::openai_chat("Level 3, row F.")]);
-    let plugins = PluginDir::new();
-    plugins.bundled("cli");
-    let mut host = host_answered_by(&first, plugins.path(), data);
+    let denied = PluginDir::new();
+    webhook_posting_to(&denied, &api.url(), "api.github.com");
+    let mut host = host_with_webhook_answered_by(&first, denied.path(), data);
     host.wait_for("turn failed", Duration::from_secs(30));
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
-    assert!(log.contains("no channel plugin `pager`"), "{log}");
+    assert!(log.contains("webhook refused the delivery"), "{log}");
     let listed = failed(data);
     assert_eq!(listed.len(), 1, "{listed:?}");
     assert_eq!(listed[0]["reply_kept"], true, "{listed:?}");
 
-    // Retried before any host runs; the next host has a `pager` channel (the terminal one).
+    // Retried before any host runs; the next host may post to it.
     let retried = cairn_ok(&["buffer", "retry", "--all", "--data", &at]);
     assert!(String::from_utf8_lossy(&retried.stdout).contains("queued again: batch"));
     let batch = listed[0]["id"].to_string();
@@ -167,21 +207,31 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         )),
         "the operator is told it is queued already: {twice:?}"
     );
-    let with_pager = PluginDir::new();
-    let manifest =
-        std::fs::read_to_string(cairn_tests::workspace_root().join("manifests/cli.yaml"))
-            .expect("cli manifest");
-    with_pager
-        .manifest("pager", &manifest.replace("id: cli", "id: pager"))
-        .component("cli");
+    let granted = PluginDir::new();
+    webhook_posting_to(&granted, &api.url(), &format!("http://{host_port}"));
     let second = StubServer::start(vec![Reply::openai_chat("Asked again.")]);
-    let mut host = host_answered_by(&second, with_pager.path(), data);
-    host.wait_for("cairn> Level 3, row F.", Duration::from_secs(30));
+    let mut host = host_with_webhook_answered_by(&second, granted.path(), data);
+    host.wait_for(
+        "webhook: reply posted to octo/repo#7",
+        Duration::from_secs(30),
+    );
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert!(
         second.seen().is_empty(),
         "the kept reply was delivered: {log}"
+    );
+    let posted: Vec<_> = api
+        .seen()
+        .into_iter()
+        .filter(|r| r.line.starts_with("POST"))
+        .collect();
+    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert!(
+        posted[0].json()["body"]
+            .as_str()
+            .is_some_and(|text| text.contains("Level 3, row F.")),
+        "{posted:?}"
     );
     assert_eq!(
         count_lines(&log, "delivered the reply kept from an earlier attempt"),
@@ -210,6 +260,71 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         String::from_utf8_lossy(&again.stdout).trim(),
         "nothing has failed"
     );
+}
+
+#[test]
+fn a_message_for_a_channel_no_host_runs_waits_for_one_that_does_instead_of_failing() {
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let at = data.display().to_string();
+    for (channel, text) in [("pager", "where did I park?"), ("cli", "hello")] {
+        cairn_ok(&[
+            "send",
+            "--channel",
+            channel,
+            "--conversation",
+            channel,
+            "--sender",
+            "user",
+            "--data",
+            &at,
+            text,
+        ]);
+    }
+    // A host without `pager` answers the typed line and leaves the page queued.
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let mut host = Host::start(
+        plugins.path(),
+        data,
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for(
+        "cairn> [offline] I received: user: hello",
+        Duration::from_secs(60),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("where did I park"), "{log}");
+    assert!(
+        failed(data).is_empty(),
+        "nothing failed: {:?}\n{log}",
+        failed(data)
+    );
+    let stats = cairn_ok(&["status", "--json", "--data", &at]);
+    let stats: Value = serde_json::from_slice(&stats.stdout).expect("status json");
+    assert_eq!(stats["buffer"]["batches"]["main/queued"], 1, "{stats}");
+
+    // A host that runs `pager` (the terminal channel under that name) answers it.
+    let with_pager = PluginDir::new();
+    let manifest =
+        std::fs::read_to_string(cairn_tests::workspace_root().join("manifests/cli.yaml"))
+            .expect("cli manifest");
+    with_pager
+        .manifest("pager", &manifest.replace("id: cli", "id: pager"))
+        .component("cli");
+    let mut host = Host::start(
+        with_pager.path(),
+        data,
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for(
+        "I received: user: where did I park?",
+        Duration::from_secs(60),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(failed(data).is_empty(), "nothing failed");
 }
 
 #[test]

@@ -82,8 +82,10 @@ pub trait BufferStore: Send + Sync {
     /// Record a batch and mark its messages routed, all or nothing; its id.
     fn route(&self, batch: NewBatch) -> Receipt<i64>;
     /// Mark the next main batch running: the most urgent priority first, and within it the
-    /// oldest batch of the channel served longest ago, so channels take turns; its id.
-    fn claim_main(&self) -> Receipt<Option<i64>>;
+    /// oldest batch of the channel served longest ago, so channels take turns; its id. Only
+    /// batches of `channels` when given: a host claims only what it can deliver the reply
+    /// of, and leaves the rest for a host that runs their channel.
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>>;
     /// Record how a main batch ended.
     fn finish_batch(
         &self,
@@ -184,8 +186,10 @@ impl BufferStore for SqliteBuffer {
         self.db.submit(move |conn| route(conn, &batch))
     }
 
-    fn claim_main(&self) -> Receipt<Option<i64>> {
-        self.db.submit(claim_main)
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>> {
+        let channels = channels.map(|c| serde_json::Value::from(c.to_vec()).to_string());
+        self.db
+            .submit(move |conn| claim_main(conn, channels.as_deref()))
     }
 
     fn finish_batch(
@@ -505,8 +509,9 @@ fn route(conn: &Connection, batch: &NewBatch) -> rusqlite::Result<i64> {
 
 /// Mark the next queued main batch running; returns its id. The most urgent priority goes
 /// first; within it channels take turns (the one served longest ago first, one never served
-/// before any), each channel's batches in arrival order.
-fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+/// before any), each channel's batches in arrival order. With `channels` (a JSON array of
+/// names), only their batches.
+fn claim_main(conn: &Connection, channels: Option<&str>) -> rusqlite::Result<Option<i64>> {
     let claimed: Option<(i64, String)> = conn
         .prepare_cached(
             // The channels with queued main batches, one index probe each (not a scan of
@@ -524,9 +529,10 @@ fn claim_main(conn: &Connection) -> rusqlite::Result<Option<i64>> {
                      WHERE q.channel = queued.channel AND q.route = 'main' AND q.status = 'queued'
                      ORDER BY q.priority, q.id LIMIT 1)
                LEFT JOIN channel_turns t ON t.queue = 'main' AND t.channel = queued.channel
+              WHERE ?1 IS NULL OR queued.channel IN (SELECT value FROM json_each(?1))
               ORDER BY b.priority, COALESCE(t.last_turn, 0), b.id LIMIT 1",
         )?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .query_row(params![channels], |row| Ok((row.get(0)?, row.get(1)?)))
         .optional()?;
     let Some((id, channel)) = claimed else {
         return Ok(None);

@@ -258,9 +258,11 @@ impl BufferStore for PgBuffer {
         self.pool.submit(move |tx| route(tx, &batch))
     }
 
-    fn claim_main(&self) -> Receipt<Option<i64>> {
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
-        self.pool.submit(move |tx| claim_main(tx, &holder, lease))
+        let channels = channels.map(<[String]>::to_vec);
+        self.pool
+            .submit(move |tx| claim_main(tx, &holder, lease, channels.as_deref()))
     }
 
     fn finish_batch(
@@ -516,11 +518,13 @@ fn route(tx: &mut Transaction<'_>, batch: &NewBatch) -> Result<i64, StorageError
 
 /// Claim the next main batch that is the oldest unfinished one of a conversation no host is
 /// working on (a lapsed claim counts as nobody's): the most urgent priority first, and within
-/// it the channel served longest ago, so channels take turns; its id.
+/// it the channel served longest ago, so channels take turns; its id. With `channels`, only
+/// batches of those.
 fn claim_main(
     tx: &mut Transaction<'_>,
     holder: &str,
     lease: i64,
+    channels: Option<&[String]>,
 ) -> Result<Option<i64>, StorageError> {
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&CLAIM_LOCK])?;
     let now = now_ms();
@@ -545,6 +549,7 @@ fn claim_main(
               CROSS JOIN LATERAL (
                 SELECT b.id, b.priority, b.channel FROM buffer_batches b
                  WHERE b.channel = queued.channel AND b.route = 'main' AND b.status = 'queued'
+                   AND ($4::text[] IS NULL OR b.channel = ANY($4))
                    AND NOT EXISTS (
                        SELECT 1 FROM buffer_batches o
                         WHERE o.channel = b.channel AND o.conversation = b.conversation
@@ -559,6 +564,7 @@ fn claim_main(
              UNION ALL
              (SELECT l.id, l.priority, l.channel FROM buffer_batches l
                WHERE l.route = 'main' AND l.status = 'running' AND l.lease_until < $1
+                 AND ($4::text[] IS NULL OR l.channel = ANY($4))
                ORDER BY l.priority, l.id LIMIT 1)),
          claimed AS (
              UPDATE buffer_batches
@@ -570,7 +576,7 @@ fn claim_main(
                  ORDER BY c.priority, COALESCE(t.last_turn, 0), c.id LIMIT 1)
               RETURNING id, channel)
          SELECT id, channel FROM claimed",
-        &[&now, &holder, &(now + lease)],
+        &[&now, &holder, &(now + lease), &channels],
     )?;
     let Some(row) = claimed else {
         return Ok(None);

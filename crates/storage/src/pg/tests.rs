@@ -60,17 +60,17 @@ fn one_conversation_runs_one_turn_at_a_time_in_order_across_hosts() {
     let first = queue_turn(&a, "c1");
     let second = queue_turn(&b, "c1");
     let other = queue_turn(&b, "c2");
-    assert_eq!(a.claim_main().wait().expect("claim"), Some(first));
+    assert_eq!(a.claim_main(None).wait().expect("claim"), Some(first));
     assert_eq!(
-        b.claim_main().wait().expect("claim"),
+        b.claim_main(None).wait().expect("claim"),
         Some(other),
         "c1's next turn waits for its first; another conversation goes ahead"
     );
-    assert_eq!(b.claim_main().wait().expect("claim"), None);
+    assert_eq!(b.claim_main(None).wait().expect("claim"), None);
     a.finish_batch(first, BatchStatus::Done, Some("hi".into()), None)
         .wait()
         .expect("finish");
-    assert_eq!(b.claim_main().wait().expect("claim"), Some(second));
+    assert_eq!(b.claim_main(None).wait().expect("claim"), Some(second));
 }
 
 #[test]
@@ -103,19 +103,34 @@ fn a_backlog_is_claimed_head_of_each_conversation_first_most_urgent_first() {
     let id_of = |name: &str| queued.iter().find(|(n, _)| n == name).expect("queued").1;
     // c3 is the most urgent: its head goes first; c1 and c2 follow in age; each
     // conversation then waits for its running turn, whichever host asks.
-    assert_eq!(a.claim_main().wait().expect("claim"), Some(id_of("c3/0")));
-    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c1/0")));
-    assert_eq!(a.claim_main().wait().expect("claim"), Some(id_of("c2/0")));
-    assert_eq!(b.claim_main().wait().expect("claim"), None);
+    assert_eq!(
+        a.claim_main(None).wait().expect("claim"),
+        Some(id_of("c3/0"))
+    );
+    assert_eq!(
+        b.claim_main(None).wait().expect("claim"),
+        Some(id_of("c1/0"))
+    );
+    assert_eq!(
+        a.claim_main(None).wait().expect("claim"),
+        Some(id_of("c2/0"))
+    );
+    assert_eq!(b.claim_main(None).wait().expect("claim"), None);
     a.finish_batch(id_of("c2/0"), BatchStatus::Done, None, None)
         .wait()
         .expect("finish");
-    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c2/1")));
+    assert_eq!(
+        b.claim_main(None).wait().expect("claim"),
+        Some(id_of("c2/1"))
+    );
     a.finish_batch(id_of("c3/0"), BatchStatus::Failed, None, Some("no".into()))
         .wait()
         .expect("finish");
-    assert_eq!(b.claim_main().wait().expect("claim"), Some(id_of("c3/1")));
-    assert_eq!(a.claim_main().wait().expect("claim"), None);
+    assert_eq!(
+        b.claim_main(None).wait().expect("claim"),
+        Some(id_of("c3/1"))
+    );
+    assert_eq!(a.claim_main(None).wait().expect("claim"), None);
 }
 
 #[test]
@@ -140,15 +155,18 @@ fn a_dead_hosts_claim_is_taken_over_once_its_lease_lapses() {
             .wait()
             .expect("route")
     };
-    assert_eq!(dying.claim_main().wait().expect("claim"), Some(batch));
+    assert_eq!(dying.claim_main(None).wait().expect("claim"), Some(batch));
     let (task, _) = dying.claim_task().wait().expect("claim").expect("a task");
     // Renewals keep a live host's claims: well past one lease, nobody else gets them.
     std::thread::sleep(lease * 2);
-    assert_eq!(survivor.claim_main().wait().expect("claim"), None);
+    assert_eq!(survivor.claim_main(None).wait().expect("claim"), None);
     assert_eq!(survivor.claim_task().wait().expect("claim"), None);
     drop(dying);
     std::thread::sleep(lease + Duration::from_secs(1));
-    assert_eq!(survivor.claim_main().wait().expect("claim"), Some(batch));
+    assert_eq!(
+        survivor.claim_main(None).wait().expect("claim"),
+        Some(batch)
+    );
     assert_eq!(
         survivor.claim_task().wait().expect("claim"),
         Some((task, task_batch))
@@ -165,12 +183,12 @@ fn a_host_whose_claim_was_taken_over_cannot_finish_it() {
     let lease = Duration::from_millis(300);
     let slow = PgBuffer::connect(&url, lease).expect("slow host");
     let batch = queue_turn(&slow, "c");
-    assert_eq!(slow.claim_main().wait().expect("claim"), Some(batch));
+    assert_eq!(slow.claim_main(None).wait().expect("claim"), Some(batch));
     let other = PgBuffer::connect(&url, lease).expect("other host");
     // The slow host stops renewing (it is dropped below) only after the other took over:
     // simulate a lapse by ending its lease by hand.
     expire_leases(&url);
-    assert_eq!(other.claim_main().wait().expect("claim"), Some(batch));
+    assert_eq!(other.claim_main(None).wait().expect("claim"), Some(batch));
     let refused = slow
         .finish_batch(batch, BatchStatus::Done, None, None)
         .wait()
@@ -211,7 +229,7 @@ fn concurrent_claims_by_three_hosts_take_each_turn_exactly_once() {
         .map(|host| {
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
-                while let Some(id) = host.claim_main().wait().expect("claim") {
+                while let Some(id) = host.claim_main(None).wait().expect("claim") {
                     host.finish_batch(id, BatchStatus::Done, None, None)
                         .wait()
                         .expect("finish");

@@ -212,7 +212,7 @@ pub fn claim_rows(rows: &mut Vec<Row>) -> Result<()> {
         for _ in 0..CLAIMS {
             let started = Instant::now();
             let id = buffer
-                .claim_main()
+                .claim_main(None)
                 .wait()?
                 .ok_or_else(|| anyhow::anyhow!("nothing to claim behind a backlog"))?;
             latencies.push(started.elapsed().as_secs_f64() * 1e3);
