@@ -136,6 +136,19 @@ impl PluginDir {
         self.component(&component)
     }
 
+    /// Add the bundled webhook channel with its GitHub API at `api_base`, granted `http`
+    /// only (a host and port, or a name the manifest's `api_base` does not match).
+    pub fn webhook_posting_to(&self, api_base: &str, http: &str) -> &Self {
+        self.bundled_with("webhook", |manifest| {
+            manifest
+                .replace(
+                    "api_base: https://api.github.com",
+                    &format!("api_base: {api_base}"),
+                )
+                .replace("http: [api.github.com]", &format!("http: ['{http}']"))
+        })
+    }
+
     /// Write a manifest file `<id>.yaml` with this YAML body.
     pub fn manifest(&self, id: &str, yaml: &str) -> &Self {
         std::fs::write(self.dir.path().join(format!("{id}.yaml")), yaml).expect("write manifest");

@@ -4,7 +4,7 @@
 
 use super::embed::cosine;
 use super::recall::RecallHit;
-use crate::MemoryKind;
+use crate::{MemoryEntry, MemoryKind};
 
 /// A scored hit and its vector (none when it has not been embedded yet).
 pub struct Candidate {
@@ -37,19 +37,27 @@ pub struct Candidate {
 }
 
 impl Candidate {
-    /// The memory is the assistant's own words (an episode tagged `assistant`): it is
-    /// never promoted above what someone else said, as a reply that repeats a statement
-    /// ("I remember: …") is no update of it.
+    /// The memory is the assistant's own words: it is never promoted above what someone
+    /// else said, as a reply that repeats a statement ("I remember: …") is no update of it.
     fn by_assistant(&self) -> bool {
-        let entry = &self.hit.entry;
-        entry.kind == MemoryKind::Episode && entry.tags.iter().any(|tag| tag == "assistant")
+        said_by_assistant(&self.hit.entry)
     }
 
-    /// The memory is a question ("What is my favourite drink?"): it states nothing, so it
-    /// is never promoted as the update of a statement.
+    /// The memory is a question: it states nothing, so it is never promoted as the update
+    /// of a statement.
     fn asks(&self) -> bool {
-        self.hit.entry.content.trim_end().ends_with('?')
+        asks(&self.hit.entry)
     }
+}
+
+/// Whether `entry` is the assistant's own words: an episode tagged `assistant`.
+pub(crate) fn said_by_assistant(entry: &MemoryEntry) -> bool {
+    entry.kind == MemoryKind::Episode && entry.tags.iter().any(|tag| tag == "assistant")
+}
+
+/// Whether `entry` is a question ("What is my favourite drink?").
+pub(crate) fn asks(entry: &MemoryEntry) -> bool {
+    entry.content.trim_end().ends_with('?')
 }
 
 /// Which of their vectors two candidates are compared by.

@@ -1095,18 +1095,6 @@ fn closing_stdin_gets_the_answer_then_a_clean_stop_and_the_default_start_logs_no
     );
 }
 
-/// The bundled webhook manifest with its GitHub API at `api_base`, granted `http`.
-fn webhook_posting_to(dir: &PluginDir, api_base: &str, http: &str) {
-    dir.bundled_with("webhook", |manifest| {
-        manifest
-            .replace(
-                "api_base: https://api.github.com",
-                &format!("api_base: {api_base}"),
-            )
-            .replace("http: [api.github.com]", &format!("http: ['{http}']"))
-    });
-}
-
 /// Sign and post one `issues` delivery about `octo/repo#7`.
 fn post_issue(port: u16, delivery: &str) {
     let body = serde_json::to_vec(&serde_json::json!({
@@ -1147,7 +1135,7 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
     // Granted: the reply becomes a comment on the issue.
     let dir = PluginDir::new();
     let host_port = api.url().trim_start_matches("http://").to_string();
-    webhook_posting_to(&dir, &api.url(), &format!("http://{host_port}"));
+    dir.webhook_posting_to(&api.url(), &format!("http://{host_port}"));
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &env);
     let port = host.webhook_port();
@@ -1175,7 +1163,7 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
 
     // Not granted (the manifest still names api.github.com): denied before it leaves.
     let dir = PluginDir::new();
-    webhook_posting_to(&dir, &api.url(), "api.github.com");
+    dir.webhook_posting_to(&api.url(), "api.github.com");
     let data = tempfile::tempdir().expect("data");
     let mut host = Host::start(dir.path(), data.path(), &env);
     let port = host.webhook_port();

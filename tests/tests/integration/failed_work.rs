@@ -38,18 +38,6 @@ fn host_with_webhook_answered_by(server: &StubServer, plugins: &Path, data: &Pat
     host
 }
 
-/// The bundled webhook channel posting replies to `api_base`, granted `http` only.
-fn webhook_posting_to(dir: &PluginDir, api_base: &str, http: &str) {
-    dir.bundled_with("webhook", |manifest| {
-        manifest
-            .replace(
-                "api_base: https://api.github.com",
-                &format!("api_base: {api_base}"),
-            )
-            .replace("http: [api.github.com]", &format!("http: ['{http}']"))
-    });
-}
-
 /// `cairn buffer failed --json` on `data`.
 fn failed(data: &Path) -> Vec<Value> {
     let out = cairn_ok(&[
@@ -185,7 +173,7 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
     // has nowhere to go.
     let first = StubServer::start(vec![Reply::openai_chat("Level 3, row F.")]);
     let denied = PluginDir::new();
-    webhook_posting_to(&denied, &api.url(), "api.github.com");
+    denied.webhook_posting_to(&api.url(), "api.github.com");
     let mut host = host_with_webhook_answered_by(&first, denied.path(), data);
     host.wait_for("turn failed", Duration::from_secs(30));
     let (status, log) = host.stop();
@@ -208,7 +196,7 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         "the operator is told it is queued already: {twice:?}"
     );
     let granted = PluginDir::new();
-    webhook_posting_to(&granted, &api.url(), &format!("http://{host_port}"));
+    granted.webhook_posting_to(&api.url(), &format!("http://{host_port}"));
     let second = StubServer::start(vec![Reply::openai_chat("Asked again.")]);
     let mut host = host_with_webhook_answered_by(&second, granted.path(), data);
     host.wait_for(

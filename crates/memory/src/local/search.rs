@@ -31,14 +31,15 @@ impl LocalMemory {
         let frame = self
             .time_frame(query, now)?
             .map(|frame| frame.ending_by(now));
+        let compared = timeframe::compared_events(&query.text);
         let ranking = Ranking {
             now,
             frame: frame.as_ref(),
             limit,
-            follow_updates: timeframe::compared_events(&query.text).is_none(),
+            follow_updates: compared.is_none(),
         };
         let mut hits = self.ranked_awaiting(query, ranking, vector)?;
-        if let Some(events) = timeframe::compared_events(&query.text) {
+        if let Some(events) = compared {
             self.bring_in_each(query, now, events, &mut hits, limit)?;
         }
         Ok(hits)

@@ -71,9 +71,10 @@ impl LocalMemory {
     }
 
     /// The updates of the probed candidates (`neighbours`, with every candidate's vector in
-    /// `vectors`): by the update's seq, the id of the candidate it updates. Of a candidate's nearest memories (`successor_similarity` alike at
-    /// least), the most alike that [`may_update`] it, when its own nearest memory is that
-    /// candidate (checked in one pass for all of them).
+    /// `vectors`): by the update's seq, the id of the candidate it updates. Of a candidate's
+    /// nearest memories (`successor_similarity` alike at least), the most alike that
+    /// [`may_update`] it, when its own nearest memory is that candidate (checked in one pass
+    /// for all of them).
     pub(super) fn successors(
         &self,
         query: &RecallQuery,
@@ -124,13 +125,11 @@ impl LocalMemory {
 /// `now`), telling of a change (see [`crate::change`]), and neither a question nor the
 /// assistant's words.
 fn may_update(older: &MemoryEntry, newer: &MemoryEntry, now: i64) -> bool {
-    let by_assistant =
-        newer.kind == MemoryKind::Episode && newer.tags.iter().any(|tag| tag == "assistant");
     newer.valid_from > older.valid_from
         && newer.valid_from <= now.saturating_add(recall::CLOCK_SLACK_MS)
         && crate::change::tells_of_change(&newer.content)
-        && !newer.content.trim_end().ends_with('?')
-        && !by_assistant
+        && !rerank::asks(newer)
+        && !rerank::said_by_assistant(newer)
 }
 
 /// The vectors a recall for `query` may scan.
