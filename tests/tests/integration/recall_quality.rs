@@ -167,6 +167,42 @@ fn semantic_recall_on_a_second_phrasebook_never_tuned_on() {
     );
 }
 
+/// A recall for fewer hits shows the first hits of a recall for more: the re-ranking looks at
+/// the same top five whatever the limit, so `--limit 1` never answers with something the
+/// default search ranks lower. Checked on the questions of six generated users (not those
+/// comparing two events, whose best matches are brought into the last places of any limit).
+#[test]
+fn a_smaller_limit_shows_the_first_hits_of_a_larger_one() {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut config = MemoryConfig::default();
+    config.embeddings.provider = ProviderKind::Local;
+    let memory = LocalMemory::open(data.path(), config).expect("open memory");
+    let set = recall_eval::generate(&recall_eval::FIRST, 6, eval_seed(), cairn::store::now_ms());
+    load(&memory, &set);
+    memory.embed_pending(|_| {}).expect("embed");
+    let recalled = |question: &recall_eval::EvalQuestion, limit: usize| -> Vec<String> {
+        let mut query = memory_dataset::question_recall(&question.user, &question.text, false);
+        query.limit = limit;
+        let hits = memory.recall(&query).expect("recall");
+        hits.into_iter().map(|hit| hit.entry.id).collect()
+    };
+    let mut compared = 0;
+    for question in set
+        .questions
+        .iter()
+        .filter(|q| q.category != Category::Temporal)
+    {
+        let longest = recalled(question, 10);
+        for limit in [1, 3, 5] {
+            let shorter = recalled(question, limit);
+            let expected: Vec<String> = longest.iter().take(limit).cloned().collect();
+            assert_eq!(shorter, expected, "{:?} with limit {limit}", question.text);
+            compared += 1;
+        }
+    }
+    assert!(compared >= 200, "{compared} recalls compared");
+}
+
 /// `cairn memory …` with the test environment, the local model asked for, and `env`.
 fn cairn_local(data: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(cairn_tests::cairn_bin());

@@ -35,10 +35,11 @@ impl LocalMemory {
         let ranking = Ranking {
             now,
             frame: frame.as_ref(),
-            limit,
+            limit: limit.max(SHORTEST_RANKING),
             follow_updates: compared.is_none(),
         };
         let mut hits = self.ranked_awaiting(query, ranking, vector)?;
+        hits.truncate(limit);
         if let Some(events) = compared {
             self.bring_in_each(query, now, events, &mut hits, limit)?;
         }
@@ -390,6 +391,7 @@ impl LocalMemory {
         // Nothing said is about the question: answer nothing rather than the least unrelated.
         let best = hits
             .iter()
+            .filter(|(_, h)| !rerank::asks(&h.entry))
             .map(|(_, h)| relevance(&h.explain))
             .fold(0.0, f64::max);
         if query.min_relevance.is_none() && best < config.abstain_below {
@@ -432,7 +434,13 @@ impl LocalMemory {
             relevance_ratio_when_changed: config.update_relevance_ratio_when_changed,
             likeness: Likeness::Plain,
         };
+        // The first few are reordered among themselves only: promotions from further down
+        // the list put newer non-updates above answers (on the dev set, multi-session
+        // recall@5 fell 4 points when the first ten were reordered together).
+        let mut rest = kept.split_off(kept.len().min(REORDERED_TOGETHER));
         rerank::promote_updates(&mut kept, both_answer);
+        rerank::promote_updates(&mut rest, both_answer);
+        kept.append(&mut rest);
         if config.fill_below_floor && query.min_relevance.is_none() && kept.len() < limit {
             below.retain(|(_, hit)| relevance(&hit.explain) >= min_relevance / 2.0);
             below.sort_by(|(_, a), (_, b)| relevance(&b.explain).total_cmp(&relevance(&a.explain)));
@@ -510,6 +518,15 @@ fn keep_unrepeated(
         .filter(|c| kept.contains(&c.hit.entry.id))
         .collect()
 }
+
+/// The fewest hits a recall ranks (from as many candidates), however few it returns: a
+/// recall for up to this many shows the first of one ranking, so `--limit 1` answers with
+/// the top hit of the default `--limit 10`.
+const SHORTEST_RANKING: usize = 10;
+
+/// How many of the first hits the last re-ranking reorders among themselves (as many as the
+/// agent's context takes by default); those below are reordered among themselves.
+const REORDERED_TOGETHER: usize = 5;
 
 /// Hits picked before near-verbatim repeats are collapsed, for `limit` kept.
 fn candidates_len(limit: usize) -> usize {
