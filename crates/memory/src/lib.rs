@@ -261,8 +261,18 @@ impl MemoryConfig {
                 "memory.recall.half_life_hours: expected a positive number of hours".into(),
             );
         }
-        if recall.crowding_neighbours == 0 {
-            return Err("memory.recall.crowding_neighbours: expected at least 1".into());
+        // Each of these is work per recall: past its bound it only slows every recall.
+        let counts = [
+            ("candidates_per_hit", recall.candidates_per_hit, 1, 100),
+            ("crowding_neighbours", recall.crowding_neighbours, 1, 100),
+            ("successor_probes", recall.successor_probes, 0, 50),
+        ];
+        for (name, count, least, most) in counts {
+            if !(least..=most).contains(&count) {
+                return Err(format!(
+                    "memory.recall.{name}: expected a whole number from {least} to {most}"
+                ));
+            }
         }
         if recall.scan_limit == 0 {
             return Err("memory.recall.scan_limit: expected at least 1".into());

@@ -309,6 +309,16 @@ fn a_setting_out_of_range_names_the_variable_that_set_it() {
             "0",
             "memory.recall.half_life_hours",
         ),
+        (
+            "CAIRN_MEMORY_RECALL_SUCCESSOR_PROBES",
+            "1000000",
+            "memory.recall.successor_probes: expected a whole number from 0 to 50",
+        ),
+        (
+            "CAIRN_MEMORY_RECALL_CANDIDATES_PER_HIT",
+            "0",
+            "memory.recall.candidates_per_hit: expected a whole number from 1 to 100",
+        ),
     ] {
         let output = Command::new(cairn_bin())
             .arg("config")
