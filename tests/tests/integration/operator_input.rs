@@ -76,6 +76,15 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             ],
             "no journal in",
         );
+        // An existing dir no host ran on (a mistyped --data): memory is not created there.
+        for command in [
+            &["memory", "search", "tea"][..],
+            &["memory", "list"],
+            &["memory", "stats"],
+        ] {
+            let args: Vec<&str> = command.iter().copied().chain(["--data", &d]).collect();
+            refused(&args, "(no memory.db): no host has run on this data dir");
+        }
     }
     let a_file = data.path().join("a-file");
     std::fs::write(&a_file, "not a directory").expect("file");

@@ -244,8 +244,8 @@ pub(super) fn purge(
 }
 
 /// Refuse an `--output` path no file can be written at (a directory, or in a directory
-/// that does not exist) before anything is written.
-fn check_output(path: &Path) -> Result<()> {
+/// that does not exist) before anything is written or opened.
+pub(super) fn check_output(path: &Path) -> Result<()> {
     if path.is_dir() {
         return Err(BadInput(format!(
             "--output: {} is a directory; expected the path of a file",
@@ -270,10 +270,7 @@ fn check_output(path: &Path) -> Result<()> {
 /// `cairn memory export`.
 pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -> Result<()> {
     let records = match output {
-        Some(path) => {
-            check_output(path)?;
-            memory.export_file(path).map_err(memory_failure)?
-        }
+        Some(path) => memory.export_file(path).map_err(memory_failure)?,
         None => {
             let stdout = std::io::stdout();
             let mut lock = stdout.lock();
@@ -355,9 +352,6 @@ pub(super) fn snapshot(
             );
         }
     } else {
-        if let Some(path) = output {
-            check_output(path)?;
-        }
         let path = output
             .map(Path::to_path_buf)
             .unwrap_or_else(|| config.data_dir.join(SNAPSHOT_FILE));

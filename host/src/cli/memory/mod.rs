@@ -307,22 +307,43 @@ pub fn run(
         ))
         .into());
     }
-    let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
-    if on_sqlite && !config.data_dir.exists() && !command.fills_memory() {
-        return Err(BadInput(format!(
-            "--data: {} does not exist: no host has run there (expected the data dir a host ran on)",
-            config.data_dir.display()
-        ))
-        .into());
-    }
     if let MemoryCommand::Search(args) = command {
         args.check_span()?;
     }
     let prepared = prepare(command)?;
+    let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
+    if on_sqlite && !command.fills_memory() {
+        refuse_without_memory_db(&config.data_dir)?;
+    }
     let memory = CommandMemory::open(config, plugins)?;
     let outcome = dispatch(config, &memory, command, prepared);
     memory.close();
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// Refuse a command that needs memory on a data dir without memory.db: no host has run there
+/// (a mistyped `--data`, most likely), and opening it would leave an empty memory.db behind.
+/// A data dir whose memory.db was lost but whose snapshot of core memories is there is
+/// served: opening memory hydrates it from the snapshot.
+fn refuse_without_memory_db(data_dir: &Path) -> Result<()> {
+    if !data_dir.exists() {
+        return Err(BadInput(format!(
+            "--data: {} does not exist: no host has run there (expected the data dir a host ran on)",
+            data_dir.display()
+        ))
+        .into());
+    }
+    let memory_db = data_dir.join(cairn_storage::memory::FILE);
+    let snapshot = data_dir.join(SNAPSHOT_FILE);
+    if !memory_db.exists() && !snapshot.exists() {
+        return Err(BadInput(format!(
+            "no memory in {} (no {}): no host has run on this data dir",
+            data_dir.display(),
+            cairn_storage::memory::FILE
+        ))
+        .into());
+    }
+    Ok(())
 }
 
 /// What a command that fills memory read and checked before memory.db is opened, so a
@@ -334,8 +355,18 @@ enum Prepared {
     Hydration(CheckedSnapshot),
 }
 
-/// Read and check what `command` brings into memory, if it brings anything.
+/// Check the file `command` writes, if any, and read and check what it brings into memory,
+/// if it brings anything.
 fn prepare(command: &MemoryCommand) -> Result<Option<Prepared>> {
+    if let MemoryCommand::Export {
+        output: Some(path), ..
+    }
+    | MemoryCommand::Snapshot {
+        output: Some(path), ..
+    } = command
+    {
+        commands::check_output(path)?;
+    }
     Ok(match command {
         MemoryCommand::Import { file, .. } => Some(Prepared::Import(commands::read_import(file)?)),
         MemoryCommand::Snapshot {
