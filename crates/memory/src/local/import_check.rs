@@ -1,7 +1,7 @@
 //! Reading a JSONL import before anything is written: every line must be a whole, consistent
 //! record, with no field the store would drop, and no id given twice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -24,22 +24,79 @@ const AUDIT_ACTIONS: [&str; 6] = [
 /// A JSONL import read and checked whole, ready to write: made before memory.db is opened,
 /// so a refused import leaves nothing behind, not even an empty memory.db.
 #[derive(Debug)]
-pub struct CheckedImport(pub(super) Vec<ExportRecord>);
+pub struct CheckedImport {
+    /// The records, in file order.
+    pub(super) records: Vec<ExportRecord>,
+    /// Successors (`superseded_by`) the import names but does not hold: memory must hold
+    /// them already (see [`CheckedImport::check_successors`]).
+    outside: Vec<OutsideSuccessor>,
+}
+
+/// An entry's `superseded_by` naming an entry the import does not hold.
+#[derive(Debug)]
+struct OutsideSuccessor {
+    /// The line of the entry naming it.
+    line: usize,
+    /// The successor's id.
+    id: String,
+}
 
 impl CheckedImport {
     /// Read `input` (JSONL, as `cairn memory export` writes it); the first bad line is the
     /// error, named by its number.
     pub fn parse(input: &str) -> Result<Self, MemoryError> {
-        parse_records(input).map(CheckedImport)
+        let (records, lines) = parse_records(input)?;
+        let held: HashSet<&str> = records
+            .iter()
+            .filter_map(|record| match record {
+                ExportRecord::Entry(entry) => Some(entry.id.as_str()),
+                _ => None,
+            })
+            .collect();
+        let outside = records
+            .iter()
+            .zip(lines)
+            .filter_map(|(record, line)| match record {
+                ExportRecord::Entry(entry) => entry.superseded_by.as_ref().map(|id| (line, id)),
+                _ => None,
+            })
+            .filter(|(_, id)| !held.contains(id.as_str()))
+            .map(|(line, id)| OutsideSuccessor {
+                line,
+                id: id.clone(),
+            })
+            .collect();
+        Ok(CheckedImport { records, outside })
+    }
+
+    /// Refuse an import whose entry is superseded by one neither the import nor memory holds
+    /// (`in_memory` says whether memory holds an id): written, such an entry would be hidden
+    /// from recall as replaced by nothing. Purging an entry reinstates what it superseded,
+    /// so an export never names a successor it lacks.
+    pub fn check_successors(
+        &self,
+        mut in_memory: impl FnMut(&str) -> Result<bool, MemoryError>,
+    ) -> Result<(), MemoryError> {
+        for successor in &self.outside {
+            if !in_memory(&successor.id)? {
+                return Err(MemoryError::InvalidInput(format!(
+                    "line {}: superseded_by: {:?} is neither in the import nor in memory: \
+                     expected the id of the entry that replaced this one",
+                    successor.line, successor.id
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
-/// The records of a JSONL import, each checked, in file order. The first bad line is the
-/// error, named by its number, so the caller writes nothing.
-fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
+/// The records of a JSONL import, each checked, in file order, with the line of each. The
+/// first bad line is the error, named by its number, so the caller writes nothing.
+fn parse_records(input: &str) -> Result<(Vec<ExportRecord>, Vec<usize>), MemoryError> {
     // An editor's byte-order mark is not part of the first record.
     let input = input.strip_prefix('\u{feff}').unwrap_or(input);
     let mut records = Vec::new();
+    let mut lines = Vec::new();
     let mut first_line_of: HashMap<(&'static str, String), usize> = HashMap::new();
     for (index, line) in input.lines().enumerate() {
         let number = index + 1;
@@ -57,8 +114,9 @@ fn parse_records(input: &str) -> Result<Vec<ExportRecord>, MemoryError> {
             )));
         }
         records.push(record);
+        lines.push(number);
     }
-    Ok(records)
+    Ok((records, lines))
 }
 
 /// One line as a record. A field no record of its type has is refused, not dropped:
@@ -276,18 +334,40 @@ mod tests {
 
     fn error_of(input: &str) -> String {
         match parse_records(input) {
-            Ok(records) => panic!("accepted {} records", records.len()),
+            Ok((records, _)) => panic!("accepted {} records", records.len()),
             Err(e) => e.to_string(),
         }
     }
 
     #[test]
     fn an_exported_entry_is_read_back() {
-        let records = parse_records(ENTRY).expect("the entry");
+        let (records, _) = parse_records(ENTRY).expect("the entry");
         assert!(matches!(&records[..], [ExportRecord::Entry(e)] if e.id == "m1"));
         let marked = format!("\u{feff}{ENTRY}");
-        let records = parse_records(&marked).expect("an editor's byte-order mark");
+        let (records, _) = parse_records(&marked).expect("an editor's byte-order mark");
         assert_eq!(records.len(), 1);
+    }
+
+    #[test]
+    fn a_successor_neither_imported_nor_in_memory_is_refused_naming_its_line() {
+        let superseded = ENTRY.replace(r#""superseded_by":null"#, r#""superseded_by":"m2""#);
+        let successor = ENTRY.replace(r#""id":"m1""#, r#""id":"m2""#);
+        let both = CheckedImport::parse(&format!("{superseded}\n{successor}\n")).expect("read");
+        both.check_successors(|_| Ok(false))
+            .expect("the successor is in the import");
+        let other = ENTRY.replace(r#""id":"m1""#, r#""id":"m0""#);
+        let alone = CheckedImport::parse(&format!("{other}\n\n{superseded}\n")).expect("read");
+        alone
+            .check_successors(|id| Ok(id == "m2"))
+            .expect("the successor is in memory");
+        let error = alone
+            .check_successors(|_| Ok(false))
+            .expect_err("a successor nowhere")
+            .to_string();
+        assert!(
+            error.contains(r#"line 3: superseded_by: "m2" is neither in the import nor in memory"#),
+            "{error}"
+        );
     }
 
     #[test]

@@ -30,7 +30,8 @@ impl LocalMemory {
     /// Write an import already read and checked (see [`CheckedImport`]), as
     /// [`LocalMemory::import`] does.
     pub fn import_checked(&self, import: CheckedImport) -> Result<ImportReport, MemoryError> {
-        let report = self.store.import(import.0).wait()?;
+        import.check_successors(|id| Ok(self.get(id)?.is_some()))?;
+        let report = self.store.import(import.records).wait()?;
         if report.entries > 0 {
             self.signal.notify();
         }

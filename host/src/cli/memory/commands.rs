@@ -289,8 +289,9 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
 
 /// `cairn memory import`.
 /// Read and check the JSONL import at `file` (`-`: stdin) whole, before memory.db is opened,
-/// so a refused import leaves nothing behind.
-pub(super) fn read_import(file: &Path) -> Result<CheckedImport> {
+/// so a refused import leaves nothing behind; `into_empty`: memory holds nothing yet, so
+/// an entry superseded by one the file lacks is refused here too.
+pub(super) fn read_import(file: &Path, into_empty: bool) -> Result<CheckedImport> {
     let text = if file.as_os_str() == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| match e.kind() {
             std::io::ErrorKind::InvalidData => BadInput(format!("-: stdin: {e}")).into(),
@@ -299,7 +300,13 @@ pub(super) fn read_import(file: &Path) -> Result<CheckedImport> {
     } else {
         std::fs::read_to_string(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?
     };
-    CheckedImport::parse(&text).map_err(|e| import_failure(file, e))
+    let checked = CheckedImport::parse(&text).map_err(|e| import_failure(file, e))?;
+    if into_empty {
+        checked
+            .check_successors(|_| Ok(false))
+            .map_err(|e| import_failure(file, e))?;
+    }
+    Ok(checked)
 }
 
 /// `cairn memory import`: write `checked` (see [`read_import`]), reporting what was added.

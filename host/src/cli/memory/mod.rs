@@ -310,8 +310,9 @@ pub fn run(
     if let MemoryCommand::Search(args) = command {
         args.check_span()?;
     }
-    let prepared = prepare(command)?;
     let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
+    let no_memory_yet = on_sqlite && !config.data_dir.join(cairn_storage::memory::FILE).exists();
+    let prepared = prepare(command, no_memory_yet)?;
     if on_sqlite && !command.fills_memory() {
         refuse_without_memory_db(&config.data_dir)?;
     }
@@ -356,8 +357,9 @@ enum Prepared {
 }
 
 /// Check the file `command` writes, if any, and read and check what it brings into memory,
-/// if it brings anything.
-fn prepare(command: &MemoryCommand) -> Result<Option<Prepared>> {
+/// if it brings anything (`no_memory_yet`: into a data dir without memory.db, so every
+/// entry an import refers to must be in it).
+fn prepare(command: &MemoryCommand, no_memory_yet: bool) -> Result<Option<Prepared>> {
     if let MemoryCommand::Export {
         output: Some(path), ..
     }
@@ -368,7 +370,10 @@ fn prepare(command: &MemoryCommand) -> Result<Option<Prepared>> {
         commands::check_output(path)?;
     }
     Ok(match command {
-        MemoryCommand::Import { file, .. } => Some(Prepared::Import(commands::read_import(file)?)),
+        MemoryCommand::Import { file, .. } => Some(Prepared::Import(commands::read_import(
+            file,
+            no_memory_yet,
+        )?)),
         MemoryCommand::Snapshot {
             hydrate: Some(source),
             ..
@@ -406,7 +411,7 @@ fn dispatch(
         MemoryCommand::Import { file, json } => {
             let checked = match prepared {
                 Some(Prepared::Import(checked)) => checked,
-                _ => commands::read_import(file)?,
+                _ => commands::read_import(file, false)?,
             };
             commands::import(local, file, checked, json)
         }

@@ -153,6 +153,48 @@ fn export_and_import_round_trip_losslessly() {
         !fresh.path().join("memory.db").exists(),
         "nothing was half-imported, not even an empty memory.db"
     );
+
+    // An entry superseded by one neither the file nor memory holds would be hidden from
+    // recall as replaced by nothing: refused, into a fresh data dir and into a filled one.
+    let mut orphan: serde_json::Value = serde_json::from_str(
+        a.lines()
+            .find(|line| line.contains(r#""type":"entry""#))
+            .expect("an entry"),
+    )
+    .expect("json");
+    orphan["id"] = "mem_orphan".into();
+    orphan["superseded_by"] = "mem_nowhere".into();
+    let orphaned = target.path().join("orphan.jsonl");
+    std::fs::write(&orphaned, format!("{orphan}\n")).expect("write");
+    for dir in [fresh.path(), target.path()] {
+        let output = cairn(&[
+            "memory",
+            "import",
+            &orphaned.display().to_string(),
+            "--data",
+            &data_arg(dir),
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(
+                r#"line 1: superseded_by: "mem_nowhere" is neither in the import nor in memory"#
+            ),
+            "{stderr}"
+        );
+    }
+    assert!(!fresh.path().join("memory.db").exists(), "still nothing");
+    orphan["superseded_by"] = any_id.as_str().into();
+    std::fs::write(&orphaned, format!("{orphan}\n")).expect("write");
+    let imported = cli_json(&[
+        "memory",
+        "import",
+        &orphaned.display().to_string(),
+        "--json",
+        "--data",
+        &data_arg(target.path()),
+    ]);
+    assert_eq!(imported["entries"], 1, "a successor memory holds is found");
 }
 
 #[test]
