@@ -21,9 +21,9 @@ pub struct SendArgs {
     /// Conversation it belongs to.
     #[arg(long)]
     pub conversation: String,
-    /// Who sent it.
-    #[arg(long, default_value = "operator")]
-    pub sender: String,
+    /// Who sent it (default: the `--json` payload's `sender`, else `operator`).
+    #[arg(long)]
+    pub sender: Option<String>,
     /// Priority (lower is served first); default: the channel's configured priority
     /// (`buffer.channel_priority`, else its manifest's, as the last host on this data
     /// dir read it, else `buffer.default_priority`).
@@ -35,6 +35,7 @@ pub struct SendArgs {
     pub dedup_key: Option<String>,
     /// When the message was really said (RFC 3339, YYYY-MM-DD, or ms since the epoch), for
     /// history sent after the fact: memory dates its episode by it. Not in the future.
+    /// Default: the `--json` payload's `said_at`, else now.
     #[arg(long, value_parser = crate::cli::memory::parse_time)]
     pub at: Option<i64>,
     /// The message text (sent as `{"text": TEXT}`).
@@ -64,17 +65,48 @@ fn as_flag(reason: &str) -> String {
         .unwrap_or_else(|| reason.to_string())
 }
 
-/// Store the message and print its id; bad input is reported as such (exit 2).
-pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
-    if let Some(at) = args.at
+/// Who sent a message and when it was said, as the flags give them or else as the `--json`
+/// payload does (`{"text", "sender", "said_at"}`, the fields a webhook takes): a flag
+/// wins over the payload, as a webhook's header wins over its body.
+fn sender_and_time(args: &SendArgs, payload: &serde_json::Value) -> Result<(String, Option<i64>)> {
+    let sender = match (&args.sender, payload.get("sender")) {
+        (Some(sender), _) => sender.clone(),
+        (None, None | Some(serde_json::Value::Null)) => "operator".to_string(),
+        (None, Some(serde_json::Value::String(sender))) => sender.clone(),
+        (None, Some(other)) => {
+            return Err(BadInput(format!(
+                "--json: its `sender` is {other}: expected a string (or give --sender)"
+            ))
+            .into());
+        }
+    };
+    let (said_at, named) = match (args.at, payload.get("said_at")) {
+        (Some(at), _) => (Some(at), "--at"),
+        (None, None | Some(serde_json::Value::Null)) => (None, "--at"),
+        (None, Some(said_at)) => {
+            let text = match said_at {
+                serde_json::Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            let at = crate::cli::memory::parse_time(&text)
+                .map_err(|e| BadInput(format!("--json: its `said_at`: {e}")))?;
+            (Some(at), "--json: its `said_at`")
+        }
+    };
+    if let Some(at) = said_at
         && !(0..=crate::store::now_ms() + SAID_AT_LEEWAY_MS).contains(&at)
     {
         return Err(BadInput(format!(
-            "--at: {} is not when a message was said; expected a time from 1970 up to now",
+            "{named}: {} is not when a message was said; expected a time from 1970 up to now",
             crate::cli::shown_time(at)
         ))
         .into());
     }
+    Ok((sender, said_at))
+}
+
+/// Store the message and print its id; bad input is reported as such (exit 2).
+pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     let payload = match (&args.text, &args.json) {
         (Some(text), _) => serde_json::json!({ "text": text }).to_string(),
         (None, Some(path)) if path.as_os_str() == "-" => {
@@ -89,23 +121,23 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
             return Err(BadInput("give the message TEXT or --json FILE".into()).into());
         }
     };
-    let text = serde_json::from_str::<serde_json::Value>(&payload)
-        .ok()
-        .and_then(|payload| payload.get("text")?.as_str().map(str::to_string));
-    if text.is_some_and(|text| cairn_vocab::text::is_blank(&text)) {
+    let fields = serde_json::from_str::<serde_json::Value>(&payload).unwrap_or_default();
+    let text = fields.get("text").and_then(serde_json::Value::as_str);
+    if text.is_some_and(cairn_vocab::text::is_blank) {
         return Err(BadInput(
             "--json: its `text` is only blanks or invisible characters: expected some words".into(),
         )
         .into());
     }
+    let (sender, said_at) = sender_and_time(args, &fields)?;
     let message = NewMessage {
         channel: args.channel.clone(),
-        sender: args.sender.clone(),
+        sender,
         conversation: args.conversation.clone(),
         payload,
         priority: args.priority,
         dedup_key: args.dedup_key.clone(),
-        said_at: args.at,
+        said_at,
     };
     if let Err(BufferError::InvalidInput(reason)) = check_message(&message, &config.buffer) {
         return Err(BadInput(format!("message rejected: {}", as_flag(&reason))).into());

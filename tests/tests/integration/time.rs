@@ -74,7 +74,8 @@ fn ms(rfc3339: &str) -> i64 {
 #[test]
 fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
     let data = tempfile::tempdir().expect("data");
-    for (at, text) in TRIPS {
+    let (last, earlier) = TRIPS.split_last().expect("trips");
+    for (at, text) in earlier {
         let sent = send(data.path(), &["--at", at, text]);
         assert!(
             sent.status.success(),
@@ -82,6 +83,55 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
             String::from_utf8_lossy(&sent.stderr)
         );
     }
+    // The last as a webhook would send it: who and when in the JSON payload, no flags.
+    let payload = |sender: serde_json::Value, said_at: &str| {
+        let file = data.path().join("payload.json");
+        let body = serde_json::json!({"text": last.1, "sender": sender, "said_at": said_at});
+        std::fs::write(&file, body.to_string()).expect("payload");
+        file.display().to_string()
+    };
+    let data_arg = data.path().display().to_string();
+    let send_json = |file: &str| {
+        cairn(&[
+            "send",
+            "--data",
+            &data_arg,
+            "--channel",
+            "cli",
+            "--conversation",
+            "trips",
+            "--json",
+            file,
+        ])
+    };
+    for (sender, said_at, expected) in [
+        (
+            serde_json::json!("ana"),
+            "2999-01-01",
+            "--json: its `said_at`: 2999-01-01T00:00:00+00:00 is not when a message was said",
+        ),
+        (
+            serde_json::json!("ana"),
+            "last tuesday",
+            "--json: its `said_at`: `last tuesday` is not a time",
+        ),
+        (
+            serde_json::json!(5),
+            last.0,
+            "--json: its `sender` is 5: expected a string (or give --sender)",
+        ),
+    ] {
+        let refused = send_json(&payload(sender, said_at));
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    let sent = send_json(&payload(serde_json::json!("ana"), last.0));
+    assert!(
+        sent.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sent.stderr)
+    );
     for (at, expected) in [
         (
             "2999-01-01",
@@ -114,7 +164,6 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
         .iter()
         .map(|(at, t)| (ms(at), t.to_string()))
         .collect();
-    let data_arg = data.path().display().to_string();
     let listed = cairn(&[
         "memory", "list", "--user", "ana", "--json", "--data", &data_arg,
     ]);
@@ -133,7 +182,10 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
         })
         .collect();
     said.sort();
-    assert_eq!(said, trips);
+    assert_eq!(
+        said, trips,
+        "the payload's sender and said_at are the message's"
+    );
 
     // "last month", asked in late November, is October; asked in early April, March.
     let november = search(data.path(), "Which trip was last month?", "2026-11-20", &[]);
