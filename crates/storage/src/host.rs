@@ -58,6 +58,25 @@ pub trait StatusStore: Send + Sync {
     fn record_llm_usage(&self, usage: &LlmUsage) -> Receipt<()>;
     /// The recorded host run and plugin statuses (by id).
     fn report(&self) -> Result<StatusReport, StorageError>;
+    /// The channel plugins of the hosts running now, sorted: the channels whose main
+    /// batches some host answers. On a shared database, those of every run without a stop
+    /// seen alive within [`STALE_AFTER`](crate::pg::host::STALE_AFTER); in a data dir, the
+    /// run's if it recorded no stop (whether its process still holds the data dir is the
+    /// caller's to check).
+    fn live_channels(&self) -> Result<Vec<String>, StorageError> {
+        let report = self.report()?;
+        let running = report
+            .host
+            .as_ref()
+            .is_some_and(|run| run.stopped_at.is_none());
+        let mut channels: Vec<String> = if running {
+            report.channels().into_iter().map(str::to_string).collect()
+        } else {
+            Vec::new()
+        };
+        channels.sort();
+        Ok(channels)
+    }
 }
 
 /// What the lifecycle keeps across restarts besides sessions: whether the agent sleeps,

@@ -315,6 +315,18 @@ pub struct ChannelDepth {
     pub oldest_received_at: i64,
 }
 
+/// The main batches of one channel waiting for a host to answer them, for `cairn status`:
+/// a host answers only the channels it runs, so those of a channel no host runs wait.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ChannelQueue {
+    /// The channel.
+    pub channel: String,
+    /// How many of its main batches are queued.
+    pub batches: i64,
+    /// When its oldest queued batch was made (ms since the epoch).
+    pub oldest_created_at: i64,
+}
+
 /// Counts of batches or tasks by status.
 pub type StatusCounts = BTreeMap<String, i64>;
 
@@ -331,6 +343,8 @@ pub struct BufferStats {
     pub stored: i64,
     /// Batches by route and status, e.g. `main/queued`.
     pub batches: StatusCounts,
+    /// The queued main batches per channel.
+    pub queued: Vec<ChannelQueue>,
     /// Tasks by status.
     pub tasks: StatusCounts,
     /// The most recent tasks.

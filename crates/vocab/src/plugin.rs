@@ -178,6 +178,18 @@ pub struct StatusReport {
     pub llm_usage: Vec<LlmUsage>,
 }
 
+impl StatusReport {
+    /// The ids of the channel plugins the host ran: the channels whose main batches it
+    /// answers (it could deliver no other's reply).
+    pub fn channels(&self) -> Vec<&str> {
+        self.plugins
+            .iter()
+            .filter(|p| p.kind == PluginKind::Channel)
+            .map(|p| p.id.as_str())
+            .collect()
+    }
+}
+
 /// A plugin's `llm.complete` use since its host started. Field names are the `--json` keys.
 #[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct LlmUsage {

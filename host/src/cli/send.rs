@@ -9,7 +9,6 @@ use super::{BadInput, storage_unusable};
 use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS, check_message};
 use crate::config::{HostConfig, Storage};
 use crate::store::host::SqliteHost;
-use cairn_vocab::plugin::PluginKind;
 
 /// The arguments of `cairn send`.
 #[derive(clap::Args, Debug)]
@@ -187,12 +186,7 @@ fn check_channel(data_dir: &Path, channel: &str) -> Result<()> {
     let Some(report) = SqliteHost::read_status(data_dir)? else {
         return Ok(());
     };
-    let channels: Vec<&str> = report
-        .plugins
-        .iter()
-        .filter(|p| p.kind == PluginKind::Channel)
-        .map(|p| p.id.as_str())
-        .collect();
+    let channels = report.channels();
     if report.host.is_none() || channels.is_empty() || channels.contains(&channel) {
         return Ok(());
     }

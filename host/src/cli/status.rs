@@ -32,6 +32,8 @@ struct Seen {
     subscribers: Vec<SubscriberLag>,
     report: status::StatusReport,
     running: bool,
+    /// The channels the running hosts run (see `StatusStore::live_channels`).
+    live_channels: Vec<String>,
     llm_cache: Option<CacheStats>,
 }
 
@@ -59,11 +61,17 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
             });
     let running =
         report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
+    let live_channels = if running {
+        report.channels().into_iter().map(str::to_string).collect()
+    } else {
+        Vec::new()
+    };
     Ok(Seen {
         buffer: buffer::read_stats(data_dir).map_err(storage_unusable)?,
         subscribers,
         report,
         running,
+        live_channels,
         llm_cache: SqliteCache::read_stats(data_dir).map_err(storage_unusable)?,
     })
 }
@@ -71,11 +79,9 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
 /// Read a shared database. The host shown is the latest started of those sharing it; it
 /// runs while it has no clean stop and said it was alive in the last few seconds.
 fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
-    let report = storage
-        .host(data_dir)
-        .map_err(storage_unusable)?
-        .status
-        .report()?;
+    let status = storage.host(data_dir).map_err(storage_unusable)?.status;
+    let report = status.report()?;
+    let live_channels = status.live_channels()?;
     let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
     let running = report.host.as_ref().is_some_and(|r| {
         r.stopped_at.is_none()
@@ -100,6 +106,7 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
         subscribers,
         report,
         running,
+        live_channels,
         llm_cache: Some(storage.cache(data_dir).map_err(storage_unusable)?.stats()?),
     })
 }
@@ -118,9 +125,21 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
         subscribers,
         report,
         running,
+        live_channels,
         llm_cache,
     } = seen;
     let run = report.host.clone();
+    // While hosts run, a queued batch of a channel none of them runs waits for one that
+    // does (with no host running, every queued batch waits for the next).
+    let not_run: Vec<String> = match &buffer_stats {
+        Some(stats) if running => stats
+            .queued
+            .iter()
+            .filter(|queue| !live_channels.contains(&queue.channel))
+            .map(|queue| queue.channel.clone())
+            .collect(),
+        _ => Vec::new(),
+    };
     let plugins = status::as_seen_now(report, running);
     if json_output {
         let host = run.as_ref().map(|r| {
@@ -132,6 +151,7 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
             "{}",
             serde_json::to_string_pretty(
                 &json!({"data_dir": data_dir, "host": host, "plugins": plugins, "buffer": buffer_stats,
+                        "queued_for_channels_not_run": not_run,
                         "subscribers": subscribers, "llm_cache": llm_cache})
             )?
         );
@@ -142,7 +162,7 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
         print_plugins(&plugins);
     }
     if let Some(stats) = &buffer_stats {
-        print_buffer(stats, running);
+        print_buffer(stats, running, &not_run);
     }
     print_subscribers(&subscribers);
     if let Some(cache) = llm_cache {
@@ -243,8 +263,9 @@ fn print_subscribers(subscribers: &[SubscriberLag]) {
 }
 
 /// The buffer's depth, batches and tasks; `host_running` says whether a batch marked
-/// running is being worked on here or was left so by a host that ended.
-fn print_buffer(stats: &buffer::BufferStats, host_running: bool) {
+/// running is being worked on here or was left so by a host that ended; `not_run` names
+/// the channels with queued batches that no running host runs.
+fn print_buffer(stats: &buffer::BufferStats, host_running: bool, not_run: &[String]) {
     let oldest = stats
         .oldest_unrouted_age_ms
         .map(|age| format!(", oldest waiting {:.1}s", age as f64 / 1000.0))
@@ -267,6 +288,22 @@ fn print_buffer(stats: &buffer::BufferStats, host_running: bool) {
         }
     };
     println!("batches: {}", counts(&stats.batches));
+    for queue in &stats.queued {
+        let waiting = if not_run.contains(&queue.channel) {
+            format!(
+                "; no running host runs channel `{}`: a host that runs it answers them",
+                queue.channel
+            )
+        } else {
+            String::new()
+        };
+        println!(
+            "  queued for {}: {}, the oldest made {}{waiting}",
+            queue.channel,
+            plural(queue.batches, "batch", "batches"),
+            age(queue.oldest_created_at)
+        );
+    }
     for batch in &stats.running {
         let since = batch.started_at.map(age).unwrap_or_else(|| "now".into());
         let kept = match batch.received_at {
@@ -307,4 +344,9 @@ fn print_buffer(stats: &buffer::BufferStats, host_running: bool) {
             task.id, task.batch_id, task.status
         );
     }
+}
+
+/// `count` and the noun that goes with it ("1 batch", "2 batches").
+fn plural(count: i64, one: &str, many: &str) -> String {
+    format!("{count} {}", if count == 1 { one } else { many })
 }

@@ -281,6 +281,30 @@ fn a_message_for_a_channel_no_host_runs_waits_for_one_that_does_instead_of_faili
         "cairn> [offline] I received: user: hello",
         Duration::from_secs(60),
     );
+    // Meanwhile `cairn status` says what the page waits for.
+    let status_json = || -> Value {
+        let output = cairn_ok(&["status", "--json", "--data", &at]);
+        serde_json::from_slice(&output.stdout).expect("status json")
+    };
+    host.wait_until(Duration::from_secs(60), "the page routed", |_| {
+        status_json()["queued_for_channels_not_run"] == serde_json::json!(["pager"])
+    });
+    let shown = cairn_ok(&["status", "--data", &at]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let line = shown
+        .lines()
+        .find(|line| line.contains("queued for pager: 1 batch, the oldest made "))
+        .unwrap_or_else(|| panic!("no queued line for pager: {shown}"));
+    assert!(
+        line.ends_with(
+            " ago; no running host runs channel `pager`: a host that runs it answers them"
+        ),
+        "{line}"
+    );
+    assert!(
+        shown.lines().all(|line| !line.contains("queued for cli")),
+        "the typed line was answered: {shown}"
+    );
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     assert!(!log.contains("where did I park"), "{log}");

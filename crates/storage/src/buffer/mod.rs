@@ -9,8 +9,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use cairn_vocab::buffer::{
-    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
-    RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, ChannelQueue, FailedWork,
+    NewBatch, RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
 };
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -357,6 +357,19 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
     let batches =
         counts("SELECT route || '/' || status, count(*) FROM batches GROUP BY route, status")?;
     let tasks = counts("SELECT status, count(*) FROM tasks GROUP BY status")?;
+    let queued = conn
+        .prepare_cached(
+            "SELECT channel, count(*), min(created_at) FROM batches
+              WHERE route = 'main' AND status = 'queued' GROUP BY channel ORDER BY channel",
+        )?
+        .query_map([], |row| {
+            Ok(ChannelQueue {
+                channel: row.get(0)?,
+                batches: row.get(1)?,
+                oldest_created_at: row.get(2)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
     let mut statement = conn.prepare_cached(
         "SELECT id, batch_id, status, result, error, created_at, finished_at FROM tasks ORDER BY id DESC LIMIT 10",
     )?;
@@ -395,6 +408,7 @@ fn stats(conn: &Connection) -> Result<BufferStats, rusqlite::Error> {
         channels,
         stored,
         batches,
+        queued,
         tasks,
         running,
         recent_tasks,

@@ -19,8 +19,8 @@ use std::thread;
 use std::time::Duration;
 
 use cairn_vocab::buffer::{
-    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, FailedWork, NewBatch,
-    RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
+    Batch, BatchStatus, BufferStats, BufferedMessage, ChannelDepth, ChannelQueue, FailedWork,
+    NewBatch, RetryOutcome, RetrySelection, Route, RunningBatch, StatusCounts, TaskRow, TaskStatus,
 };
 use postgres::{Client, GenericClient, Row, Transaction};
 
@@ -738,6 +738,19 @@ fn stats(client: &mut postgres::Client) -> Result<BufferStats, StorageError> {
         "SELECT route || '/' || status, count(*) FROM buffer_batches GROUP BY route, status",
     )?;
     let tasks = counts("SELECT status, count(*) FROM buffer_tasks GROUP BY status")?;
+    let queued = client
+        .query(
+            "SELECT channel, count(*), min(created_at) FROM buffer_batches
+              WHERE route = 'main' AND status = 'queued' GROUP BY channel ORDER BY channel",
+            &[],
+        )?
+        .iter()
+        .map(|row| ChannelQueue {
+            channel: row.get(0),
+            batches: row.get(1),
+            oldest_created_at: row.get(2),
+        })
+        .collect();
     let recent_tasks = client
         .query(
             "SELECT id, batch_id, status, result, error, created_at, finished_at
@@ -785,6 +798,7 @@ fn stats(client: &mut postgres::Client) -> Result<BufferStats, StorageError> {
         channels,
         stored,
         batches,
+        queued,
         tasks,
         running,
         recent_tasks,

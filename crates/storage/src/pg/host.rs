@@ -280,6 +280,23 @@ impl StatusStore for PgHost {
             Ok(report)
         })
     }
+
+    fn live_channels(&self) -> Result<Vec<String>, StorageError> {
+        let seen_since = now_ms() - millis(STALE_AFTER);
+        self.pool.read(move |client| {
+            Ok(client
+                .query(
+                    "SELECT p.plugin_id FROM host_plugin_status p
+                       JOIN host_runs r ON r.host_id = p.host_id
+                      WHERE p.kind = 'channel' AND r.stopped_at IS NULL AND r.seen_at >= $1
+                      GROUP BY p.plugin_id ORDER BY p.plugin_id COLLATE \"C\"",
+                    &[&seen_since],
+                )?
+                .iter()
+                .map(|row| row.get(0))
+                .collect())
+        })
+    }
 }
 
 /// The run of host `own` if it has one, else the most recently started run of any host;
