@@ -35,7 +35,8 @@ pub struct RecallConfig {
     pub min_relevance: f64,
     /// Hits this similar (word overlap) to a better hit are collapsed into it (default 0.9).
     pub duplicate_similarity: f64,
-    /// Candidates taken from each signal before ranking, per requested hit (default 10).
+    /// Candidates taken from each signal before ranking, per hit ranked (default 5; at
+    /// least 50, so a recall ranks its first ten from the same 50 whatever its limit).
     pub candidates_per_hit: usize,
     /// Vectors a recall scores at most, the newest first, of the user's own memories (and
     /// as many of those shared by all users), so that a recall's time stops growing with a
@@ -127,7 +128,7 @@ impl Default for RecallConfig {
             half_life_hours: 168.0,
             min_relevance: 0.1,
             duplicate_similarity: 0.9,
-            candidates_per_hit: 10,
+            candidates_per_hit: 5,
             scan_limit: 50_000,
             lexical_boost: 0.1,
             min_similarity: 0.15,

@@ -45,9 +45,13 @@ pub struct SendArgs {
     pub json: Option<PathBuf>,
 }
 
-/// The buffer's reason for refusing a message, its field named as the flag that set it
-/// (`conversation: …` → `--conversation: …`); the payload's reasons stay as they are.
-fn as_flag(reason: &str) -> String {
+/// The buffer's reason for refusing a message, its field named as what set it: the flag
+/// (`conversation: …` → `--conversation: …`), or for a sender taken from the payload
+/// (`sender_in_payload`), the payload's field; the payload's reasons stay as they are.
+fn as_flag(reason: &str, sender_in_payload: bool) -> String {
+    if sender_in_payload && let Some(rest) = reason.strip_prefix("sender: ") {
+        return format!("--json: its `sender`: {rest}");
+    }
     const FLAGS: [(&str, &str); 4] = [
         ("channel: ", "--channel: "),
         ("sender: ", "--sender: "),
@@ -121,7 +125,15 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         }
     };
     let fields = serde_json::from_str::<serde_json::Value>(&payload).unwrap_or_default();
-    let text = fields.get("text").and_then(serde_json::Value::as_str);
+    let text = match fields.get("text") {
+        None => None,
+        Some(serde_json::Value::String(text)) => Some(text.as_str()),
+        Some(other) => {
+            return Err(
+                BadInput(format!("--json: its `text` is {other}: expected a string")).into(),
+            );
+        }
+    };
     if text.is_some_and(cairn_vocab::text::is_blank) {
         return Err(BadInput(
             "--json: its `text` is only blanks or invisible characters: expected some words".into(),
@@ -139,7 +151,9 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         said_at,
     };
     if let Err(BufferError::InvalidInput(reason)) = check_message(&message, &config.buffer) {
-        return Err(BadInput(format!("message rejected: {}", as_flag(&reason))).into());
+        let sender_in_payload = args.sender.is_none() && fields.get("sender").is_some();
+        let reason = as_flag(&reason, sender_in_payload);
+        return Err(BadInput(format!("message rejected: {reason}")).into());
     }
     let storage = config.storage().map_err(storage_unusable)?;
     if let Storage::Sqlite = storage {

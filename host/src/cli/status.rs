@@ -129,13 +129,18 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
         llm_cache,
     } = seen;
     let run = report.host.clone();
-    // While hosts run, a queued batch of a channel none of them runs waits for one that
-    // does (with no host running, every queued batch waits for the next).
+    // A queued batch of a channel no running host runs waits for one that does; with no
+    // host running, one of a channel the last host did not run would wait again.
+    let channels_run: Vec<String> = if running {
+        live_channels
+    } else {
+        report.channels().into_iter().map(str::to_string).collect()
+    };
     let not_run: Vec<String> = match &buffer_stats {
-        Some(stats) if running => stats
+        Some(stats) if run.is_some() => stats
             .queued
             .iter()
-            .filter(|queue| !live_channels.contains(&queue.channel))
+            .filter(|queue| !channels_run.contains(&queue.channel))
             .map(|queue| queue.channel.clone())
             .collect(),
         _ => Vec::new(),
@@ -264,7 +269,8 @@ fn print_subscribers(subscribers: &[SubscriberLag]) {
 
 /// The buffer's depth, batches and tasks; `host_running` says whether a batch marked
 /// running is being worked on here or was left so by a host that ended; `not_run` names
-/// the channels with queued batches that no running host runs.
+/// the channels with queued batches that no running host runs (with none running, that
+/// the last host did not run).
 fn print_buffer(stats: &buffer::BufferStats, host_running: bool, not_run: &[String]) {
     let oldest = stats
         .oldest_unrouted_age_ms
@@ -289,13 +295,16 @@ fn print_buffer(stats: &buffer::BufferStats, host_running: bool, not_run: &[Stri
     };
     println!("batches: {}", counts(&stats.batches));
     for queue in &stats.queued {
-        let waiting = if not_run.contains(&queue.channel) {
-            format!(
+        let waiting = match (not_run.contains(&queue.channel), host_running) {
+            (false, _) => String::new(),
+            (true, true) => format!(
                 "; no running host runs channel `{}`: a host that runs it answers them",
                 queue.channel
-            )
-        } else {
-            String::new()
+            ),
+            (true, false) => format!(
+                "; the last host ran no channel `{}`: only a host that runs it answers them",
+                queue.channel
+            ),
         };
         println!(
             "  queued for {}: {}, the oldest made {}{waiting}",

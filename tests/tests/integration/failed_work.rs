@@ -313,9 +313,22 @@ fn a_message_for_a_channel_no_host_runs_waits_for_one_that_does_instead_of_faili
         "nothing failed: {:?}\n{log}",
         failed(data)
     );
-    let stats = cairn_ok(&["status", "--json", "--data", &at]);
-    let stats: Value = serde_json::from_slice(&stats.stdout).expect("status json");
+    let stats = status_json();
     assert_eq!(stats["buffer"]["batches"]["main/queued"], 1, "{stats}");
+    // With no host running, the mark names the last host's channels.
+    assert_eq!(
+        stats["queued_for_channels_not_run"],
+        serde_json::json!(["pager"]),
+        "{stats}"
+    );
+    let shown = cairn_ok(&["status", "--data", &at]);
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.contains(
+            "; the last host ran no channel `pager`: only a host that runs it answers them"
+        ),
+        "{shown}"
+    );
 
     // A host that runs `pager` (the terminal channel under that name) answers it.
     let with_pager = PluginDir::new();

@@ -85,6 +85,17 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             let args: Vec<&str> = command.iter().copied().chain(["--data", &d]).collect();
             refused(&args, "(no memory.db): no host has run on this data dir");
         }
+        // One holding only a snapshot memory.db could not be hydrated from.
+        let snapshot_only = tempfile::tempdir().expect("dir");
+        std::fs::write(snapshot_only.path().join("MEMORY_SNAPSHOT.md"), "garbage\n")
+            .expect("snapshot");
+        let s = snapshot_only.path().display().to_string();
+        refused(&["memory", "list", "--data", &s], "MEMORY_SNAPSHOT.md");
+        assert_eq!(
+            entries(snapshot_only.path()),
+            ["MEMORY_SNAPSHOT.md"],
+            "no memory.db made"
+        );
     }
     let a_file = data.path().join("a-file");
     std::fs::write(&a_file, "not a directory").expect("file");
@@ -216,6 +227,21 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             &invisible,
         ],
         "--json: its `text` is only blanks or invisible characters",
+    );
+    std::fs::write(&invisible, r#"{"text": 5}"#).expect("write");
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--data",
+            &d,
+            "--json",
+            &invisible,
+        ],
+        "--json: its `text` is 5: expected a string",
     );
     std::fs::remove_file(&invisible).expect("remove");
     if !storage::on_postgres() {

@@ -120,6 +120,11 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
             last.0,
             "--json: its `sender` is 5: expected a string (or give --sender)",
         ),
+        (
+            serde_json::json!(""),
+            last.0,
+            "message rejected: --json: its `sender`: expected a non-empty string",
+        ),
     ] {
         let refused = send_json(&payload(sender, said_at));
         let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -229,11 +234,19 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
     expected.sort();
     assert_eq!(found, expected, "{compared:#?}");
     assert!(
-        compared.iter().any(|hit| hit["explain"]["adjusted"]
+        compared.iter().all(|hit| hit["explain"]["adjusted"]
             .as_str()
-            .is_some_and(|a| a.starts_with("brought in: the best match for"))),
+            .is_some_and(|a| a.starts_with("leads: the best match for"))),
         "{compared:#?}"
     );
+    // One hit shows the first of the same two.
+    let first = search(
+        data.path(),
+        "Thinking of the Dolomites with my sister, which came first: the Alps or the coast?",
+        "2026-11-20",
+        &["--limit", "1", "--as-of", "2026-11-20"],
+    );
+    assert_eq!(content(&first[0]), content(&compared[0]), "{first:#?}");
 }
 
 #[test]

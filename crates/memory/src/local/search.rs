@@ -39,10 +39,10 @@ impl LocalMemory {
             follow_updates: compared.is_none(),
         };
         let mut hits = self.ranked_awaiting(query, ranking, vector)?;
-        hits.truncate(limit);
         if let Some(events) = compared {
-            self.bring_in_each(query, now, events, &mut hits, limit)?;
+            hits = self.led_by_each(query, now, events, hits)?;
         }
+        hits.truncate(limit);
         Ok(hits)
     }
 
@@ -69,34 +69,36 @@ impl LocalMemory {
         }))
     }
 
-    /// A question comparing two events needs both: the best match of each joins the hits
-    /// when it is not among them, in place of the lowest-ranked hit no event brought.
-    fn bring_in_each(
+    /// A question comparing two events needs both: the best match of each leads the hits,
+    /// in the order the question names them, then the rest as ranked. The lead is the same
+    /// whatever the limit, so a smaller limit still shows the first hits of a larger one.
+    /// A match already among the hits keeps its score and moves up; one that is not is
+    /// brought in from its own search.
+    fn led_by_each(
         &self,
         query: &RecallQuery,
         now: i64,
         events: [String; 2],
-        hits: &mut Vec<RecallHit>,
-        limit: usize,
-    ) -> Result<(), MemoryError> {
-        let mut kept: Vec<String> = Vec::new();
+        mut hits: Vec<RecallHit>,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
+        let mut lead: Vec<RecallHit> = Vec::new();
         for event in events {
             let best = self.ranked(&probe(query, event.clone()), now, None, 1)?;
-            let Some(mut best) = best.into_iter().next() else {
+            let Some(best) = best.into_iter().next() else {
                 continue;
             };
-            let id = best.entry.id.clone();
-            if !hits.iter().any(|hit| hit.entry.id == id) {
-                best.explain.adjusted = Some(format!("brought in: the best match for \"{event}\""));
-                if hits.len() < limit {
-                    hits.push(best);
-                } else if let Some(at) = hits.iter().rposition(|h| !kept.contains(&h.entry.id)) {
-                    hits[at] = best;
-                }
+            if lead.iter().any(|hit| hit.entry.id == best.entry.id) {
+                continue;
             }
-            kept.push(id);
+            let mut led = match hits.iter().position(|hit| hit.entry.id == best.entry.id) {
+                Some(at) => hits.remove(at),
+                None => best,
+            };
+            led.explain.adjusted = Some(format!("leads: the best match for \"{event}\""));
+            lead.push(led);
         }
-        Ok(())
+        lead.append(&mut hits);
+        Ok(lead)
     }
 
     /// Candidates from both signals, scored and ranked; `frame` favours memories of a span.

@@ -325,7 +325,7 @@ pub fn run(
 /// Refuse a command that needs memory on a data dir without memory.db: no host has run there
 /// (a mistyped `--data`, most likely), and opening it would leave an empty memory.db behind.
 /// A data dir whose memory.db was lost but whose snapshot of core memories is there is
-/// served: opening memory hydrates it from the snapshot.
+/// served: opening memory hydrates it from the snapshot, which must read.
 fn refuse_without_memory_db(data_dir: &Path) -> Result<()> {
     if !data_dir.exists() {
         return Err(BadInput(format!(
@@ -336,7 +336,10 @@ fn refuse_without_memory_db(data_dir: &Path) -> Result<()> {
     }
     let memory_db = data_dir.join(cairn_storage::memory::FILE);
     let snapshot = data_dir.join(SNAPSHOT_FILE);
-    if !memory_db.exists() && !snapshot.exists() {
+    if memory_db.exists() {
+        return Ok(());
+    }
+    if !snapshot.exists() {
         return Err(BadInput(format!(
             "no memory in {} (no {}): no host has run on this data dir",
             data_dir.display(),
@@ -344,6 +347,9 @@ fn refuse_without_memory_db(data_dir: &Path) -> Result<()> {
         ))
         .into());
     }
+    // Checked before memory.db is made: one it cannot be hydrated from is refused with
+    // nothing left behind.
+    CheckedSnapshot::read(&snapshot).map_err(memory_failure)?;
     Ok(())
 }
 
