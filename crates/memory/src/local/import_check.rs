@@ -46,6 +46,7 @@ impl CheckedImport {
     /// error, named by its number.
     pub fn parse(input: &str) -> Result<Self, MemoryError> {
         let (records, lines) = parse_records(input)?;
+        refuse_successor_loops(&records, &lines)?;
         let held: HashSet<&str> = records
             .iter()
             .filter_map(|record| match record {
@@ -88,6 +89,51 @@ impl CheckedImport {
         }
         Ok(())
     }
+}
+
+/// Refuse successors (`superseded_by`) within the import that lead back to an entry already
+/// on the chain (A by B, B by A): every entry on the loop would be hidden from recall as
+/// replaced, with no current one left. The error names the line of the entry the loop
+/// returns to and the loop.
+fn refuse_successor_loops(records: &[ExportRecord], lines: &[usize]) -> Result<(), MemoryError> {
+    let mut successor: HashMap<&str, &str> = HashMap::new();
+    let mut line_of: HashMap<&str, usize> = HashMap::new();
+    for (record, &line) in records.iter().zip(lines) {
+        if let ExportRecord::Entry(entry) = record {
+            line_of.insert(&entry.id, line);
+            if let Some(next) = &entry.superseded_by {
+                successor.insert(&entry.id, next);
+            }
+        }
+    }
+    // Entries whose chain is known to end at a current entry (or outside the import).
+    let mut ending: HashSet<&str> = HashSet::new();
+    for (record, _) in records.iter().zip(lines) {
+        let ExportRecord::Entry(entry) = record else {
+            continue;
+        };
+        let mut chain: Vec<&str> = Vec::new();
+        let mut at = entry.id.as_str();
+        while !ending.contains(at) {
+            if let Some(start) = chain.iter().position(|id| *id == at) {
+                let mut lap: Vec<&str> = chain[start..].to_vec();
+                lap.push(at);
+                return Err(MemoryError::InvalidInput(format!(
+                    "line {}: superseded_by: the chain {} comes back to this entry: expected \
+                     successors that end at an entry nothing supersedes",
+                    line_of.get(at).copied().unwrap_or_default(),
+                    lap.join(" → ")
+                )));
+            }
+            chain.push(at);
+            match successor.get(at) {
+                Some(next) => at = next,
+                None => break,
+            }
+        }
+        ending.extend(chain);
+    }
+    Ok(())
 }
 
 /// The records of a JSONL import, each checked, in file order, with the line of each. The
@@ -368,6 +414,34 @@ mod tests {
             error.contains(r#"line 3: superseded_by: "m2" is neither in the import nor in memory"#),
             "{error}"
         );
+    }
+
+    #[test]
+    fn successors_that_loop_back_are_refused_naming_the_loop() {
+        let entry = |id: &str, by: &str| {
+            ENTRY
+                .replace(r#""id":"m1""#, &format!(r#""id":"{id}""#))
+                .replace(
+                    r#""superseded_by":null"#,
+                    &format!(r#""superseded_by":"{by}""#),
+                )
+        };
+        let looped = [entry("m0", "m1"), entry("m1", "m2"), entry("m2", "m1")].join("\n");
+        let error = CheckedImport::parse(&looped)
+            .expect_err("a loop")
+            .to_string();
+        assert!(
+            error
+                .contains("line 2: superseded_by: the chain m1 → m2 → m1 comes back to this entry"),
+            "{error}"
+        );
+        let chain = [
+            entry("m0", "m1"),
+            entry("m1", "m2"),
+            ENTRY.replace("m1", "m2"),
+        ]
+        .join("\n");
+        CheckedImport::parse(&chain).expect("a chain ending at a current entry");
     }
 
     #[test]

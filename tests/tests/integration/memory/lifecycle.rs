@@ -183,6 +183,27 @@ fn export_and_import_round_trip_losslessly() {
             "{stderr}"
         );
     }
+    // Nor may successors loop back (A by B, B by A): both would vanish.
+    let mut other = orphan.clone();
+    other["id"] = "mem_orphan_too".into();
+    other["superseded_by"] = "mem_orphan".into();
+    orphan["superseded_by"] = "mem_orphan_too".into();
+    std::fs::write(&orphaned, format!("{orphan}\n{other}\n")).expect("write");
+    let output = cairn(&[
+        "memory",
+        "import",
+        &orphaned.display().to_string(),
+        "--data",
+        &data_arg(fresh.path()),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "line 1: superseded_by: the chain mem_orphan → mem_orphan_too → mem_orphan comes back"
+        ),
+        "{stderr}"
+    );
     assert!(!fresh.path().join("memory.db").exists(), "still nothing");
     orphan["superseded_by"] = any_id.as_str().into();
     std::fs::write(&orphaned, format!("{orphan}\n")).expect("write");
