@@ -32,8 +32,9 @@ struct Seen {
     subscribers: Vec<SubscriberLag>,
     report: status::StatusReport,
     running: bool,
-    /// The channels the running hosts run (see `StatusStore::live_channels`).
-    live_channels: Vec<String>,
+    /// On a shared database, the channels the running hosts run (see
+    /// `StatusStore::live_channels`); a data dir's one host runs its report's.
+    live_channels: Option<Vec<String>>,
     llm_cache: Option<CacheStats>,
 }
 
@@ -61,17 +62,12 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
             });
     let running =
         report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
-    let live_channels = if running {
-        report.channels().into_iter().map(str::to_string).collect()
-    } else {
-        Vec::new()
-    };
     Ok(Seen {
         buffer: buffer::read_stats(data_dir).map_err(storage_unusable)?,
         subscribers,
         report,
         running,
-        live_channels,
+        live_channels: None,
         llm_cache: SqliteCache::read_stats(data_dir).map_err(storage_unusable)?,
     })
 }
@@ -81,7 +77,7 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
 fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
     let status = storage.host(data_dir).map_err(storage_unusable)?.status;
     let report = status.report()?;
-    let live_channels = status.live_channels()?;
+    let live_channels = Some(status.live_channels()?);
     let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
     let running = report.host.as_ref().is_some_and(|r| {
         r.stopped_at.is_none()
@@ -131,10 +127,9 @@ pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
     let run = report.host.clone();
     // A queued batch of a channel no running host runs waits for one that does; with no
     // host running, one of a channel the last host did not run would wait again.
-    let channels_run: Vec<String> = if running {
-        live_channels
-    } else {
-        report.channels().into_iter().map(str::to_string).collect()
+    let channels_run: Vec<String> = match live_channels {
+        Some(live) if running => live,
+        _ => report.channels().into_iter().map(str::to_string).collect(),
     };
     let not_run: Vec<String> = match &buffer_stats {
         Some(stats) if run.is_some() => stats

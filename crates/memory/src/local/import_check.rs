@@ -46,23 +46,21 @@ impl CheckedImport {
     /// error, named by its number.
     pub fn parse(input: &str) -> Result<Self, MemoryError> {
         let (records, lines) = parse_records(input)?;
-        refuse_successor_loops(&records, &lines)?;
-        let held: HashSet<&str> = records
-            .iter()
-            .filter_map(|record| match record {
-                ExportRecord::Entry(entry) => Some(entry.id.as_str()),
-                _ => None,
-            })
-            .collect();
-        let outside = records
+        let entries: Vec<(&MemoryEntry, usize)> = records
             .iter()
             .zip(lines)
             .filter_map(|(record, line)| match record {
-                ExportRecord::Entry(entry) => entry.superseded_by.as_ref().map(|id| (line, id)),
+                ExportRecord::Entry(entry) => Some((entry.as_ref(), line)),
                 _ => None,
             })
-            .filter(|(_, id)| !held.contains(id.as_str()))
-            .map(|(line, id)| OutsideSuccessor {
+            .collect();
+        refuse_successor_loops(&entries)?;
+        let held: HashSet<&str> = entries.iter().map(|(entry, _)| entry.id.as_str()).collect();
+        let outside = entries
+            .iter()
+            .filter_map(|(entry, line)| Some((entry.superseded_by.as_ref()?, *line)))
+            .filter(|(id, _)| !held.contains(id.as_str()))
+            .map(|(id, line)| OutsideSuccessor {
                 line,
                 id: id.clone(),
             })
@@ -95,23 +93,18 @@ impl CheckedImport {
 /// on the chain (A by B, B by A): every entry on the loop would be hidden from recall as
 /// replaced, with no current one left. The error names the line of the entry the loop
 /// returns to and the loop.
-fn refuse_successor_loops(records: &[ExportRecord], lines: &[usize]) -> Result<(), MemoryError> {
-    let mut successor: HashMap<&str, &str> = HashMap::new();
-    let mut line_of: HashMap<&str, usize> = HashMap::new();
-    for (record, &line) in records.iter().zip(lines) {
-        if let ExportRecord::Entry(entry) = record {
-            line_of.insert(&entry.id, line);
-            if let Some(next) = &entry.superseded_by {
-                successor.insert(&entry.id, next);
-            }
-        }
-    }
+fn refuse_successor_loops(entries: &[(&MemoryEntry, usize)]) -> Result<(), MemoryError> {
+    let line_of: HashMap<&str, usize> = entries
+        .iter()
+        .map(|(entry, line)| (entry.id.as_str(), *line))
+        .collect();
+    let successor: HashMap<&str, &str> = entries
+        .iter()
+        .filter_map(|(entry, _)| Some((entry.id.as_str(), entry.superseded_by.as_deref()?)))
+        .collect();
     // Entries whose chain is known to end at a current entry (or outside the import).
     let mut ending: HashSet<&str> = HashSet::new();
-    for (record, _) in records.iter().zip(lines) {
-        let ExportRecord::Entry(entry) = record else {
-            continue;
-        };
+    for (entry, _) in entries {
         let mut chain: Vec<&str> = Vec::new();
         let mut at = entry.id.as_str();
         while !ending.contains(at) {

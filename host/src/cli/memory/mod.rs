@@ -313,7 +313,7 @@ pub fn run(
     let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
     let no_memory_yet = on_sqlite && !config.data_dir.join(cairn_storage::memory::FILE).exists();
     let prepared = prepare(command, no_memory_yet)?;
-    if on_sqlite && !command.fills_memory() {
+    if no_memory_yet && !command.fills_memory() {
         refuse_without_memory_db(&config.data_dir)?;
     }
     let memory = CommandMemory::open(config, plugins)?;
@@ -322,7 +322,8 @@ pub fn run(
     outcome.map(|()| ExitCode::SUCCESS)
 }
 
-/// Refuse a command that needs memory on a data dir without memory.db: no host has run there
+/// Refuse a command that needs memory on a data dir without memory.db (the caller saw
+/// none): no host has run there
 /// (a mistyped `--data`, most likely), and opening it would leave an empty memory.db behind.
 /// A data dir whose memory.db was lost but whose snapshot of core memories is there is
 /// served: opening memory hydrates it from the snapshot, which must read.
@@ -334,11 +335,7 @@ fn refuse_without_memory_db(data_dir: &Path) -> Result<()> {
         ))
         .into());
     }
-    let memory_db = data_dir.join(cairn_storage::memory::FILE);
     let snapshot = data_dir.join(SNAPSHOT_FILE);
-    if memory_db.exists() {
-        return Ok(());
-    }
     if !snapshot.exists() {
         return Err(BadInput(format!(
             "no memory in {} (no {}): no host has run on this data dir",
