@@ -293,6 +293,14 @@ fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
         if *successor == entry.id {
             return Err("superseded_by: an entry cannot supersede itself".into());
         }
+        // Recall takes an entry without `valid_to` as current: a replaced one would be
+        // recalled as current and as replaced at once.
+        if entry.valid_to.is_none() {
+            return Err(format!(
+                "superseded_by: {successor:?} replaced this entry, but valid_to is null: \
+                 expected valid_to, the time it stopped being true"
+            ));
+        }
     }
     let named = entry
         .superseded_by
@@ -389,7 +397,10 @@ mod tests {
 
     #[test]
     fn a_successor_neither_imported_nor_in_memory_is_refused_naming_its_line() {
-        let superseded = ENTRY.replace(r#""superseded_by":null"#, r#""superseded_by":"m2""#);
+        let superseded = ENTRY.replace(
+            r#""valid_to":null,"recorded_at":10,"superseded_by":null"#,
+            r#""valid_to":20,"recorded_at":10,"superseded_by":"m2""#,
+        );
         let successor = ENTRY.replace(r#""id":"m1""#, r#""id":"m2""#);
         let both = CheckedImport::parse(&format!("{superseded}\n{successor}\n")).expect("read");
         both.check_successors(|_| Ok(false))
@@ -415,8 +426,8 @@ mod tests {
             ENTRY
                 .replace(r#""id":"m1""#, &format!(r#""id":"{id}""#))
                 .replace(
-                    r#""superseded_by":null"#,
-                    &format!(r#""superseded_by":"{by}""#),
+                    r#""valid_to":null,"recorded_at":10,"superseded_by":null"#,
+                    &format!(r#""valid_to":20,"recorded_at":10,"superseded_by":"{by}""#),
                 )
         };
         let looped = [entry("m0", "m1"), entry("m1", "m2"), entry("m2", "m1")].join("\n");
@@ -480,6 +491,12 @@ mod tests {
         assert!(error_of(&backwards).contains("valid_to: 5 is before valid_from 10"));
         let own = ENTRY.replace(r#""superseded_by":null"#, r#""superseded_by":"m1""#);
         assert!(error_of(&own).contains("cannot supersede itself"));
+        let still_current = ENTRY.replace(r#""superseded_by":null"#, r#""superseded_by":"m2""#);
+        assert!(
+            error_of(&still_current).contains(
+                r#"line 1: superseded_by: "m2" replaced this entry, but valid_to is null"#
+            )
+        );
         let session = r#"{"type":"session","id":"cli:a","user_id":null,"agent_id":null,"started_at":10,"ended_at":3,"state":"ended"}"#;
         assert!(error_of(session).contains("ended_at: 3 is before started_at 10"));
         let audit = r#"{"type":"audit","entry_id":"m1","action":"rename","actor":"cli","at":1,"detail":null}"#;

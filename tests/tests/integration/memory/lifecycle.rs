@@ -164,6 +164,7 @@ fn export_and_import_round_trip_losslessly() {
     .expect("json");
     orphan["id"] = "mem_orphan".into();
     orphan["superseded_by"] = "mem_nowhere".into();
+    orphan["valid_to"] = orphan["valid_from"].clone();
     let orphaned = target.path().join("orphan.jsonl");
     std::fs::write(&orphaned, format!("{orphan}\n")).expect("write");
     for dir in [fresh.path(), target.path()] {
@@ -206,6 +207,23 @@ fn export_and_import_round_trip_losslessly() {
     );
     assert!(!fresh.path().join("memory.db").exists(), "still nothing");
     orphan["superseded_by"] = any_id.as_str().into();
+    // A replaced entry without valid_to would be recalled as current and as replaced.
+    let mut still_current = orphan.clone();
+    still_current["valid_to"] = serde_json::Value::Null;
+    std::fs::write(&orphaned, format!("{still_current}\n")).expect("write");
+    let output = cairn(&[
+        "memory",
+        "import",
+        &orphaned.display().to_string(),
+        "--data",
+        &data_arg(target.path()),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 1: superseded_by: ") && stderr.contains("but valid_to is null"),
+        "{stderr}"
+    );
     std::fs::write(&orphaned, format!("{orphan}\n")).expect("write");
     let imported = cli_json(&[
         "memory",
