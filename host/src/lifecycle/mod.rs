@@ -38,6 +38,9 @@ use crate::store::host::LifecycleStore;
 use crate::store::memory::{Activity, KeepOpen, SessionChoice, SessionStore};
 use crate::store::now_ms;
 use cairn_vocab::plugin::Schedule;
+use timetable::Timetable;
+
+mod timetable;
 use cairn_vocab::session::SleepState;
 
 /// Why the lifecycle could not read or record its state.
@@ -333,71 +336,32 @@ impl Lifecycle {
         Ok(())
     }
 
-    /// Emit the plugins' cron schedules until `stop`.
+    /// Emit the plugins' cron schedules until `stop`: first the ticks missed while the host
+    /// was down, then every tick as it comes due, all of those due at one moment together.
     pub async fn run_scheduler(
         self: Arc<Self>,
         schedules: Vec<Schedule>,
         mut stop: watch::Receiver<bool>,
     ) {
-        let mut entries = Vec::new();
-        for schedule in schedules {
-            match schedule.cron.parse::<croner::Cron>() {
-                Ok(cron) => entries.push((schedule.plugin, schedule.name, schedule.cron, cron)),
-                Err(e) => {
-                    tracing::error!(plugin = %schedule.plugin, schedule = %schedule.name, "bad cron: {e}")
-                }
-            }
-        }
-        if entries.is_empty() {
-            return;
-        }
         let now = Utc::now();
-        for (plugin, name, expression, cron) in &entries {
-            match self.last_fired(plugin, name) {
-                Ok(Some(last)) => {
-                    let missed = cron
-                        .find_next_occurrence(&last, false)
-                        .ok()
-                        .filter(|next| *next <= now);
-                    if let Some(missed_at) = missed {
-                        if self.config.missed_schedules == MissedSchedules::FireOnce
-                            && self.claim(plugin, name, missed_at).await
-                        {
-                            self.fire(plugin, name, expression, missed_at, true).await;
-                        }
-                        self.record_fired(plugin, name, now).await;
-                    }
-                }
-                Ok(None) => self.record_fired(plugin, name, now).await,
-                Err(e) => {
-                    tracing::error!(plugin, schedule = name, "cannot read schedule state: {e}")
-                }
-            }
+        let mut timetable = Timetable::new(schedules, |schedule| {
+            self.last_fired(&schedule.plugin, &schedule.name)
+                .ok()
+                .flatten()
+                .map_or(now, |last| last.max(now))
+        });
+        for entry in timetable.entries() {
+            self.catch_up(entry, now).await;
         }
-        loop {
-            let now = Utc::now();
-            let next = entries
-                .iter()
-                .filter_map(|(plugin, name, expression, cron)| {
-                    let from = self
-                        .last_fired(plugin, name)
-                        .ok()
-                        .flatten()
-                        .unwrap_or(now)
-                        .max(now);
-                    cron.find_next_occurrence(&from, false)
-                        .ok()
-                        .map(|at| (at, plugin, name, expression))
-                })
-                .min_by_key(|(at, ..)| *at);
-            let Some((at, plugin, name, expression)) = next else {
-                return;
-            };
-            let wait = (at - Utc::now()).to_std().unwrap_or(Duration::ZERO);
+        while let Some(next) = timetable.next_tick() {
+            let wait = (next - Utc::now()).to_std().unwrap_or(Duration::ZERO);
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {
-                    if self.claim(plugin, name, at).await {
-                        self.fire(plugin, name, expression, at, false).await;
+                    for due in timetable.take_due(Utc::now()) {
+                        let Schedule { plugin, name, cron } = due.schedule;
+                        if self.claim(plugin, name, due.at).await {
+                            self.fire(plugin, name, cron, due.at, false).await;
+                        }
                     }
                 }
                 _ = stop.changed() => {
@@ -406,6 +370,27 @@ impl Lifecycle {
                     }
                 }
             }
+        }
+    }
+
+    /// At start: fire once a tick of `entry` missed while the host was down (unless
+    /// `missed_schedules: skip`), and record the schedule as seen now.
+    async fn catch_up(&self, entry: &timetable::Entry, now: DateTime<Utc>) {
+        let Schedule { plugin, name, cron } = &entry.schedule;
+        match self.last_fired(plugin, name) {
+            Ok(Some(last)) => {
+                let Some(missed_at) = entry.next_after(last).filter(|next| *next <= now) else {
+                    return;
+                };
+                if self.config.missed_schedules == MissedSchedules::FireOnce
+                    && self.claim(plugin, name, missed_at).await
+                {
+                    self.fire(plugin, name, cron, missed_at, true).await;
+                }
+                self.record_fired(plugin, name, now).await;
+            }
+            Ok(None) => self.record_fired(plugin, name, now).await,
+            Err(e) => tracing::error!(plugin, schedule = name, "cannot read schedule state: {e}"),
         }
     }
 

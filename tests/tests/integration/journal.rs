@@ -346,6 +346,64 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
     );
 }
 
+#[test]
+fn every_schedule_due_at_the_same_minute_fires() {
+    let dir = PluginDir::new();
+    let every_minute = "schedule: [{name: a, cron: '* * * * *'}, {name: b, cron: '* * * * *'}]\n";
+    for id in ["counter", "tally"] {
+        dir.plugin(
+            id,
+            "handler",
+            "counter",
+            &format!("events: {{subscribes: ['schedule.{id}.*']}}\n{every_minute}capabilities: {{kv: true}}\n"),
+        );
+    }
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for("cairn is running", LONG);
+    // The next minute's ticks: four schedules due at one moment (two in each plugin).
+    host.wait_for("topic=schedule.", Duration::from_secs(90));
+    host.wait_until(LONG, "four ticks", |log| {
+        log.matches("topic=schedule.").count() >= 4
+    });
+    host.stop();
+    let ticks: Vec<(String, i64)> = journal_events(data.path())
+        .iter()
+        .filter(|e| {
+            e["topic"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("schedule."))
+        })
+        .map(|e| {
+            let payload: serde_json::Value =
+                serde_json::from_str(e["payload"].as_str().expect("payload")).expect("json");
+            let at = payload["scheduled_for"].as_i64().expect("scheduled_for");
+            (e["topic"].as_str().expect("topic").to_string(), at)
+        })
+        .collect();
+    let first = ticks.first().expect("a tick").1;
+    let mut fired: Vec<&str> = ticks
+        .iter()
+        .filter(|(_, at)| *at == first)
+        .map(|(topic, _)| topic.as_str())
+        .collect();
+    fired.sort_unstable();
+    assert_eq!(
+        fired,
+        [
+            "schedule.counter.a",
+            "schedule.counter.b",
+            "schedule.tally.a",
+            "schedule.tally.b"
+        ],
+        "{ticks:?}"
+    );
+}
+
 /// Whether the host on `data` has routed every message, finished every main batch and
 /// delivered every event to every subscriber (`cairn status`).
 fn settled(data: &std::path::Path) -> bool {
