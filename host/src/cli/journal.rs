@@ -126,6 +126,32 @@ impl Journals<'_> {
             .map(|host| host.pid))
     }
 
+    /// The plugins the host running on this data dir holds quarantined or failed: they take
+    /// no event until the host starts again. (On a shared database, none are named.)
+    fn absent_plugins(&self) -> Result<Vec<cairn_vocab::plugin::PluginStatus>> {
+        if !matches!(self.storage, Storage::Sqlite) {
+            return Ok(Vec::new());
+        }
+        let Some(report) = status::read(self.data_dir).map_err(storage_unusable)? else {
+            return Ok(Vec::new());
+        };
+        let running = report.host.is_some_and(|host| {
+            host.stopped_at.is_none() && super::lock::host_holds(self.data_dir)
+        });
+        Ok(report
+            .plugins
+            .into_iter()
+            .filter(|plugin| {
+                running
+                    && matches!(
+                        plugin.state,
+                        cairn_vocab::plugin::PluginState::Quarantined
+                            | cairn_vocab::plugin::PluginState::Failed
+                    )
+            })
+            .collect())
+    }
+
     /// The journal to repair; a data dir without one is refused (nothing to repair, and
     /// nothing is created), and so is one that does not exist.
     fn write(&self) -> Result<Box<dyn JournalOperator>> {
@@ -345,7 +371,36 @@ fn settle_dead_letters(
         .into());
     }
     println!("{changed} dead letter(s) {done}");
+    if matches!(action, DeadLetterAction::Retry) && changed > 0 {
+        note_absent_subscribers(journals, admin.as_ref())?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Say which subscribers with letters waiting for a retry the running host holds quarantined
+/// or failed: their letters wait, errors kept, until the host starts again.
+fn note_absent_subscribers(journals: &Journals, admin: &dyn JournalOperator) -> Result<()> {
+    let waiting: std::collections::BTreeSet<String> = admin
+        .dead_letters(DEAD_LETTERS_SEARCHED)?
+        .into_iter()
+        .filter(|letter| letter.status == cairn_vocab::event::DeadLetterStatus::Retry)
+        .map(|letter| letter.subscriber)
+        .collect();
+    for plugin in journals.absent_plugins()? {
+        if waiting.contains(&plugin.id) {
+            eprintln!(
+                "note: the running host holds plugin `{}` {}{}: its letters are retried when it \
+                 runs again (restart the host once it is fixed)",
+                plugin.id,
+                plugin.state.as_str(),
+                plugin
+                    .last_error
+                    .as_deref()
+                    .map_or(String::new(), |error| format!(" after: {error}"))
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Print the newest dead letters.

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::Event;
-use super::dispatch::{EventRun, Run, Subscriber, Undelivered};
+use super::dispatch::{Absence, EventRun, Run, Subscriber, Undelivered};
 use crate::plugin::runtime::{CallError, PluginInstance};
 use crate::plugin::supervisor::PluginHandle;
 
@@ -207,12 +207,18 @@ impl RunSizing {
 
 /// A failed plugin call as a delivery failure.
 fn describe(error: CallError) -> Undelivered {
-    let not_ready = error.is_restarting();
+    let absent = if error.is_restarting() {
+        Some(Absence::Returning)
+    } else if error.is_down() {
+        Some(Absence::UntilRestart)
+    } else {
+        None
+    };
     let error = match error {
         CallError::Plugin(error) => format!("the plugin returned {error}"),
         other => other.to_string(),
     };
-    Undelivered { error, not_ready }
+    Undelivered { error, absent }
 }
 
 #[cfg(test)]

@@ -531,6 +531,40 @@ fn a_plugin_holding_a_host_call_forever_is_abandoned_and_its_neighbour_keeps_goi
             .any(|e| e.contains("plugin holder is quarantined after: timeout (limits.timeout_ms)")),
         "{errors:?}"
     );
+    // A retry asked while it is quarantined says so and waits, each letter's error kept (it
+    // used to be tried at once, every letter failing again as `quarantined`).
+    let retry = cairn(&[
+        "journal",
+        "dead-letters",
+        "retry",
+        "--subscriber",
+        "holder",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&retry.stderr);
+    assert!(retry.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("note: the running host holds plugin `holder` quarantined after: timeout"),
+        "{stderr}"
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    let kept = |letters: Vec<serde_json::Value>| {
+        let mut errors: Vec<String> = letters
+            .iter()
+            .map(|letter| letter["error"].as_str().unwrap_or_default().to_string())
+            .collect();
+        errors.sort();
+        errors
+    };
+    let waiting = dead_letters(data.path(), "holder");
+    assert!(
+        waiting.iter().all(|letter| letter["status"] == "retry"),
+        "{waiting:?}"
+    );
+    let mut before = errors.clone();
+    before.sort();
+    assert_eq!(kept(waiting), before);
     let (_, _, threads_held) = footprint(host.pid());
     let names_held = thread_names(host.pid());
     let lags = echo_lags(data.path(), "hold.tick", "hold.echo");

@@ -162,6 +162,20 @@ impl CallError {
             }
         )
     }
+
+    /// Whether the call was not made because the plugin will not run again until the host
+    /// starts again: quarantined, or failed to load. (A plugin stopped with the host is
+    /// not: what was not delivered is left for the next start.)
+    pub fn is_down(&self) -> bool {
+        use cairn_vocab::plugin::PluginState;
+        matches!(
+            self,
+            CallError::NotRunning {
+                state: PluginState::Quarantined | PluginState::Failed,
+                ..
+            }
+        )
+    }
 }
 
 /// Settings of a plugin's calls derived from the runtime config and its manifest.

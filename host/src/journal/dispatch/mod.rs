@@ -93,18 +93,28 @@ pub struct Run {
 pub struct Undelivered {
     /// What went wrong, as logged and kept with a dead letter.
     pub error: String,
-    /// Nothing was tried: the subscriber is down for a moment and coming back (a plugin
-    /// waiting out its backoff before a restart). Delivery waits for it instead of
-    /// spending an attempt, so restart timing never dead-letters an event; a plugin that
-    /// stays down (quarantined) fails as usual.
-    pub not_ready: bool,
+    /// Nothing was tried, because the subscriber is not serving; none when it tried.
+    pub absent: Option<Absence>,
+}
+
+/// Why a subscriber tried nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Absence {
+    /// Down for a moment and coming back (a plugin waiting out its backoff before a
+    /// restart). Delivery waits for it instead of spending an attempt, so restart timing
+    /// never dead-letters an event.
+    Returning,
+    /// Down until the host starts again (a quarantined plugin, or one that failed to load). A new
+    /// event is dead-lettered at once; a dead letter an operator asked to retry waits, its
+    /// error kept, rather than being failed again for the same reason.
+    UntilRestart,
 }
 
 impl From<String> for Undelivered {
     fn from(error: String) -> Self {
         Self {
             error,
-            not_ready: false,
+            absent: None,
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::cursor::CursorBatch;
-use super::{Position, Subscriber, Undelivered};
+use super::{Absence, Position, Subscriber, Undelivered};
 use crate::journal::{Event, Journal};
 
 /// How long a delivery first waits before it asks a subscriber that was not ready again;
@@ -24,13 +24,16 @@ enum Delivery {
     Taken,
     /// Every attempt failed; the last error and the number of attempts.
     GaveUp(String, u32),
+    /// Nothing was tried: the subscriber will not serve until the host starts again.
+    Absent(String),
     /// The host is stopping; the event is left for the next start.
     Stopping,
 }
 
 /// Deliver one event, retrying with capped exponential backoff up to `max_attempts`;
 /// `failed` is how an attempt already made (in a run) ended, which counts as the first.
-/// While the subscriber is not ready, no attempt is spent: it is asked again shortly.
+/// While the subscriber is returning, no attempt is spent: it is asked again shortly; one
+/// absent until the host starts again is not asked again.
 async fn deliver<S: Subscriber>(
     journal: &Journal,
     subscriber: &S,
@@ -48,7 +51,10 @@ async fn deliver<S: Subscriber>(
         };
         let error = match outcome {
             Ok(()) => return Delivery::Taken,
-            Err(undelivered) if undelivered.not_ready => {
+            Err(undelivered) if undelivered.absent == Some(Absence::UntilRestart) => {
+                return Delivery::Absent(undelivered.error);
+            }
+            Err(undelivered) if undelivered.absent == Some(Absence::Returning) => {
                 tracing::debug!(
                     subscriber = subscriber.id(),
                     seq = event.seq,
@@ -151,22 +157,40 @@ pub(super) async fn deliver_alone<S: Subscriber>(
             dead_letters
                 .taken(journal, id, std::slice::from_ref(event))
                 .await;
+            true
         }
         Delivery::GaveUp(error, attempts) => {
-            tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
-            // Moves the cursor past this event and every one taken before it.
-            if let Err(e) = journal.dead_letter(id, event, &error, attempts).await {
-                tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
-                return false;
-            }
-            batch.forget();
-            position.cursor = event.seq;
+            dead_letter(journal, lone.event, id, &error, attempts, batch, position).await
+        }
+        // Retrying would only meet the same absence: the event waits as a dead letter.
+        Delivery::Absent(error) => {
+            dead_letter(journal, event, id, &error, 1, batch, position).await
         }
         Delivery::Stopping => {
             batch.commit(journal, id, position).await;
-            return false;
+            false
         }
     }
+}
+
+/// Dead-letter `event` after `attempts`, moving the cursor past it and every one taken before
+/// it; false when the cursor cannot be moved.
+async fn dead_letter(
+    journal: &Journal,
+    event: &Event,
+    id: &str,
+    error: &str,
+    attempts: u32,
+    batch: &mut CursorBatch,
+    position: &mut Position,
+) -> bool {
+    tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
+    if let Err(e) = journal.dead_letter(id, event, error, attempts).await {
+        tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
+        return false;
+    }
+    batch.forget();
+    position.cursor = event.seq;
     true
 }
 
@@ -181,6 +205,12 @@ pub(super) async fn redeliver_retries<S: Subscriber>(
         let failure = match deliver(journal, subscriber, &event, None, stop).await {
             Delivery::Taken => None,
             Delivery::GaveUp(error, attempts) => Some((error, attempts)),
+            // The letters stay marked, their errors as they were, until the host starts
+            // again and the subscriber with it.
+            Delivery::Absent(error) => {
+                tracing::debug!(subscriber = %id, "dead letters to retry wait: {error}");
+                return true;
+            }
             Delivery::Stopping => return false,
         };
         if let Err(e) = journal.settle_retry(id, event.seq, failure).await {

@@ -294,7 +294,7 @@ impl Subscriber for Restarting {
         if self.asked.fetch_add(1, Ordering::SeqCst) < self.down {
             return Err(Undelivered {
                 error: "plugin restarting is restarting".into(),
-                not_ready: true,
+                absent: Some(Absence::Returning),
             });
         }
         self.taken.lock().expect("lock").push(event.seq);
@@ -385,4 +385,112 @@ async fn on_a_shared_journal_one_host_delivers_and_another_takes_over_when_it_st
     append_work(&journals[other], 5).await;
     until_taken([&recorders[0], &recorders[1]], 25).await;
     assert_eq!(seen(&recorders[other]), (21..=25).collect::<Vec<i64>>());
+}
+
+/// Fails event `bad` with an error of its own, then goes absent (as a quarantined plugin)
+/// until `back`.
+struct Quarantined {
+    taken: Mutex<Vec<i64>>,
+    bad: i64,
+    absent: AtomicBool,
+    back: AtomicBool,
+}
+
+impl Subscriber for Quarantined {
+    fn id(&self) -> &str {
+        "quarantined"
+    }
+
+    async fn take(&self, event: &Event) -> Result<(), Undelivered> {
+        if self.back.load(Ordering::SeqCst) {
+            self.taken.lock().expect("lock").push(event.seq);
+            return Ok(());
+        }
+        if self.absent.load(Ordering::SeqCst) {
+            return Err(Undelivered {
+                error: "plugin quarantined is quarantined".into(),
+                absent: Some(Absence::UntilRestart),
+            });
+        }
+        if event.seq == self.bad {
+            self.absent.store(true, Ordering::SeqCst);
+            return Err("the plugin returned internal: its own reason".into());
+        }
+        self.taken.lock().expect("lock").push(event.seq);
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_asked_while_the_subscriber_is_absent_waits_with_its_error_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = JournalConfig {
+        max_attempts: 1,
+        ..JournalConfig::default()
+    };
+    let journal = Arc::new(Journal::open(dir.path(), config).expect("open"));
+    let subscriber = Arc::new(Quarantined {
+        taken: Mutex::new(Vec::new()),
+        bad: 2,
+        absent: AtomicBool::new(false),
+        back: AtomicBool::new(false),
+    });
+    let (stop, task) = start_serving(&journal, &subscriber).await;
+    append_work(&journal, 3).await;
+    let operator = JournalAdmin::open(dir.path()).expect("operator");
+    let dead = || operator.dead_letters(10).expect("dead letters");
+    let errors = || {
+        dead()
+            .iter()
+            .map(|d| (d.seq, d.error.clone()))
+            .collect::<Vec<_>>()
+    };
+    for _ in 0..600 {
+        if dead().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = errors();
+    assert_eq!(before.len(), 2, "{before:?}");
+    assert!(
+        before
+            .iter()
+            .any(|(seq, e)| *seq == 2 && e.contains("its own reason"))
+    );
+    assert!(
+        before
+            .iter()
+            .any(|(seq, e)| *seq == 3 && e.contains("quarantined"))
+    );
+    // Asked while it is absent, the retry waits: two looks later the errors are as they were.
+    assert_eq!(
+        operator
+            .retry_dead_letters(Some("quarantined"), None)
+            .expect("retry"),
+        2
+    );
+    tokio::time::sleep(OPERATOR_LOOK * 2 + Duration::from_millis(500)).await;
+    assert_eq!(errors(), before);
+    assert!(
+        dead()
+            .iter()
+            .all(|d| d.status == cairn_vocab::event::DeadLetterStatus::Retry),
+        "{:?}",
+        dead()
+    );
+    // Back (the host started again): the retry delivers both.
+    subscriber.back.store(true, Ordering::SeqCst);
+    for _ in 0..600 {
+        if dead().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.send(true).expect("stop");
+    task.await.expect("stops");
+    assert!(dead().is_empty(), "{:?}", dead());
+    let mut taken = subscriber.taken.lock().expect("lock").clone();
+    taken.sort_unstable();
+    assert_eq!(taken, [1, 2, 3]);
 }
