@@ -1,8 +1,9 @@
 //! Plugin output into the host's `tracing` log: the `log` import and guest stdout/stderr,
 //! tagged with the plugin id and rate-limited so a flooding plugin cannot drown the host.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use tokio::io::AsyncWrite;
@@ -25,11 +26,21 @@ pub enum Level {
     Error,
 }
 
+/// How many of the last unindented stderr lines a fault quotes.
+const STDERR_TAIL_LINES: usize = 6;
+
+/// The most of each such line a fault quotes, in bytes.
+const STDERR_TAIL_LINE_BYTES: usize = 200;
+
 /// The rate-limited log of one plugin. Shared by its `log` import and its stdout/stderr.
 pub struct PluginLog {
     plugin: Arc<str>,
     line_max_bytes: usize,
     bucket: TokenBucket,
+    /// The last unindented lines written to stderr since the running call began: what an
+    /// interpreter says before it traps (Python's `ValueError: boom`, JavaScript's
+    /// `Error: boom`, Rust's panic message), without the indented stack frames.
+    stderr_tail: Mutex<VecDeque<String>>,
 }
 
 impl PluginLog {
@@ -39,13 +50,52 @@ impl PluginLog {
             plugin,
             line_max_bytes,
             bucket: TokenBucket::new(rate_per_sec, burst),
+            stderr_tail: Mutex::new(VecDeque::new()),
         }
+    }
+
+    /// A call begins: what stderr said before it is not about it.
+    pub fn forget_stderr(&self) {
+        self.tail().clear();
+    }
+
+    /// The last few unindented stderr lines since the call began, joined by ` | `: what a
+    /// fault quotes so an operator sees why a plugin trapped (kept even when the log's rate
+    /// limit dropped them).
+    pub fn stderr_tail(&self) -> Option<String> {
+        let tail = self.tail();
+        (!tail.is_empty()).then(|| {
+            tail.iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" | ")
+        })
+    }
+
+    fn keep_stderr(&self, line: &str) {
+        if line.trim().is_empty() || line.starts_with(char::is_whitespace) {
+            return;
+        }
+        let mut tail = self.tail();
+        if tail.len() == STDERR_TAIL_LINES {
+            tail.pop_front();
+        }
+        tail.push_back(truncate(line, STDERR_TAIL_LINE_BYTES).to_string());
+    }
+
+    fn tail(&self) -> MutexGuard<'_, VecDeque<String>> {
+        self.stderr_tail
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate,
     /// which is said at the first line a flood drops, and the count at each next line kept
     /// (or when the instance goes).
     pub fn write(&self, level: Level, stream: &str, line: &str) {
+        if stream == "stderr" {
+            self.keep_stderr(line);
+        }
         let plugin = &*self.plugin;
         match self.bucket.take() {
             Take::Refused { first: true } => {
@@ -191,6 +241,33 @@ mod tests {
         }
         // Three lines went out; the bucket is empty until it refills.
         assert!(matches!(log.bucket.take(), Take::Refused { .. }));
+    }
+
+    #[test]
+    fn a_fault_quotes_the_last_unindented_stderr_lines_of_the_call() {
+        let log = PluginLog::new("p".into(), 1, 1, 100);
+        log.write(Level::Warn, "stderr", "said before the call");
+        log.forget_stderr();
+        assert_eq!(log.stderr_tail(), None);
+        for line in [
+            "Traceback (most recent call last):",
+            "  File \"app.py\", line 7, in on_event",
+            "    raise ValueError(\"boom\")",
+            "",
+            "ValueError: boom",
+        ] {
+            log.write(Level::Warn, "stderr", line);
+        }
+        log.write(Level::Info, "stdout", "not stderr");
+        assert_eq!(
+            log.stderr_tail().as_deref(),
+            Some("Traceback (most recent call last): | ValueError: boom"),
+            "kept past the rate limit, frames and other streams left out"
+        );
+        for line in ["1", "2", "3", "4", "5", "6", "7"] {
+            log.write(Level::Warn, "stderr", line);
+        }
+        assert_eq!(log.stderr_tail().as_deref(), Some("2 | 3 | 4 | 5 | 6 | 7"));
     }
 
     #[test]

@@ -95,6 +95,16 @@ fn turn_events_reach_subscribers_and_a_failing_one_is_dead_lettered_alone() {
             .all(|d| d["subscriber"] == "trapper" && d["attempts"] == 3),
         "{dead:?}"
     );
+    // A trap says only `unreachable`: the fault quotes what the plugin said on stderr first
+    // (here Rust's panic message).
+    assert!(
+        dead.iter().all(|d| d["error"].as_str().is_some_and(|e| {
+            e.contains("unreachable")
+                && e.contains("; stderr: ")
+                && e.contains("hostile: trapping on event")
+        })),
+        "{dead:?}"
+    );
     // The list takes the same --subscriber and --id as retry and discard.
     let list = |extra: &[&str]| {
         let mut args = vec!["journal", "dead-letters", "--json", "--data", &data_arg];

@@ -343,6 +343,11 @@ impl PluginContext {
         self.limits.refused()
     }
 
+    /// The plugin's log, whose stderr tail a fault quotes.
+    pub fn log(&self) -> &PluginLog {
+        &self.log
+    }
+
     /// Record which event's depth the running `on-event` call handles (`None` after it):
     /// what it emits meanwhile is one deeper.
     pub fn set_handling_depth(&mut self, depth: Option<u32>) {

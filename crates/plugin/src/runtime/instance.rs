@@ -17,6 +17,7 @@ impl PluginInstance {
         call: impl FnOnce(&Exports, &mut Store<PluginContext>) -> Option<bindings::Call<T>>,
     ) -> Result<T, CallError> {
         self.store.set_epoch_deadline(self.deadline.ticks);
+        self.store.data().log().forget_stderr();
         let world = match &self.exports {
             Exports::Channel(_) => World::Channel,
             Exports::Handler(_) => World::Handler,
@@ -32,7 +33,7 @@ impl PluginInstance {
 
     /// A trap as the fault it was.
     fn fault(&self, trap: &wasmtime::Error) -> CallError {
-        CallError::Fault(classify(trap, self.store.data().hit_memory_limit()))
+        CallError::Fault(classify(trap, self.store.data()))
     }
 
     /// Call `init` with the manifest's config as JSON.
@@ -110,6 +111,7 @@ impl PluginInstance {
         let views: Vec<_> = events.iter().map(convert::event_view).collect();
         self.store.data_mut().set_handling_depth(Some(depth));
         self.store.set_epoch_deadline(self.deadline.ticks);
+        self.store.data().log().forget_stderr();
         let outcome = match &self.exports {
             Exports::Handler(h) => h.on_events(&mut self.store, &views),
             _ => None,

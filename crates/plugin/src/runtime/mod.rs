@@ -528,8 +528,9 @@ impl PreparedPlugin {
         store.limiter(|state| state.limiter());
         store.epoch_deadline_trap();
         store.set_epoch_deadline(self.deadline.ticks);
+        store.data().log().forget_stderr();
         let exports = self.exports.instantiate(&mut store).map_err(|e| {
-            let mut fault = classify(&e, store.data().hit_memory_limit());
+            let mut fault = classify(&e, store.data());
             if fault.kind == FaultKind::Trap {
                 fault.kind = FaultKind::Instantiate;
             }
@@ -552,13 +553,19 @@ fn touch(path: &Path) {
 
 /// Turn a wasmtime call error into a fault: a timeout when the epoch deadline interrupted
 /// it, a memory-limit hit when the store's limiter refused a growth. The message is the
-/// root cause; the wasm backtrace goes to the debug log.
-fn classify(error: &wasmtime::Error, hit_memory_limit: bool) -> Fault {
+/// root cause, then what the plugin last said on stderr during the call (an interpreter's
+/// exception, a panic message): a trap alone says only `unreachable`. The wasm backtrace
+/// goes to the debug log.
+fn classify(error: &wasmtime::Error, state: &PluginContext) -> Fault {
     tracing::debug!("plugin fault: {error:?}");
-    let message = error.root_cause().to_string();
+    let mut message = error.root_cause().to_string();
+    if let Some(said) = state.log().stderr_tail() {
+        message.push_str("; stderr: ");
+        message.push_str(&said);
+    }
     let kind = if matches!(error.downcast_ref::<Trap>(), Some(Trap::Interrupt)) {
         FaultKind::Timeout
-    } else if hit_memory_limit {
+    } else if state.hit_memory_limit() {
         FaultKind::MemoryLimit
     } else {
         FaultKind::Trap
