@@ -44,11 +44,39 @@ struct Stores {
     llm_gate: Arc<LlmGate>,
 }
 
+/// Refuse a `plugins.disabled` entry that names no plugin of `plugins_dir`: a mistyped id
+/// would leave the plugin the operator meant to turn off running.
+fn refuse_unknown_disabled(
+    disabled: &[String],
+    set: &resolve::PluginSet,
+    plugins_dir: &Path,
+) -> Result<()> {
+    let known: Vec<&str> = set
+        .start_order()
+        .iter()
+        .chain(set.disabled())
+        .map(|manifest| manifest.id.as_str())
+        .collect();
+    let Some(unknown) = disabled.iter().find(|id| !known.contains(&id.as_str())) else {
+        return Ok(());
+    };
+    let mut ids = known;
+    ids.sort_unstable();
+    Err(BadInput(format!(
+        "plugins.disabled (CAIRN_PLUGINS_DISABLED or the config file): no plugin `{unknown}` in \
+         {}: expected one of {}",
+        plugins_dir.display(),
+        ids.join(", ")
+    ))
+    .into())
+}
+
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.
 pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     let mut signals = StopSignals::listen();
     let set = resolve::load_enabled(plugins_dir, &config.plugins.disabled)
         .map_err(|errors| manifest_errors(plugins_dir, &errors))?;
+    refuse_unknown_disabled(&config.plugins.disabled, &set, plugins_dir)?;
     if let Some(problem) = config.agent.llm.key_problem() {
         let unset = &config.agent.llm.api_key_env;
         let hint = crate::unread_env::set_variable_like(unset)

@@ -583,6 +583,35 @@ fn a_taken_console_port_is_refused_and_a_new_data_dir_is_not_left_behind() {
 }
 
 #[test]
+fn a_disabled_plugin_the_directory_does_not_hold_is_refused() {
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    plugins.bundled("counter");
+    let parent = tempfile::tempdir().expect("parent");
+    let config = parent.path().join("cairn.yaml");
+    std::fs::write(&config, "plugins:\n  disabled: [countr]\n").expect("config");
+    let data = parent.path().join("fresh");
+    let out = cairn(&[
+        "run",
+        "--plugins",
+        &plugins.path().display().to_string(),
+        "--data",
+        &data.display().to_string(),
+        "--config",
+        &config.display().to_string(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "plugins.disabled (CAIRN_PLUGINS_DISABLED or the config file): no plugin `countr` in"
+        ) && stderr.contains("expected one of cli, counter"),
+        "{stderr}"
+    );
+    assert!(!data.exists(), "{:?}", entries(parent.path()));
+}
+
+#[test]
 fn a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace() {
     if storage::reads_sqlite_files(
         "a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace",
