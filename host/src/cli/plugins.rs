@@ -104,6 +104,7 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                             "component": m.component,
                             "depends_on": m.depends_on.iter().map(|d| json!({"id": d.id, "version": d.version.to_string()})).collect::<Vec<_>>(),
                             "grants": describe_grants(m, data_dir),
+                            "schedule": m.schedule.iter().map(|e| json!({"name": e.name, "cron": e.cron, "topic": format!("schedule.{}.{}", m.id, e.name)})).collect::<Vec<_>>(),
                         })
                     })
                     .collect();
@@ -143,6 +144,12 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                     );
                     for grant in describe_grants(m, data_dir) {
                         println!("     {grant}");
+                    }
+                    for entry in &m.schedule {
+                        println!(
+                            "     schedule `{}`: `{}` (UTC) emits schedule.{}.{}",
+                            entry.name, entry.cron, m.id, entry.name
+                        );
                     }
                 }
                 println!("stop order: {}", set.stop_order().join(", "));

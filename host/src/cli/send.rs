@@ -124,6 +124,11 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
             return Err(BadInput("give the message TEXT or --json FILE".into()).into());
         }
     };
+    // An editor's byte-order mark is not part of the JSON (as for manifests and config).
+    let payload = match payload.strip_prefix('\u{feff}') {
+        Some(rest) => rest.to_string(),
+        None => payload,
+    };
     let fields = serde_json::from_str::<serde_json::Value>(&payload).unwrap_or_default();
     let text = match fields.get("text") {
         None => None,

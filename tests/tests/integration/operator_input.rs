@@ -243,6 +243,25 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "--json: its `text` is 5: expected a string",
     );
+    // An editor's byte-order mark is not part of the JSON.
+    std::fs::write(&invisible, "\u{feff}{\"text\": \"marked by an editor\"}").expect("write");
+    let elsewhere = tempfile::tempdir().expect("another data dir");
+    let marked = cairn(&[
+        "send",
+        "--channel",
+        "cli",
+        "--conversation",
+        "c",
+        "--data",
+        &elsewhere.path().display().to_string(),
+        "--json",
+        &invisible,
+    ]);
+    assert!(
+        marked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&marked.stderr)
+    );
     std::fs::remove_file(&invisible).expect("remove");
     if !storage::on_postgres() {
         // (On PostgreSQL memory is not in the data dir.)

@@ -107,10 +107,44 @@ pub fn check_cron(expression: &str) -> Result<(), String> {
             "`{field}` has an empty list item; expected values separated by single commas"
         ));
     }
-    expression
+    let cron = expression
         .parse::<croner::Cron>()
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+        .map_err(|e| explain_cron_error(expression, &e.to_string()))?;
+    // Cron has no year field, so an expression that fires at all fires again after now.
+    if cron
+        .find_next_occurrence(&chrono::Utc::now(), false)
+        .is_err()
+    {
+        return Err("it never fires (no day matches it, as on 31 February)".into());
+    }
+    Ok(())
+}
+
+/// The five fields' names and the values each takes.
+const CRON_FIELDS: [(&str, &str); 5] = [
+    ("minute", "0–59"),
+    ("hour", "0–23"),
+    ("day-of-month", "1–31"),
+    ("month", "1–12 or JAN–DEC"),
+    ("day-of-week", "0–7 or SUN–SAT"),
+];
+
+/// croner's error for `expression`, with the field it is about and what that field takes:
+/// each field is tried alone (the others `*`) to find the first croner refuses.
+fn explain_cron_error(expression: &str, error: &str) -> String {
+    let fields: Vec<&str> = expression.split_whitespace().collect();
+    let refused = (0..fields.len()).find(|&at| {
+        let alone: Vec<&str> = (0..fields.len())
+            .map(|i| if i == at { fields[i] } else { "*" })
+            .collect();
+        alone.join(" ").parse::<croner::Cron>().is_err()
+    });
+    match refused.and_then(|at| Some((fields[at], CRON_FIELDS.get(at)?))) {
+        Some((field, (name, takes))) => {
+            format!("{name} `{field}`: {error}; expected {takes}, `*`, ranges, lists and steps")
+        }
+        None => error.to_string(),
+    }
 }
 
 /// The first bytes of a WebAssembly component (as opposed to a core module).

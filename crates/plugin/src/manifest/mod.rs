@@ -20,8 +20,8 @@ mod validate;
 pub use destination::HttpDestination;
 
 pub use cairn_vocab::plugin::PluginKind;
-use cairn_vocab::topic::is_topic_segment;
 pub use cairn_vocab::topic::{HOST_TOPICS, is_valid_topic, is_valid_topic_pattern};
+use cairn_vocab::topic::{is_topic_segment, topic_matches};
 
 /// One problem found in a manifest (or between manifests), with where it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -352,6 +352,37 @@ mod tests {
             );
         }
         check_cron("0,30 9-17 * * MON-FRI").expect("a list with every item");
+    }
+
+    #[test]
+    fn a_cron_error_names_its_field_and_a_schedule_that_never_fires_is_refused() {
+        let refused = check_cron("0 25 * * *").expect_err("hour 25");
+        assert!(
+            refused.starts_with("hour `25`: ") && refused.contains("expected 0–23"),
+            "{refused}"
+        );
+        let refused = check_cron("0 0 31 2 *").expect_err("31 February");
+        assert!(refused.contains("never fires"), "{refused}");
+        check_cron("0 0 29 2 *").expect("29 February comes every four years");
+    }
+
+    #[test]
+    fn a_schedule_the_plugin_does_not_subscribe_to_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: ticker\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.2\n\
+                    events:\n  subscribes: [schedule.other.*]\n\
+                    schedule:\n  - name: nightly\n    cron: '0 3 * * *'\n";
+        let path = write_manifest(dir.path(), "p.yaml", body);
+        let errors = load_file(&path).expect_err("never delivered");
+        assert_eq!(errors[0].field, "schedule[0]", "{errors:?}");
+        assert!(
+            errors[0]
+                .message
+                .contains("`schedule.ticker.nightly`, would never reach the plugin"),
+            "{errors:?}"
+        );
+        let subscribed = body.replace("schedule.other.*", "schedule.ticker.*");
+        load_file(&write_manifest(dir.path(), "p.yaml", &subscribed)).expect("subscribed");
     }
 
     fn write_manifest(dir: &Path, name: &str, body: &str) -> PathBuf {

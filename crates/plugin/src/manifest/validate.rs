@@ -289,6 +289,23 @@ pub(super) fn validate_events(raw: &RawManifest, problems: &mut Problems<'_>) {
                 format!("`{}` is not a valid cron expression: {message}", entry.cron),
             );
         }
+        let tick = format!("schedule.{}.{}", raw.id, entry.name);
+        if is_topic_segment(&entry.name)
+            && !raw
+                .events
+                .subscribes
+                .iter()
+                .any(|pattern| topic_matches(pattern, &tick))
+        {
+            problems.add(
+                format!("schedule[{i}]"),
+                format!(
+                    "its ticks, `{tick}`, would never reach the plugin: expected \
+                     `schedule.{}.*` (or `{tick}`) in events.subscribes",
+                    raw.id
+                ),
+            );
+        }
     }
     if !raw.schedule.is_empty() && world != World::Handler {
         problems.add(
