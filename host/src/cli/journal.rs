@@ -364,11 +364,7 @@ fn settle_dead_letters(
     if let Some(id) = id
         && changed == 0
     {
-        let whose = subscriber.map_or(String::new(), |s| format!(" of `{s}`"));
-        return Err(BadInput(format!(
-            "--id: no dead letter #{id}{whose}: expected a number `cairn journal dead-letters` lists"
-        ))
-        .into());
+        return Err(no_dead_letter(id, subscriber));
     }
     println!("{changed} dead letter(s) {done}");
     if matches!(action, DeadLetterAction::Retry) && changed > 0 {
@@ -403,13 +399,22 @@ fn note_absent_subscribers(journals: &Journals, admin: &dyn JournalOperator) -> 
     Ok(())
 }
 
-/// Print the newest dead letters.
+/// The refusal of an `--id` no dead letter (of `subscriber`, when given) has.
+fn no_dead_letter(id: i64, subscriber: Option<&str>) -> anyhow::Error {
+    let whose = subscriber.map_or(String::new(), |s| format!(" of `{s}`"));
+    BadInput(format!(
+        "--id: no dead letter #{id}{whose}: expected a number `cairn journal dead-letters` lists"
+    ))
+    .into()
+}
+
 /// Most dead letters a filtered list looks through, newest first.
 const DEAD_LETTERS_SEARCHED: usize = 100_000;
 
 /// List the newest `limit` dead letters, only `subscriber`'s or the one numbered `id` when
-/// given. A data dir that does not exist, or a subscriber the journal does not have, is
-/// refused (a mistyped name would otherwise list nothing as if all were well).
+/// given. A data dir that does not exist, a subscriber the journal does not have, or an id no
+/// dead letter has, is refused (a mistyped name would otherwise list nothing as if all were
+/// well).
 fn list_dead_letters(
     journals: &Journals,
     subscriber: Option<&str>,
@@ -450,6 +455,11 @@ fn list_dead_letters(
         }
         None => Vec::new(),
     };
+    if let Some(id) = id
+        && letters.is_empty()
+    {
+        return Err(no_dead_letter(id, subscriber));
+    }
     if json {
         println!("{}", serde_json::to_string_pretty(&letters)?);
     } else if letters.is_empty() {

@@ -120,6 +120,11 @@ fn turn_events_reach_subscribers_and_a_failing_one_is_dead_lettered_alone() {
     let unknown = list(&["--subscriber", "nobody"]);
     assert_eq!(unknown.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("no subscriber `nobody`"));
+    let missing = list(&["--id", "999999"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("--id: no dead letter #999999"));
+    let not_its = list(&["--id", &first, "--subscriber", "counter"]);
+    assert_eq!(not_its.status.code(), Some(2));
 
     let status = status_json(data.path());
     let subscribers = status["subscribers"].as_array().expect("subscribers");
