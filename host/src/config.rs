@@ -318,10 +318,18 @@ fn with_origin(error: ConfigError, file: Option<&Path>) -> ConfigError {
         return error;
     };
     // The variable of a setting the message names (a range check names one, a check across
-    // settings several), if that variable is what set it.
-    let set_by_variable = message
+    // settings several, a top-level one such as `storage` leads the message), if that
+    // variable is what set it.
+    let leading = message
+        .split_once(':')
+        .map(|(setting, _)| setting)
+        .filter(|setting| setting.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+    let dotted = message
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
-        .filter(|word| word.contains('.') && !word.starts_with('.') && !word.ends_with('.'))
+        .filter(|word| word.contains('.') && !word.starts_with('.') && !word.ends_with('.'));
+    let set_by_variable = leading
+        .into_iter()
+        .chain(dotted)
         .map(variable_of)
         .find(|variable| std::env::var_os(variable).is_some());
     let origin = if let Some(variable) = set_by_variable {
@@ -454,7 +462,7 @@ mod tests {
     fn a_parsers_type_names_are_said_in_plain_words() {
         assert_eq!(
             in_plain_words("buffer.max_payload_bytes: invalid type: unit value, expected usize"),
-            "buffer.max_payload_bytes: invalid type: an empty value, expected a whole number (0 or more)"
+            "buffer.max_payload_bytes: invalid type: an empty value, expected a whole number (0 to 18446744073709551615)"
         );
         assert_eq!(
             in_plain_words("http.listen: invalid socket address syntax"),

@@ -88,7 +88,9 @@ pub enum StorageError {
         detail: String,
     },
     /// The `storage:` URL is not a PostgreSQL connection string.
-    #[error("storage: `{url}` is not a PostgreSQL URL: {message}")]
+    #[error(
+        "storage: `{url}` is not a PostgreSQL URL: {message}; expected `sqlite` (the default) or `postgres://USER:PASSWORD@HOST/DATABASE`"
+    )]
     BadUrl {
         /// The URL, its password redacted.
         url: String,

@@ -129,8 +129,12 @@ pub(crate) fn parse_listen(text: &str) -> Result<std::net::SocketAddr, String> {
 
 /// A priority argument (`--priority`): a whole number, lower served first.
 pub(crate) fn parse_priority(text: &str) -> Result<u32, String> {
-    text.parse()
-        .map_err(|_| "expected a whole number (0 or more; lower is served first)".to_string())
+    text.parse().map_err(|_| {
+        format!(
+            "expected a whole number from 0 to {} (lower is served first)",
+            u32::MAX
+        )
+    })
 }
 
 /// A time argument in messages: RFC 3339, as the operator may have typed it.

@@ -157,7 +157,7 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             &d,
             "hello",
         ],
-        "--priority <PRIORITY>': expected a whole number (0 or more; lower is served first)",
+        "--priority <PRIORITY>': expected a whole number from 0 to 4294967295 (lower is served first)",
     );
     refused(
         &[

@@ -180,8 +180,9 @@ fn a_bad_or_unreachable_storage_url_is_refused_at_start_with_the_password_hidden
     assert_eq!(bad.status.code(), Some(2));
     let message = String::from_utf8_lossy(&bad.stderr);
     assert!(
-        message.contains("storage: `mysql://root@db/cairn` is not a PostgreSQL URL"),
-        "{message}"
+        message.contains("CAIRN_STORAGE: storage: `mysql://root@db/cairn` is not a PostgreSQL URL")
+            && message.contains("expected `sqlite` (the default) or `postgres://"),
+        "the variable that set it is named, and what it takes: {message}"
     );
 
     let away = run("postgres://cairn:hunter2@127.0.0.1:1/cairn");

@@ -208,7 +208,14 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
     let raw: RawManifest = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            let (field, message) = split_serde_error(&e.to_string());
+            let (field, mut message) = split_serde_error(&e.to_string());
+            // A limit takes a narrower range than its type: say that one.
+            if let Some((min, max)) = super::validate::limit_range(&field) {
+                let takes = format!("expected a whole number from {min} to {max}");
+                message = message
+                    .replace("expected u64", &takes)
+                    .replace("expected u32", &takes);
+            }
             problems.add(
                 field,
                 cairn_vocab::plain::type_names_in_plain_words(&message),

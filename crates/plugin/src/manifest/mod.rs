@@ -435,7 +435,7 @@ mod tests {
         assert!(
             errors[0]
                 .message
-                .contains("expected a whole number (0 or more)")
+                .contains("expected a whole number from 1 to 600000")
                 && !errors[0].message.contains("u64"),
             "{errors:?}"
         );

@@ -149,75 +149,44 @@ fn validate_dependencies(raw: &RawManifest, problems: &mut Problems<'_>) -> Vec<
 }
 
 /// Memory, time and LLM budget limits within their ranges.
+/// Each limit's field and the values it takes, inclusive.
+pub(super) const LIMIT_RANGES: [(&str, u64, u64); 8] = [
+    ("limits.memory_mb", 1, 4096),
+    ("limits.timeout_ms", 1, 600_000),
+    ("limits.llm_calls_per_hour", 1, 100_000),
+    ("limits.llm_tokens_per_hour", 1, 1_000_000_000),
+    ("limits.http_timeout_ms", 1, 600_000),
+    ("limits.http_response_bytes", 1, 1 << 30),
+    ("limits.emits_per_sec", 1, 100_000),
+    ("limits.kv_bytes", 1, 1 << 40),
+];
+
+/// The values `field` takes, when it is a limit.
+pub(super) fn limit_range(field: &str) -> Option<(u64, u64)> {
+    LIMIT_RANGES
+        .iter()
+        .find(|(name, ..)| *name == field)
+        .map(|(_, min, max)| (*min, *max))
+}
+
 fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
-    if limits.memory_mb == 0 || limits.memory_mb > 4096 {
-        problems.add(
-            "limits.memory_mb",
-            format!("{} is out of range; expected 1 to 4096", limits.memory_mb),
-        );
-    }
-    if limits.timeout_ms == 0 || limits.timeout_ms > 600_000 {
-        problems.add(
-            "limits.timeout_ms",
-            format!(
-                "{} is out of range; expected 1 to 600000",
-                limits.timeout_ms
-            ),
-        );
-    }
-    if limits.llm_calls_per_hour == 0 || limits.llm_calls_per_hour > 100_000 {
-        problems.add(
-            "limits.llm_calls_per_hour",
-            format!(
-                "{} is out of range; expected 1 to 100000",
-                limits.llm_calls_per_hour
-            ),
-        );
-    }
-    if limits.llm_tokens_per_hour == 0 || limits.llm_tokens_per_hour > 1_000_000_000 {
-        problems.add(
-            "limits.llm_tokens_per_hour",
-            format!(
-                "{} is out of range; expected 1 to 1000000000",
-                limits.llm_tokens_per_hour
-            ),
-        );
-    }
-    if limits.http_timeout_ms == 0 || limits.http_timeout_ms > 600_000 {
-        problems.add(
-            "limits.http_timeout_ms",
-            format!(
-                "{} is out of range; expected 1 to 600000",
-                limits.http_timeout_ms
-            ),
-        );
-    }
-    if limits.http_response_bytes == 0 || limits.http_response_bytes > 1 << 30 {
-        problems.add(
-            "limits.http_response_bytes",
-            format!(
-                "{} is out of range; expected 1 to 1073741824",
-                limits.http_response_bytes
-            ),
-        );
-    }
-    if limits.emits_per_sec == 0 || limits.emits_per_sec > 100_000 {
-        problems.add(
-            "limits.emits_per_sec",
-            format!(
-                "{} is out of range; expected 1 to 100000",
-                limits.emits_per_sec
-            ),
-        );
-    }
-    if limits.kv_bytes == 0 || limits.kv_bytes > 1 << 40 {
-        problems.add(
-            "limits.kv_bytes",
-            format!(
-                "{} is out of range; expected 1 to 1099511627776",
-                limits.kv_bytes
-            ),
-        );
+    let values = [
+        u64::from(limits.memory_mb),
+        limits.timeout_ms,
+        u64::from(limits.llm_calls_per_hour),
+        limits.llm_tokens_per_hour,
+        limits.http_timeout_ms,
+        limits.http_response_bytes,
+        u64::from(limits.emits_per_sec),
+        limits.kv_bytes,
+    ];
+    for ((field, min, max), value) in LIMIT_RANGES.iter().zip(values) {
+        if !(*min..=*max).contains(&value) {
+            problems.add(
+                *field,
+                format!("{value} is out of range; expected {min} to {max}"),
+            );
+        }
     }
 }
 
