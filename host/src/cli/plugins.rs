@@ -67,15 +67,9 @@ fn bound_apis(set: &resolve::PluginSet) -> Result<Vec<ApiVersion>, Vec<ManifestE
     let mut apis = Vec::new();
     let mut problems = Vec::new();
     for manifest in set.start_order() {
-        match component::exported_names(&manifest.component)
-            .and_then(|exported| bind_api(&exported, manifest))
-        {
+        match bound_api(manifest) {
             Ok(api) => apis.push(api),
-            Err(message) => problems.push(ManifestError {
-                file: manifest.file.clone(),
-                field: "component".into(),
-                message,
-            }),
+            Err(problem) => problems.push(problem),
         }
     }
     if problems.is_empty() {
@@ -85,10 +79,37 @@ fn bound_apis(set: &resolve::PluginSet) -> Result<Vec<ApiVersion>, Vec<ManifestE
     }
 }
 
+/// The API version `manifest`'s component was built against, or the problem naming it.
+fn bound_api(manifest: &manifest::Manifest) -> Result<ApiVersion, ManifestError> {
+    component::exported_names(&manifest.component)
+        .and_then(|exported| bind_api(&exported, manifest))
+        .map_err(|message| ManifestError {
+            file: manifest.file.clone(),
+            field: "component".into(),
+            message,
+        })
+}
+
+/// The component problems of the manifests of `dir` that are valid on their own: reported
+/// beside the directory's other problems, so one check names them all.
+fn component_problems(dir: &Path) -> Vec<ManifestError> {
+    let Ok((manifests, _)) = manifest::load_dir(dir) else {
+        return Vec::new();
+    };
+    manifests
+        .iter()
+        .filter_map(|manifest| bound_api(manifest).err())
+        .collect()
+}
+
 /// `cairn plugins check DIR`: validate, resolve, read which world and API each component
 /// implements, print the start order and grants.
 pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
-    match resolve::load(dir).and_then(|set| bound_apis(&set).map(|apis| (set, apis))) {
+    let loaded = resolve::load(dir).map_err(|mut errors| {
+        errors.extend(component_problems(dir));
+        errors
+    });
+    match loaded.and_then(|set| bound_apis(&set).map(|apis| (set, apis))) {
         Ok((set, apis)) => {
             if json_output {
                 let plugins: Vec<_> = set

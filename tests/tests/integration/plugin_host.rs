@@ -586,6 +586,8 @@ fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
     let whole = std::fs::read(dir.path().join("hostile.wasm")).expect("component");
     std::fs::write(dir.path().join("cut.wasm"), &whole[..whole.len() / 2]).expect("cut");
     dir.manifest("g", &header("g").replace("hostile.wasm", "cut.wasm"));
+    // Valid on its own, but its component is a handler: named with the rest, not after them.
+    dir.manifest("h", &header("h").replace("kind: handler", "kind: channel"));
     let path = dir.path().display().to_string();
 
     let output = cairn(&["plugins", "check", &path]);
@@ -602,6 +604,8 @@ fn a_bad_plugin_dir_reports_every_problem_and_exits_2() {
         "f.yaml: capabilities.stdio: only channels may use the host's stdio",
         "g.yaml: component: ",
         "cut.wasm is not a valid component",
+        "h.yaml: component: ",
+        "`channel` world",
     ] {
         assert!(
             stderr.contains(expected),

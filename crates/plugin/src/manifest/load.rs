@@ -201,25 +201,18 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
     };
     // An editor's byte-order mark is not part of the YAML.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
-    if let Err(message) = check_yaml_shape(text) {
-        problems.add("", message);
-        return Err(problems.errors);
-    }
+    let document = match check_yaml_shape(text) {
+        Ok(document) => document,
+        Err(message) => {
+            problems.add("", message);
+            return Err(problems.errors);
+        }
+    };
     let raw: RawManifest = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            let (field, mut message) = split_serde_error(&e.to_string());
-            // A limit takes a narrower range than its type: say that one.
-            if let Some((min, max)) = super::validate::limit_range(&field) {
-                let takes = format!("expected a whole number from {min} to {max}");
-                message = message
-                    .replace("expected u64", &takes)
-                    .replace("expected u32", &takes);
-            }
-            problems.add(
-                field,
-                cairn_vocab::plain::type_names_in_plain_words(&message),
-            );
+            add_parse_error(&e.to_string(), &mut problems);
+            report_further_unknown_fields(document, &e.to_string(), &mut problems);
             return Err(problems.errors);
         }
     };
@@ -230,13 +223,109 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
     }
 }
 
+/// A parser's error as the problem of the field it names, in plain words.
+fn add_parse_error(error: &str, problems: &mut Problems<'_>) {
+    let (field, mut message) = split_serde_error(error);
+    // A limit takes a narrower range than its type: say that one.
+    if let Some((min, max)) = super::validate::limit_range(&field) {
+        let takes = format!("expected a whole number from {min} to {max}");
+        message = message
+            .replace("expected u64", &takes)
+            .replace("expected u32", &takes);
+    }
+    problems.add(
+        field,
+        cairn_vocab::plain::type_names_in_plain_words(&message),
+    );
+}
+
+/// Most unknown fields of one file reported after the first.
+const FURTHER_UNKNOWN_FIELDS: usize = 32;
+
+/// After a first error naming an unknown field, the file's other unknown fields: the parse
+/// stops at the first, so each is taken out of `document` and the rest parsed again, and a
+/// person fixing typos sees them all in one check. (Their messages come without a line: the
+/// parse of what is left has none.)
+fn report_further_unknown_fields(
+    mut document: serde_yaml::Value,
+    first: &str,
+    problems: &mut Problems<'_>,
+) {
+    let (mut path, first) = split_serde_error(first);
+    let mut message = first;
+    for _ in 0..FURTHER_UNKNOWN_FIELDS {
+        let Some(key) = unknown_field(&message) else {
+            return;
+        };
+        if !remove_key(&mut document, &path, key) {
+            return;
+        }
+        let Err(next) = serde_path_to_error::deserialize::<_, RawManifest>(document.clone()) else {
+            return;
+        };
+        message = next.inner().to_string();
+        if unknown_field(&message).is_none() {
+            return;
+        }
+        // The path leads to the unknown field itself; the mapping holding it is one up.
+        let at = next.path().to_string();
+        path = match at.rsplit_once('.') {
+            Some((parent, _)) => parent.to_string(),
+            None if at == "." || at.is_empty() || at == key_of(&message) => String::new(),
+            None => at,
+        };
+        let field = if path.is_empty() {
+            String::new()
+        } else {
+            path.clone()
+        };
+        add_parse_error(&format!("{field}: {message}"), problems);
+    }
+}
+
+/// The unknown field a message names, or "".
+fn key_of(message: &str) -> &str {
+    unknown_field(message).unwrap_or_default()
+}
+
+/// The field a parser's "unknown field `x`, expected …" message names.
+pub(super) fn unknown_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("unknown field `")?;
+    rest.split_once('`').map(|(key, _)| key)
+}
+
+/// Remove `key` from the mapping at `path` (`limits`, `schedule[0]`, or the top when empty);
+/// whether it was there.
+fn remove_key(document: &mut serde_yaml::Value, path: &str, key: &str) -> bool {
+    let mut at = document;
+    for step in path.split('.').filter(|step| !step.is_empty()) {
+        let (name, index) = match step.split_once('[') {
+            Some((name, index)) => (name, index.trim_end_matches(']').parse::<usize>().ok()),
+            None => (step, None),
+        };
+        let Some(next) = at.get_mut(name) else {
+            return false;
+        };
+        at = match index {
+            Some(i) => match next.get_mut(i) {
+                Some(item) => item,
+                None => return false,
+            },
+            None => next,
+        };
+    }
+    at.as_mapping_mut()
+        .is_some_and(|mapping| mapping.remove(key).is_some())
+}
+
 /// A YAML syntax error, or a document that is not a mapping of fields, said as such (a
-/// typed parse would report either as a type mismatch, in the parser's own terms).
-fn check_yaml_shape(text: &str) -> Result<(), String> {
+/// typed parse would report either as a type mismatch, in the parser's own terms); the
+/// document when it is a mapping.
+fn check_yaml_shape(text: &str) -> Result<serde_yaml::Value, String> {
     let document: serde_yaml::Value =
         serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
     let found = match document {
-        serde_yaml::Value::Mapping(_) => return Ok(()),
+        serde_yaml::Value::Mapping(_) => return Ok(document),
         serde_yaml::Value::Null => "an empty document",
         serde_yaml::Value::Sequence(_) => "a list",
         serde_yaml::Value::Tagged(_) => "a tagged value",

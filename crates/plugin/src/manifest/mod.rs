@@ -367,6 +367,37 @@ mod tests {
     }
 
     #[test]
+    fn every_unknown_field_of_a_file_is_reported_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: typo\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.2\n\
+                    event: {subscribes: [x]}\ncapabilites: {kv: true}\n\
+                    limits: {memroy_mb: 4, timeot_ms: 5}\n";
+        let path = write_manifest(dir.path(), "p.yaml", body);
+        let errors = load_file(&path).expect_err("typos");
+        let named: Vec<(String, String)> = errors
+            .iter()
+            .map(|e| {
+                (
+                    e.field.clone(),
+                    unknown_field(&e.message).unwrap_or("?").to_string(),
+                )
+            })
+            .collect();
+        for expected in [
+            ("", "event"),
+            ("", "capabilites"),
+            ("limits", "memroy_mb"),
+            ("limits", "timeot_ms"),
+        ] {
+            assert!(
+                named.contains(&(expected.0.to_string(), expected.1.to_string())),
+                "{expected:?} in {named:?}"
+            );
+        }
+        assert_eq!(named.len(), 4, "{errors:?}");
+    }
+
+    #[test]
     fn a_schedule_the_plugin_does_not_subscribe_to_is_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = "id: ticker\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.2\n\
