@@ -43,22 +43,14 @@ pub enum BufferCommand {
 
 /// Run a `cairn buffer` command on the configured storage's buffer.
 pub fn run(config: &HostConfig, command: &BufferCommand) -> Result<ExitCode> {
+    // A data dir with no buffer is most likely the wrong one: said as such, as `cairn
+    // memory` and `cairn journal` do, rather than answered with an empty list.
     let Some(buffer) = open(config)? else {
-        return match command {
-            BufferCommand::Failed { json: true, .. } => {
-                println!("[]");
-                Ok(ExitCode::SUCCESS)
-            }
-            BufferCommand::Failed { .. } => {
-                println!("nothing has failed");
-                Ok(ExitCode::SUCCESS)
-            }
-            BufferCommand::Retry { .. } => Err(BadInput(format!(
-                "no buffer in {}: nothing was sent on this data dir",
-                config.data_dir.display()
-            ))
-            .into()),
-        };
+        return Err(BadInput(format!(
+            "no buffer in {} (no buffer.db): nothing was sent on this data dir",
+            config.data_dir.display()
+        ))
+        .into());
     };
     match command {
         BufferCommand::Failed { limit, json } => list(&buffer, *limit as usize, *json),

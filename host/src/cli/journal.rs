@@ -274,6 +274,13 @@ fn tail(
         ))
         .into());
     }
+    if matches!(journals.storage, Storage::Sqlite) && !journals.data_dir.is_dir() && !follow {
+        return Err(BadInput(format!(
+            "data dir (--data, data_dir or CAIRN_DATA_DIR): {} does not exist",
+            journals.data_dir.display()
+        ))
+        .into());
+    }
     let patterns = vec![topic.to_string()];
     let mut admin = journals.read()?;
     if admin.is_none() && !follow {
@@ -429,7 +436,7 @@ fn list_dead_letters(
         ))
         .into());
     }
-    let letters = match journals.read()? {
+    let letters: Vec<_> = match journals.read()? {
         Some(admin) => {
             if let Some(subscriber) = subscriber
                 && !admin.subscriber_lags()?.iter().any(|s| s.id == subscriber)
@@ -453,7 +460,13 @@ fn list_dead_letters(
                 .take(limit)
                 .collect()
         }
-        None => Vec::new(),
+        None => {
+            return Err(BadInput(format!(
+                "no journal in {}: no host has run on this data dir",
+                journals.data_dir.display()
+            ))
+            .into());
+        }
     };
     if let Some(id) = id
         && letters.is_empty()

@@ -279,6 +279,11 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
             ],
             "does not exist",
         );
+        refused(&["journal", "tail", "--data", &nowhere], "does not exist");
+        // A dir where no host ran is most likely the wrong one, for reads as for repairs.
+        refused(&["buffer", "failed", "--data", &d], "no buffer in");
+        refused(&["journal", "dead-letters", "--data", &d], "no journal in");
+        refused(&["journal", "tail", "--data", &d], "no journal in");
     }
     assert_eq!(entries(data.path()), ["a-file"], "nothing written");
 
