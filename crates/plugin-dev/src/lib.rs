@@ -123,6 +123,15 @@ pub enum DevError {
         /// The file on its path.
         file: PathBuf,
     },
+    /// `plugin new --dir` names a place where no directory can be made (a missing or
+    /// read-only parent, a pseudo file system).
+    #[error("--dir {dir}: cannot create the project directory: {source}")]
+    CannotCreate {
+        /// The project directory asked for.
+        dir: PathBuf,
+        /// Why it could not be made.
+        source: std::io::Error,
+    },
     /// A plugin id that a manifest would refuse.
     #[error(
         "plugin name `{0}`: expected lower-case letters, digits and single dashes, starting with a letter and not ending with a dash, at most 64 characters"
@@ -182,6 +191,7 @@ impl DevError {
             DevError::ToolMissing { .. }
                 | DevError::UnknownLanguage(_)
                 | DevError::InsideAFile { .. }
+                | DevError::CannotCreate { .. }
                 | DevError::Exists(_)
                 | DevError::BadName(_)
                 | DevError::Manifest(_)

@@ -40,6 +40,18 @@ pub fn scaffold(project: &NewProject) -> Result<Vec<PathBuf>, DevError> {
             file: file.to_path_buf(),
         });
     }
+    std::fs::create_dir_all(&project.dir).map_err(|source| DevError::CannotCreate {
+        dir: project.dir.clone(),
+        source,
+    })?;
+    // Nothing half-written: a project that could not be written whole is removed again.
+    write_project(project).inspect_err(|_| {
+        let _ = std::fs::remove_dir_all(&project.dir);
+    })
+}
+
+/// Write the files of `project` into its directory, made already.
+fn write_project(project: &NewProject) -> Result<Vec<PathBuf>, DevError> {
     let mut files = vec![(
         PathBuf::from(format!("{}.yaml", project.id)),
         manifest(project),
@@ -250,5 +262,18 @@ mod tests {
         let bad = project(temp.path(), "Bad_Name", PluginKind::Handler, Language::C);
         assert!(matches!(scaffold(&bad), Err(DevError::BadName(_))));
         assert!(!bad.dir.exists());
+        // Where no directory can be made (here a pseudo file system), the error says so.
+        let nowhere = NewProject {
+            dir: std::path::PathBuf::from("/proc/cairn-plugin-project"),
+            ..taken.clone()
+        };
+        let refused = scaffold(&nowhere).expect_err("refused");
+        assert!(refused.is_bad_input(), "{refused}");
+        assert!(
+            refused.to_string().starts_with(
+                "--dir /proc/cairn-plugin-project: cannot create the project directory"
+            ),
+            "{refused}"
+        );
     }
 }

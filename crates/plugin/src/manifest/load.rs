@@ -192,8 +192,14 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         file,
         errors: Vec::new(),
     };
-    let text = match std::fs::read_to_string(file) {
-        Ok(text) => text,
+    let text = match std::fs::read(file) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                problems.add("", not_utf8(e.as_bytes(), e.utf8_error().valid_up_to()));
+                return Err(problems.errors);
+            }
+        },
         Err(e) => {
             problems.add("", format!("cannot read: {e}"));
             return Err(problems.errors);
@@ -221,6 +227,43 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         Some(manifest) if problems.errors.is_empty() => Ok(manifest),
         _ => Err(problems.errors),
     }
+}
+
+/// Where a manifest stops being UTF-8: its first bad byte's line and column.
+fn not_utf8(bytes: &[u8], valid_up_to: usize) -> String {
+    let before = &bytes[..valid_up_to];
+    let line = before.iter().filter(|b| **b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(0, |at| at + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    format!(
+        "not UTF-8 text: byte 0x{:02x} at line {line} column {column}; expected a YAML file \
+         saved as UTF-8",
+        bytes[valid_up_to]
+    )
+}
+
+/// Where `key` is given in `text` (lines holding `key:`), for a duplicate-key error, which
+/// the YAML parser reports without a position.
+fn lines_of_key(text: &str, key: &str) -> Vec<usize> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = line.trim_start();
+            let unquoted = line.trim_start_matches(['"', '\'']);
+            unquoted.strip_prefix(key).is_some_and(|rest| {
+                rest.trim_start_matches(['"', '\''])
+                    .trim_start()
+                    .starts_with(':')
+            })
+        })
+        .map(|(at, _)| at + 1)
+        .collect()
 }
 
 /// A parser's error as the problem of the field it names, in plain words.
@@ -322,8 +365,26 @@ fn remove_key(document: &mut serde_yaml::Value, path: &str, key: &str) -> bool {
 /// typed parse would report either as a type mismatch, in the parser's own terms); the
 /// document when it is a mapping.
 fn check_yaml_shape(text: &str) -> Result<serde_yaml::Value, String> {
-    let document: serde_yaml::Value =
-        serde_yaml::from_str(text).map_err(|e| format!("not valid YAML: {e}"))?;
+    let document: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+        let message = e.to_string();
+        let duplicate = message
+            .strip_prefix("duplicate entry with key \"")
+            .and_then(|rest| rest.split_once('"'))
+            .map(|(key, _)| (key, lines_of_key(text, key)))
+            .filter(|(_, lines)| lines.len() > 1);
+        match duplicate {
+            Some((key, lines)) => format!(
+                "not valid YAML: {message} (`{key}:` appears on lines {}); expected each key \
+                 once in a mapping",
+                lines
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ),
+            None => format!("not valid YAML: {message}"),
+        }
+    })?;
     let found = match document {
         serde_yaml::Value::Mapping(_) => return Ok(document),
         serde_yaml::Value::Null => "an empty document",

@@ -367,6 +367,28 @@ mod tests {
     }
 
     #[test]
+    fn a_duplicate_key_and_a_byte_that_is_not_utf8_are_placed() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let twice = write_manifest(dir.path(), "p.yaml", "id: a\nversion: 1.0.0\nid: b\n");
+        let errors = load_file(&twice).expect_err("a key twice");
+        assert!(
+            errors[0]
+                .message
+                .contains("(`id:` appears on lines 1 and 3)"),
+            "{errors:?}"
+        );
+        let latin1 = dir.path().join("latin1.yaml");
+        std::fs::write(&latin1, b"id: a\ndescription: caf\xe9\n").expect("write");
+        let errors = load_file(&latin1).expect_err("not UTF-8");
+        assert!(
+            errors[0]
+                .message
+                .contains("not UTF-8 text: byte 0xe9 at line 2 column 17"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn every_unknown_field_of_a_file_is_reported_at_once() {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = "id: typo\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.2\n\
