@@ -18,8 +18,8 @@ pub enum Reply {
         status: u16,
         /// Extra headers.
         headers: Vec<(String, String)>,
-        /// The body.
-        body: String,
+        /// The body (bytes, so a test can send what is not UTF-8).
+        body: Vec<u8>,
     },
     /// Wait, then reply.
     Slow(Duration, Box<Reply>),
@@ -45,10 +45,15 @@ impl Reply {
 
     /// `status` with `body`.
     pub fn status(status: u16, body: &str) -> Self {
+        Reply::bytes(status, body.as_bytes())
+    }
+
+    /// `status` with `body` as given, UTF-8 or not.
+    pub fn bytes(status: u16, body: &[u8]) -> Self {
         Reply::Answer {
             status,
             headers: Vec::new(),
-            body: body.to_string(),
+            body: body.to_vec(),
         }
     }
 
@@ -204,7 +209,7 @@ fn answer(mut stream: TcpStream, reply: Reply) {
             }
             head.push_str("\r\n");
             let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(body.as_bytes());
+            let _ = stream.write_all(&body);
         }
     }
 }

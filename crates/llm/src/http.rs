@@ -106,8 +106,8 @@ impl Endpoint {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(retry_after);
-        let text = match response.body_mut().read_to_string() {
-            Ok(text) => text,
+        let bytes = match response.body_mut().read_to_vec() {
+            Ok(bytes) => bytes,
             Err(ureq::Error::BodyExceedsLimit(limit)) => {
                 return Attempt::Failed(
                     self.invalid(format!("an answer longer than {limit} bytes")),
@@ -115,12 +115,29 @@ impl Endpoint {
             }
             Err(error) => return Attempt::Retry(self.transport(error), None),
         };
+        // An answer that is not UTF-8 is malformed, not an outage: asked again it would come
+        // back the same, and every later batch would wait behind it.
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) if (200..=299).contains(&status) => {
+                return Attempt::Failed(self.invalid(format!(
+                    "an answer that is not UTF-8 text (byte {} of {})",
+                    e.utf8_error().valid_up_to(),
+                    e.as_bytes().len()
+                )));
+            }
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        };
+        // A provider may quote the key it was sent (`Incorrect API key provided: sk-…`):
+        // never kept, logged or delivered.
+        let text = without_secrets(text, headers);
         match status {
             200..=299 => Attempt::Answered(text),
             429 => Attempt::Retry(
                 LlmError::RateLimited {
                     provider: self.label.clone(),
-                    retry_after_ms: retry_after.map(|d| d.as_millis() as u64),
+                    retry_after_ms: retry_after
+                        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
                 },
                 retry_after,
             ),
@@ -159,10 +176,33 @@ impl Endpoint {
 fn retry_after(value: &str) -> Option<Duration> {
     let value = value.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        // Past what a Duration holds is "a very long time" (the caller caps every wait).
+        return (secs.is_finite() && secs >= 0.0)
+            .then(|| Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX));
     }
     let at = httpdate::parse_http_date(value).ok()?;
     at.duration_since(std::time::SystemTime::now()).ok()
+}
+
+/// Headers whose values are credentials.
+const SECRET_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
+
+/// `text` with every credential the request sent (a key, a bearer token) as `***`.
+fn without_secrets(mut text: String, headers: &[(&str, String)]) -> String {
+    for (name, value) in headers {
+        if !SECRET_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            continue;
+        }
+        let value = value.trim();
+        let secret = value
+            .split_once(' ')
+            .map_or(value, |(_, token)| token.trim());
+        // A few characters could be anything: only a real key is looked for.
+        if secret.len() >= 8 && text.contains(secret) {
+            text = text.replace(secret, "***");
+        }
+    }
+    text
 }
 
 /// `url` as logs and errors show it: a password in it as `***`.

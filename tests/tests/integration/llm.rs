@@ -275,6 +275,50 @@ fn a_slow_answer_times_out_and_a_dropped_connection_is_retried() {
 }
 
 #[test]
+fn an_answer_that_is_not_utf8_is_final_and_a_huge_retry_after_is_capped() {
+    // Malformed, not an outage: asked again it would come back the same, and every later
+    // batch would wait behind it.
+    let server = StubServer::start(vec![Reply::bytes(200, b"{\"choices\": \"caf\xe9\"}")]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("latin-1");
+    assert!(
+        matches!(&error, LlmError::InvalidResponse { message, .. } if message.starts_with("an answer that is not UTF-8 text")),
+        "{error:?}"
+    );
+    assert_eq!(error.kind(), ErrorKind::Internal);
+    assert_eq!(server.seen().len(), 1, "not asked again");
+    // A wait past what a Duration holds is capped like any other (it used to panic).
+    let server = StubServer::start(vec![
+        Reply::status(429, "{}").header("Retry-After", "99999999999999999999"),
+        Reply::openai_chat("after the cap"),
+    ]);
+    let answer = openai(&server)
+        .complete(&ask("hi"))
+        .expect("the second try");
+    assert_eq!(answer.content, "after the cap");
+}
+
+#[test]
+fn a_key_the_provider_quotes_back_is_never_kept() {
+    let server = StubServer::start(vec![Reply::status(
+        401,
+        "{\"error\": {\"message\": \"Incorrect API key provided: Bearer sk-test-0123456789\"}}",
+    )]);
+    let provider = OpenAiProvider::with_key(
+        &config(&server, ProviderKind::Openai),
+        Some("sk-test-0123456789".into()),
+    );
+    let error = provider
+        .complete(&ask("hi"))
+        .expect_err("refused")
+        .to_string();
+    assert!(!error.contains("sk-test-0123456789"), "{error}");
+    assert!(
+        error.contains("Incorrect API key provided: Bearer ***"),
+        "{error}"
+    );
+}
+
+#[test]
 fn a_refusal_is_final_and_a_bad_key_is_denied() {
     let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
     let error = openai(&server).complete(&ask("hi")).expect_err("refused");

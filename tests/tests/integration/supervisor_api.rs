@@ -129,5 +129,18 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
         .call(|instance| instance.poll())
         .await
         .expect("the healthy channel still serves calls");
+
+    // A host function that panics mid-call (a bug of ours) ends the instance as a fault,
+    // seen by the supervisor, instead of silently killing the plugin's thread; a fresh
+    // instance serves the next call.
+    let panicked = steady
+        .call(|_instance| -> Result<(), CallError> { panic!("a bug in a host function") })
+        .await;
+    assert!(panicked.is_err(), "{panicked:?}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    steady
+        .call(|instance| instance.poll())
+        .await
+        .expect("a fresh instance after the panic");
     host.stop().await;
 }

@@ -309,7 +309,13 @@ fn spawn_executor(
                 if next.unwatched {
                     let _ = reports.send(Report::Busy { start });
                 }
-                let fault = (next.call)(Ok(&mut instance));
+                // A host function that panics (a bug of ours, never the guest's) must not take
+                // the thread down unseen: it ends the instance as a fault, and the caller,
+                // whose answer went with the panic, gets the channel's closing.
+                let fault = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    (next.call)(Ok(&mut instance))
+                }))
+                .unwrap_or_else(|panic| Some(host_panicked(panic.as_ref())));
                 calls.finished(start);
                 if let Some(fault) = fault {
                     // The store is poisoned: the instance ends here.
@@ -319,6 +325,20 @@ fn spawn_executor(
             }
         })?;
     Ok(started_rx)
+}
+
+/// The fault of a call in which the host panicked, with the panic's message.
+fn host_panicked(panic: &(dyn std::any::Any + Send)) -> Fault {
+    let said = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".into());
+    tracing::error!("the host panicked in a plugin call: {said}");
+    Fault {
+        kind: FaultKind::Trap,
+        message: format!("the host panicked during the call: {said}"),
+    }
 }
 
 struct Supervisor {
