@@ -25,7 +25,11 @@ impl Poster {
         let (https, rest) = match api_base.split_once("://") {
             Some(("https", rest)) => (true, rest),
             Some(("http", rest)) => (false, rest),
-            _ => return Err(format!("config.api_base: `{api_base}` is not an http(s) URL")),
+            _ => {
+                return Err(format!(
+                    "config.api_base: `{api_base}` is not an http(s) URL"
+                ));
+            }
         };
         let (authority, prefix) = match rest.find('/') {
             Some(slash) => (&rest[..slash], rest[slash..].trim_end_matches('/')),
@@ -34,7 +38,12 @@ impl Poster {
         if authority.is_empty() {
             return Err(format!("config.api_base: `{api_base}` names no host"));
         }
-        Ok(Self { https, authority: authority.into(), prefix: prefix.into(), token })
+        Ok(Self {
+            https,
+            authority: authority.into(),
+            prefix: prefix.into(),
+            token,
+        })
     }
 
     /// Post `text` as a comment on `owner/repo#number`; the new comment's URL.
@@ -43,7 +52,10 @@ impl Poster {
             .rsplit_once('#')
             .filter(|(repo, number)| repo.contains('/') && number.parse::<u64>().is_ok())
             .ok_or_else(|| format!("{conversation} is not an issue or pull request"))?;
-        let path = format!("{}/repos/{repository}/issues/{number}/comments", self.prefix);
+        let path = format!(
+            "{}/repos/{repository}/issues/{number}/comments",
+            self.prefix
+        );
         let body = json!({ "body": text }).to_string();
         let (status, answer) = self.post(&path, body.as_bytes())?;
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
@@ -51,13 +63,20 @@ impl Poster {
             let detail = answer.get("message").and_then(Value::as_str).unwrap_or("");
             return Err(format!("GitHub answered {status} {detail}"));
         }
-        Ok(answer.get("html_url").and_then(Value::as_str).unwrap_or("").to_string())
+        Ok(answer
+            .get("html_url")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string())
     }
 
     /// POST a JSON body; the status and the response body.
     fn post(&self, path: &str, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
         let headers = Fields::from_list(&[
-            ("authorization".into(), format!("Bearer {}", self.token).into_bytes()),
+            (
+                "authorization".into(),
+                format!("Bearer {}", self.token).into_bytes(),
+            ),
             ("accept".into(), b"application/vnd.github+json".to_vec()),
             ("content-type".into(), b"application/json".to_vec()),
             ("content-length".into(), body.len().to_string().into_bytes()),
@@ -66,12 +85,24 @@ impl Poster {
         ])
         .map_err(|e| format!("headers: {e:?}"))?;
         let request = OutgoingRequest::new(headers);
-        let scheme = if self.https { Scheme::Https } else { Scheme::Http };
+        let scheme = if self.https {
+            Scheme::Https
+        } else {
+            Scheme::Http
+        };
         let refused = |what: &str| format!("the request's {what} was refused");
-        request.set_method(&Method::Post).map_err(|()| refused("method"))?;
-        request.set_scheme(Some(&scheme)).map_err(|()| refused("scheme"))?;
-        request.set_authority(Some(&self.authority)).map_err(|()| refused("authority"))?;
-        request.set_path_with_query(Some(path)).map_err(|()| refused("path"))?;
+        request
+            .set_method(&Method::Post)
+            .map_err(|()| refused("method"))?;
+        request
+            .set_scheme(Some(&scheme))
+            .map_err(|()| refused("scheme"))?;
+        request
+            .set_authority(Some(&self.authority))
+            .map_err(|()| refused("authority"))?;
+        request
+            .set_path_with_query(Some(path))
+            .map_err(|()| refused("path"))?;
         let outgoing = request.body().map_err(|()| refused("body"))?;
         let pending = outgoing_handler::handle(request, None).map_err(|e| describe(&e))?;
         // A refused request fails its body stream too: the response future names why.
@@ -86,10 +117,14 @@ impl Poster {
         sent?;
         finished?;
         let status = response.status();
-        let incoming = response.consume().map_err(|()| "the response has no body".to_string())?;
+        let incoming = response
+            .consume()
+            .map_err(|()| "the response has no body".to_string())?;
         let mut answer = Vec::new();
         {
-            let stream = incoming.stream().map_err(|()| "the response body is gone".to_string())?;
+            let stream = incoming
+                .stream()
+                .map_err(|()| "the response body is gone".to_string())?;
             loop {
                 match stream.blocking_read(64 * 1024) {
                     Ok(bytes) => answer.extend_from_slice(&bytes),
@@ -106,9 +141,13 @@ impl Poster {
 
 /// Write a request body in the chunks a WASI stream takes.
 fn write_body(outgoing: &OutgoingBody, body: &[u8]) -> Result<(), String> {
-    let stream = outgoing.write().map_err(|()| "the request body was refused".to_string())?;
+    let stream = outgoing
+        .write()
+        .map_err(|()| "the request body was refused".to_string())?;
     for chunk in body.chunks(4096) {
-        stream.blocking_write_and_flush(chunk).map_err(|e| format!("sending: {e:?}"))?;
+        stream
+            .blocking_write_and_flush(chunk)
+            .map_err(|e| format!("sending: {e:?}"))?;
     }
     Ok(())
 }
@@ -119,7 +158,9 @@ fn describe(error: &ErrorCode) -> String {
         ErrorCode::HttpRequestDenied => {
             "the host denied the request: the API is not in the manifest's capabilities.http".into()
         }
-        ErrorCode::HttpResponseBodySize(_) => "the response is over limits.http_response_bytes".into(),
+        ErrorCode::HttpResponseBodySize(_) => {
+            "the response is over limits.http_response_bytes".into()
+        }
         ErrorCode::ConnectionTimeout | ErrorCode::ConnectionReadTimeout => {
             "the API did not answer within limits.http_timeout_ms".into()
         }

@@ -16,7 +16,9 @@ mod github;
 
 use std::cell::RefCell;
 
-use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage};
+use cairn::plugin::types::{
+    Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage,
+};
 use cairn::plugin::{buffer, kv, log};
 use exports::cairn::plugin::channel_plugin::Guest;
 use hmac::{Hmac, Mac};
@@ -64,7 +66,9 @@ fn signature_valid(secret: &[u8], body: &[u8], signature: Option<&str>) -> bool 
 
 /// `owner/repo#number` for pull requests and issues, the repository otherwise.
 fn conversation_of(body: &Value) -> String {
-    let repository = body.pointer("/repository/full_name").and_then(Value::as_str);
+    let repository = body
+        .pointer("/repository/full_name")
+        .and_then(Value::as_str);
     let number = ["/pull_request/number", "/issue/number", "/number"]
         .iter()
         .find_map(|pointer| body.pointer(pointer).and_then(Value::as_u64));
@@ -79,22 +83,52 @@ fn conversation_of(body: &Value) -> String {
     }
 }
 
+/// The text of a delivery's message: what happened, by whom, on which thread, and what the
+/// person wrote.
 fn summary(event: &str, body: &Value, sender: &str, conversation: &str) -> String {
-    let action = body.get("action").and_then(Value::as_str).map(|a| format!(" {a}")).unwrap_or_default();
-    let title = ["/pull_request/title", "/issue/title", "/comment/body"]
-        .iter()
-        .find_map(|pointer| body.pointer(pointer).and_then(Value::as_str))
+    let action = body
+        .get("action")
+        .and_then(Value::as_str)
+        .map(|a| format!(" {a}"))
+        .unwrap_or_default();
+    let text_at = |pointers: &[&str]| {
+        pointers.iter().find_map(|pointer| {
+            body.pointer(pointer)
+                .and_then(Value::as_str)
+                .filter(|t| !t.trim().is_empty())
+        })
+    };
+    let title = text_at(&["/pull_request/title", "/issue/title"])
         .map(|t| format!(": {}", t.chars().take(200).collect::<String>()))
         .unwrap_or_default();
-    format!("{event}{action} by {sender} on {conversation}{title}")
+    // What the person wrote: a comment or a review on a thread, else the opened thread's own
+    // text — the part the agent is asked to answer.
+    let said = text_at(&[
+        "/comment/body",
+        "/review/body",
+        "/pull_request/body",
+        "/issue/body",
+    ])
+    .map(|t| format!("\n\n{}", t.chars().take(SAID_MAX_CHARS).collect::<String>()))
+    .unwrap_or_default();
+    format!("{event}{action} by {sender} on {conversation}{title}{said}")
 }
+
+/// The most of what a person wrote that a message carries (a long issue body is cut).
+const SAID_MAX_CHARS: usize = 8_000;
 
 impl Guest for Webhook {
     fn init(config: String) -> Result<(), Error> {
-        let config: Value = serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
-        let variable = config.get("secret_env").and_then(Value::as_str).unwrap_or("CAIRN_WEBHOOK_SECRET");
+        let config: Value = serde_json::from_str(&config)
+            .map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        let variable = config
+            .get("secret_env")
+            .and_then(Value::as_str)
+            .unwrap_or("CAIRN_WEBHOOK_SECRET");
         match std::env::var(variable) {
-            Ok(secret) if !secret.is_empty() => SECRET.with_borrow_mut(|s| *s = Some(secret.into_bytes())),
+            Ok(secret) if !secret.is_empty() => {
+                SECRET.with_borrow_mut(|s| *s = Some(secret.into_bytes()))
+            }
             _ => log::log(
                 LogLevel::Warn,
                 &format!(
@@ -104,17 +138,30 @@ impl Guest for Webhook {
                 ),
             ),
         }
-        let token_env = config.get("token_env").and_then(Value::as_str).unwrap_or("GITHUB_TOKEN");
-        let api_base = config.get("api_base").and_then(Value::as_str).unwrap_or("https://api.github.com");
+        let token_env = config
+            .get("token_env")
+            .and_then(Value::as_str)
+            .unwrap_or("GITHUB_TOKEN");
+        let api_base = config
+            .get("api_base")
+            .and_then(Value::as_str)
+            .unwrap_or("https://api.github.com");
         match std::env::var(token_env) {
             Ok(token) if !token.is_empty() => {
                 let poster = github::Poster::new(api_base, token).map_err(Error::InvalidInput)?;
-                log::log(LogLevel::Info, &format!("webhook: replies to issues and pull requests are posted as comments via {api_base}"));
+                log::log(
+                    LogLevel::Info,
+                    &format!(
+                        "webhook: replies to issues and pull requests are posted as comments via {api_base}"
+                    ),
+                );
                 POSTER.with_borrow_mut(|p| *p = Some(poster));
             }
             _ => log::log(
                 LogLevel::Info,
-                &format!("webhook: {token_env} is not set, so replies are logged and kept in kv, not posted to GitHub"),
+                &format!(
+                    "webhook: {token_env} is not set, so replies are logged and kept in kv, not posted to GitHub"
+                ),
             ),
         }
         Ok(())
@@ -129,15 +176,29 @@ impl Guest for Webhook {
             .ok()
             .and_then(|p| p.get("text").and_then(Value::as_str).map(str::to_string))
             .unwrap_or_else(|| message.payload.clone());
-        log::log(LogLevel::Info, &format!("webhook: reply to {}: {text}", message.conversation));
-        kv::set(&format!("reply:{}", message.conversation), message.payload.as_bytes())?;
+        log::log(
+            LogLevel::Info,
+            &format!("webhook: reply to {}: {text}", message.conversation),
+        );
+        kv::set(
+            &format!("reply:{}", message.conversation),
+            message.payload.as_bytes(),
+        )?;
         let is_thread = message.conversation.contains('#');
         POSTER.with_borrow(|poster| match poster {
             Some(poster) if is_thread => {
                 let url = poster
                     .comment(&message.conversation, &text)
-                    .map_err(|reason| Error::Unavailable(format!("posting the reply to {}: {reason}", message.conversation)))?;
-                log::log(LogLevel::Info, &format!("webhook: reply posted to {} {url}", message.conversation));
+                    .map_err(|reason| {
+                        Error::Unavailable(format!(
+                            "posting the reply to {}: {reason}",
+                            message.conversation
+                        ))
+                    })?;
+                log::log(
+                    LogLevel::Info,
+                    &format!("webhook: reply posted to {} {url}", message.conversation),
+                );
                 Ok(())
             }
             _ => Ok(()),
@@ -149,20 +210,35 @@ impl Guest for Webhook {
             return respond(405, json!({"error": "use POST"}));
         }
         let verified = SECRET.with_borrow(|secret| {
-            secret
-                .as_deref()
-                .is_some_and(|secret| signature_valid(secret, &request.body, header(&request, "x-hub-signature-256")))
+            secret.as_deref().is_some_and(|secret| {
+                signature_valid(
+                    secret,
+                    &request.body,
+                    header(&request, "x-hub-signature-256"),
+                )
+            })
         });
         if !verified {
-            return respond(401, json!({"error": "missing or invalid X-Hub-Signature-256"}));
+            return respond(
+                401,
+                json!({"error": "missing or invalid X-Hub-Signature-256"}),
+            );
         }
         let body: Value = match serde_json::from_slice(&request.body) {
             Ok(body) => body,
             Err(e) => return respond(400, json!({"error": format!("body: expected JSON: {e}")})),
         };
-        let event = header(&request, "x-github-event").unwrap_or("unknown").to_string();
-        let delivery = header(&request, "x-github-delivery").map(str::to_string).filter(|d| !d.trim().is_empty());
-        let sender = body.pointer("/sender/login").and_then(Value::as_str).unwrap_or("github").to_string();
+        let event = header(&request, "x-github-event")
+            .unwrap_or("unknown")
+            .to_string();
+        let delivery = header(&request, "x-github-delivery")
+            .map(str::to_string)
+            .filter(|d| !d.trim().is_empty());
+        let sender = body
+            .pointer("/sender/login")
+            .and_then(Value::as_str)
+            .unwrap_or("github")
+            .to_string();
         let conversation = conversation_of(&body);
         let payload = json!({
             "text": summary(&event, &body, &sender, &conversation),
@@ -219,7 +295,10 @@ fn said_at_of(body: &Value) -> Option<i64> {
         let text = body.pointer(pointer)?.as_str()?;
         chrono::DateTime::parse_from_rfc3339(text).ok()
     })?;
-    Some(said.timestamp_millis().min(chrono::Utc::now().timestamp_millis()))
+    Some(
+        said.timestamp_millis()
+            .min(chrono::Utc::now().timestamp_millis()),
+    )
 }
 
 export!(Webhook);

@@ -1099,7 +1099,7 @@ fn closing_stdin_gets_the_answer_then_a_clean_stop_and_the_default_start_logs_no
 fn post_issue(port: u16, delivery: &str) {
     let body = serde_json::to_vec(&serde_json::json!({
         "action": "opened",
-        "issue": {"number": 7, "title": "The build is red"},
+        "issue": {"number": 7, "title": "The build is red", "body": "CI fails on main since the last merge"},
         "repository": {"full_name": "octo/repo"},
         "sender": {"login": "ann"},
     }))
@@ -1141,13 +1141,52 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
     let port = host.webhook_port();
     post_issue(port, "issue-1");
     host.wait_for("webhook: reply posted to octo/repo#7", LONG);
+    // A comment on the thread: what the commenter wrote is the message, not only the title.
+    let body = serde_json::to_vec(&serde_json::json!({
+        "action": "created",
+        "issue": {"number": 7, "title": "The build is red", "body": "CI fails on main"},
+        "comment": {"body": "please review the fix in #8"},
+        "repository": {"full_name": "octo/repo"},
+        "sender": {"login": "bob"},
+    }))
+    .expect("json");
+    let signature = github_signature(SECRET.as_bytes(), &body);
+    let (status, answer) = post_webhook(
+        &http_client(),
+        port,
+        "issue_comment",
+        "comment-1",
+        &body,
+        Some(&signature),
+    )
+    .expect("post");
+    assert_eq!(status, 202, "{answer}");
+    host.wait_until(LONG, "the reply to the comment", |log| {
+        log.matches("webhook: reply posted to octo/repo#7").count() >= 2
+    });
     host.stop();
     let posted: Vec<_> = api
         .seen()
         .into_iter()
         .filter(|r| r.line == "POST /repos/octo/repo/issues/7/comments")
         .collect();
-    assert_eq!(posted.len(), 1, "{posted:?}");
+    assert_eq!(posted.len(), 2, "{posted:?}");
+    let replied = |i: usize| {
+        posted[i].json()["body"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        replied(0).contains("CI fails on main since the last merge"),
+        "{}",
+        replied(0)
+    );
+    assert!(
+        replied(1).contains("please review the fix in #8"),
+        "{}",
+        replied(1)
+    );
     let comment = &posted[0];
     assert_eq!(
         comment.header("authorization"),
@@ -1181,7 +1220,7 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
             .iter()
             .filter(|r| r.line.starts_with("POST"))
             .count(),
-        1,
-        "the denied request never reached the API"
+        2,
+        "the denied request never reached the API (the two posts are the granted host's)"
     );
 }
