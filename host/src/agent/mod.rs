@@ -14,6 +14,7 @@ use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, Ta
 use crate::journal::{Event, Journal, host_event};
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
+use crate::memory::local::MAX_CONTENT_BYTES;
 use crate::memory::local::TurnInFlight;
 use crate::memory::{MemoryError, MemoryKind, MemoryService, NewMemory, Scope};
 use crate::plugin::runtime::CallError;
@@ -790,7 +791,7 @@ impl Agent {
         if !config.save_episodes || text.trim().is_empty() {
             return None;
         }
-        let mut episode = NewMemory::new(MemoryKind::Episode, text);
+        let mut episode = NewMemory::new(MemoryKind::Episode, within_episode_limit(text));
         episode.scope = Scope {
             agent_id: Some(config.agent_id.clone()),
             user_id: Some(user.to_string()),
@@ -1063,4 +1064,45 @@ async fn save_episodes(
         tracing::warn!("cannot save an episode: {error}");
     }
     Ok(())
+}
+
+/// Room kept at the end of a cut episode for the note saying so.
+const CUT_NOTE_BYTES: usize = 64;
+
+/// `text` cut to what one memory holds ([`MAX_CONTENT_BYTES`], at a character boundary),
+/// saying how much was left out: a long reply is remembered by its start rather than not at
+/// all.
+fn within_episode_limit(text: String) -> String {
+    if text.len() <= MAX_CONTENT_BYTES {
+        return text;
+    }
+    let mut end = MAX_CONTENT_BYTES - CUT_NOTE_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{} … [{} bytes more not kept]",
+        &text[..end],
+        text.len() - end
+    )
+}
+
+#[cfg(test)]
+mod episode_limit_tests {
+    use super::*;
+
+    #[test]
+    fn a_text_over_what_a_memory_holds_is_cut_at_a_character_and_says_so() {
+        let short = "fits".to_string();
+        assert_eq!(within_episode_limit(short.clone()), short);
+        let long = "é".repeat(MAX_CONTENT_BYTES);
+        let cut = within_episode_limit(long.clone());
+        assert!(cut.len() <= MAX_CONTENT_BYTES, "{}", cut.len());
+        let kept = cut.split(" … [").next().expect("the start");
+        assert!(long.starts_with(kept));
+        assert!(cut.ends_with(&format!(
+            "[{} bytes more not kept]",
+            long.len() - kept.len()
+        )));
+    }
 }
