@@ -138,7 +138,8 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         plugins = set.start_order().len(),
         "cairn is running; press Ctrl-C to stop"
     );
-    wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
+    let started_at = crate::store::now_ms();
+    let asked_by = wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
     tracing::info!("stopping");
     if let Err(e) = stores.status.begin_stop() {
         tracing::warn!("cannot record that the host is stopping: {e}");
@@ -158,7 +159,32 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
-    Ok(())
+    match asked_by {
+        Some(channel) => unanswered_since(&stores.buffer, &channel, started_at),
+        None => Ok(()),
+    }
+}
+
+/// A run that ended because `channel` said its input was over (a script piping lines into
+/// the terminal) fails when some of what it sent was not answered, naming why: the script
+/// and the person at the terminal learn it, not only the log.
+fn unanswered_since(buffer: &Buffer, channel: &str, started_at: i64) -> Result<()> {
+    let failed: Vec<_> = buffer
+        .failed(10_000)?
+        .into_iter()
+        .filter(|work| {
+            work.channel == channel && work.finished_at.is_some_and(|at| at >= started_at)
+        })
+        .collect();
+    let Some(first) = failed.first() else {
+        return Ok(());
+    };
+    let messages: i64 = failed.iter().map(|work| work.messages).sum();
+    Err(anyhow::anyhow!(
+        "{messages} message(s) sent on {channel} were not answered: {}; see `cairn buffer failed`, \
+         and `cairn buffer retry` once it is fixed",
+        first.error.as_deref().unwrap_or("no reason recorded")
+    ))
 }
 
 /// Sample the stores for the status console and serve it on `listener` until `stopping`.
@@ -691,15 +717,19 @@ const PLUGIN_STOP_DEADLINE: std::time::Duration = std::time::Duration::from_secs
 const CLAIM_RELEASE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Wait for Ctrl-C or SIGTERM, or for the terminal's channel to ask to stop (then let
-/// what it sent be answered first).
-async fn wait_for_shutdown(signals: &mut StopSignals, stop_request: &StopRequest, buffer: &Buffer) {
+/// what it sent be answered first): the channel that asked, when one did and what it sent was settled.
+async fn wait_for_shutdown(
+    signals: &mut StopSignals,
+    stop_request: &StopRequest,
+    buffer: &Buffer,
+) -> Option<String> {
     tokio::select! {
-        _ = signals.received() => {}
+        _ = signals.received() => None,
         (channel, reason) = stop_request.requested() => {
             tracing::info!(%channel, %reason, "stop requested; answering what the channel sent first");
             tokio::select! {
-                _ = signals.received() => {}
-                _ = channel_settled(buffer, &channel) => {}
+                _ = signals.received() => None,
+                _ = channel_settled(buffer, &channel) => Some(channel),
             }
         }
     }

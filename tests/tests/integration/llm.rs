@@ -319,6 +319,25 @@ fn a_key_the_provider_quotes_back_is_never_kept() {
 }
 
 #[test]
+fn a_piped_run_whose_message_was_not_answered_exits_1_saying_why() {
+    let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
+    host.type_line("hello");
+    host.close_stdin();
+    let (exit, log) = host.wait_exit(Duration::from_secs(60));
+    assert_eq!(exit.code(), Some(1), "{log}");
+    assert!(
+        log.contains("1 message(s) sent on cli were not answered: ")
+            && log.contains("refused the request: HTTP 401")
+            && log.contains("see `cairn buffer failed`"),
+        "{log}"
+    );
+}
+
+#[test]
 fn a_refusal_is_final_and_a_bad_key_is_denied() {
     let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
     let error = openai(&server).complete(&ask("hi")).expect_err("refused");
