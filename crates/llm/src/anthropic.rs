@@ -104,9 +104,11 @@ impl LlmProvider for AnthropicProvider {
         }
         let text = self.target.endpoint.post(&headers, &body.to_string())?;
         let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            self.target
-                .endpoint
-                .invalid(format!("not a Messages answer ({e})"))
+            let problem = match crate::http::error_in_answer(&text) {
+                Some(said) => format!("an error instead of an answer: {said}"),
+                None => format!("not a Messages answer ({e})"),
+            };
+            self.target.endpoint.invalid(problem)
         })?;
         let content: String = answer
             .content

@@ -184,6 +184,18 @@ fn retry_after(value: &str) -> Option<Duration> {
     at.duration_since(std::time::SystemTime::now()).ok()
 }
 
+/// The error a provider put in a 2xx answer instead of a completion (`{"error": {"message":
+/// "The model is overloaded"}}`), to name instead of the shape the answer lacked.
+pub(crate) fn error_in_answer(text: &str) -> Option<String> {
+    let answer: serde_json::Value = serde_json::from_str(text).ok()?;
+    let error = answer.get("error")?;
+    let message = error
+        .get("message")
+        .and_then(serde_json::Value::as_str)
+        .or_else(|| error.as_str())?;
+    Some(excerpt(message))
+}
+
 /// Headers whose values are credentials.
 const SECRET_HEADERS: [&str; 3] = ["authorization", "x-api-key", "api-key"];
 

@@ -93,9 +93,11 @@ impl LlmProvider for OpenAiProvider {
             .collect();
         let text = self.target.endpoint.post(&headers, &body.to_string())?;
         let answer: Answer = serde_json::from_str(&text).map_err(|e| {
-            self.target
-                .endpoint
-                .invalid(format!("not a chat completion ({e})"))
+            let problem = match crate::http::error_in_answer(&text) {
+                Some(said) => format!("an error instead of an answer: {said}"),
+                None => format!("not a chat completion ({e})"),
+            };
+            self.target.endpoint.invalid(problem)
         })?;
         let content = answer
             .choices

@@ -91,6 +91,10 @@ pub async fn serve(
         })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .layer(axum::middleware::from_fn_with_state(
+            config.max_body_bytes,
+            refuse_declared_oversize,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
             std::time::Duration::from_millis(config.request_timeout_ms),
             within_deadline,
         ))
@@ -155,6 +159,28 @@ async fn within_deadline(
             ),
         ),
     }
+}
+
+/// Answer 413 at once to a request whose `Content-Length` is over `max_body_bytes`
+/// (`http.max_body_bytes`), rather than waiting for a body it would refuse anyway (a sender
+/// declaring a huge body and sending none used to be answered only at the deadline).
+async fn refuse_declared_oversize(
+    State(max_body_bytes): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max_body_bytes as u64) {
+        return error_json(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body: over http.max_body_bytes",
+        );
+    }
+    next.run(request).await
 }
 
 /// The host's own answer: `status` with `{"error": text}`.

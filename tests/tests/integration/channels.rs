@@ -647,6 +647,8 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
     let data = tempfile::tempdir().expect("data");
     let mut env = fast_env();
     env.push(("CAIRN_HTTP_MAX_BODY_BYTES", "2048"));
+    // Long enough that a body waited for would outlast the read below.
+    env.push(("CAIRN_HTTP_REQUEST_TIMEOUT_MS", "600000"));
     let mut host = Host::start(dir.path(), data.path(), &env);
     let port = host.webhook_port();
     let client = http_client();
@@ -712,6 +714,24 @@ fn every_webhook_url_form_reaches_the_channel_and_a_redelivery_is_one_message() 
         assert_eq!(status, expected, "{path}: {answer}");
         let answer: serde_json::Value = serde_json::from_str(&answer).expect("JSON answer");
         assert_eq!(answer["error"], error, "{path}");
+    }
+    // A body declared over the limit and never sent is refused at once, not waited for.
+    {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        stream
+            .write_all(
+                b"POST /channels/webhook HTTP/1.1\r\nHost: localhost\r\n\
+                  Content-Type: application/json\r\nContent-Length: 99999999\r\n\r\n",
+            )
+            .expect("send the head");
+        let mut answer = [0u8; 64];
+        let read = stream.read(&mut answer).expect("an answer before any body");
+        let answer = String::from_utf8_lossy(&answer[..read]);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
     }
     // GitHub's "Redeliver" sends the same delivery id again: the first id, nothing stored.
     let first = body(0);

@@ -286,6 +286,18 @@ fn an_answer_that_is_not_utf8_is_final_and_a_huge_retry_after_is_capped() {
     );
     assert_eq!(error.kind(), ErrorKind::Internal);
     assert_eq!(server.seen().len(), 1, "not asked again");
+    // An error inside a 200 answer is named, not only the fields the answer lacks.
+    let server = StubServer::start(vec![Reply::status(
+        200,
+        "{\"error\": {\"message\": \"The model is overloaded\"}}",
+    )]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("an error");
+    assert!(
+        error
+            .to_string()
+            .contains("an error instead of an answer: The model is overloaded"),
+        "{error}"
+    );
     // A wait past what a Duration holds is capped like any other (it used to panic).
     let server = StubServer::start(vec![
         Reply::status(429, "{}").header("Retry-After", "99999999999999999999"),
