@@ -308,6 +308,9 @@ pub struct CategoryScore {
     pub any_at_5: f64,
     /// Mean NDCG@5 (every piece of evidence equally relevant).
     pub ndcg_at_5: f64,
+    /// Share of questions whose first hit is evidence (for a knowledge update, the newest
+    /// statement): what a caller asking for one memory gets right.
+    pub hit_at_1: f64,
 }
 
 /// What a recall run scored on a set.
@@ -343,15 +346,17 @@ impl EvalReport {
 
     /// One line per category and the totals, for test output and the bench.
     pub fn table(&self) -> String {
-        let mut out = String::from("category           questions  recall@5  any@5  ndcg@5\n");
+        let mut out =
+            String::from("category           questions  recall@5  any@5  ndcg@5  hit@1\n");
         for (category, s) in &self.categories {
             out.push_str(&format!(
-                "{:<18} {:>9}  {:>8.3}  {:>5.3}  {:>6.3}\n",
+                "{:<18} {:>9}  {:>8.3}  {:>5.3}  {:>6.3}  {:>5.3}\n",
                 category.name(),
                 s.questions,
                 s.recall_at_5,
                 s.any_at_5,
-                s.ndcg_at_5
+                s.ndcg_at_5,
+                s.hit_at_1
             ));
         }
         out.push_str(&format!(
@@ -403,6 +408,11 @@ pub fn evaluate(set: &EvalSet, mut recall: impl FnMut(&EvalQuestion) -> Vec<Stri
         score.recall_at_5 += share;
         score.any_at_5 += f64::from(u8::from(found > 0));
         score.ndcg_at_5 += ndcg(&question.evidence, &recalled);
+        score.hit_at_1 += f64::from(u8::from(
+            recalled
+                .first()
+                .is_some_and(|first| question.evidence.contains(first)),
+        ));
         found_total += share;
         evidence_total += 1;
         if question.category == Category::KnowledgeUpdate {
@@ -422,6 +432,7 @@ pub fn evaluate(set: &EvalSet, mut recall: impl FnMut(&EvalQuestion) -> Vec<Stri
         score.recall_at_5 /= n;
         score.any_at_5 /= n;
         score.ndcg_at_5 /= n;
+        score.hit_at_1 /= n;
     }
     let rate = |a: usize, b: usize| a as f64 / b.max(1) as f64;
     EvalReport {
