@@ -591,19 +591,24 @@ fn a_taken_console_port_is_refused_and_a_new_data_dir_is_not_left_behind() {
     plugins.bundled("cli");
     let parent = tempfile::tempdir().expect("parent");
     let data = parent.path().join("fresh");
-    let out = cairn(&[
-        "run",
-        "--plugins",
-        &plugins.path().display().to_string(),
-        "--data",
-        &data.display().to_string(),
-        "--console",
-        &address,
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_run(&plugins, &data, &["--console", &address]);
     assert!(stderr.contains("expected a free port"), "{stderr}");
     assert!(!data.exists(), "{:?}", entries(parent.path()));
+}
+
+/// `cairn run` on `plugins` and `data` with `extra` arguments, refused as bad input (exit 2):
+/// its stderr.
+fn refused_run(plugins: &PluginDir, data: &std::path::Path, extra: &[&str]) -> String {
+    let (plugins, data) = (
+        plugins.path().display().to_string(),
+        data.display().to_string(),
+    );
+    let mut args = vec!["run", "--plugins", &plugins, "--data", &data];
+    args.extend_from_slice(extra);
+    let out = cairn(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
 }
 
 #[test]
@@ -615,17 +620,11 @@ fn a_disabled_plugin_the_directory_does_not_hold_is_refused() {
     let config = parent.path().join("cairn.yaml");
     std::fs::write(&config, "plugins:\n  disabled: [countr]\n").expect("config");
     let data = parent.path().join("fresh");
-    let out = cairn(&[
-        "run",
-        "--plugins",
-        &plugins.path().display().to_string(),
-        "--data",
-        &data.display().to_string(),
-        "--config",
-        &config.display().to_string(),
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = refused_run(
+        &plugins,
+        &data,
+        &["--config", &config.display().to_string()],
+    );
     assert!(
         stderr.contains(
             "plugins.disabled (CAIRN_PLUGINS_DISABLED or the config file): no plugin `countr` in"
