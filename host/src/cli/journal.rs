@@ -126,32 +126,6 @@ impl Journals<'_> {
             .map(|host| host.pid))
     }
 
-    /// The plugins the host running on this data dir holds quarantined or failed: they take
-    /// no event until the host starts again. (On a shared database, none are named.)
-    fn absent_plugins(&self) -> Result<Vec<cairn_vocab::plugin::PluginStatus>> {
-        if !matches!(self.storage, Storage::Sqlite) {
-            return Ok(Vec::new());
-        }
-        let Some(report) = status::read(self.data_dir).map_err(storage_unusable)? else {
-            return Ok(Vec::new());
-        };
-        let running = report.host.is_some_and(|host| {
-            host.stopped_at.is_none() && super::lock::host_holds(self.data_dir)
-        });
-        Ok(report
-            .plugins
-            .into_iter()
-            .filter(|plugin| {
-                running
-                    && matches!(
-                        plugin.state,
-                        cairn_vocab::plugin::PluginState::Quarantined
-                            | cairn_vocab::plugin::PluginState::Failed
-                    )
-            })
-            .collect())
-    }
-
     /// The journal to repair; a data dir without one is refused (nothing to repair, and
     /// nothing is created), and so is one that does not exist.
     fn write(&self) -> Result<Box<dyn JournalOperator>> {
@@ -389,7 +363,7 @@ fn note_absent_subscribers(journals: &Journals, admin: &dyn JournalOperator) -> 
         .filter(|letter| letter.status == cairn_vocab::event::DeadLetterStatus::Retry)
         .map(|letter| letter.subscriber)
         .collect();
-    for plugin in journals.absent_plugins()? {
+    for plugin in super::status::absent_plugins(&journals.storage, journals.data_dir)? {
         if waiting.contains(&plugin.id) {
             eprintln!(
                 "note: the running host holds plugin `{}` {}{}: its letters are retried when it \

@@ -107,6 +107,33 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
     })
 }
 
+/// The plugins the host running on this storage holds quarantined or failed to load: they
+/// take no event until the host starts again. None when no host runs.
+pub(super) fn absent_plugins(
+    storage: &Storage,
+    data_dir: &Path,
+) -> Result<Vec<cairn_vocab::plugin::PluginStatus>> {
+    let seen = match storage {
+        Storage::Sqlite => seen_in_data_dir(data_dir)?,
+        _ => seen_in_database(storage, data_dir)?,
+    };
+    if !seen.running {
+        return Ok(Vec::new());
+    }
+    Ok(seen
+        .report
+        .plugins
+        .into_iter()
+        .filter(|plugin| {
+            matches!(
+                plugin.state,
+                cairn_vocab::plugin::PluginState::Quarantined
+                    | cairn_vocab::plugin::PluginState::Failed
+            )
+        })
+        .collect())
+}
+
 /// `cairn status`: print the host, plugins, buffer and subscribers of the configured
 /// storage (a data dir's files, or the database several hosts share).
 pub fn show_status(config: &HostConfig, json_output: bool) -> Result<ExitCode> {
