@@ -46,6 +46,8 @@ struct Answer {
     content: Vec<Block>,
     model: Option<String>,
     usage: Option<Counted>,
+    /// `max_tokens` when the answer was cut there.
+    stop_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -110,6 +112,12 @@ impl LlmProvider for AnthropicProvider {
             };
             self.target.endpoint.invalid(problem)
         })?;
+        if answer.stop_reason.as_deref() == Some("max_tokens") {
+            crate::warn_cut_short(
+                self.target.endpoint.label(),
+                request.max_tokens.unwrap_or(self.target.max_tokens),
+            );
+        }
         let content: String = answer
             .content
             .into_iter()

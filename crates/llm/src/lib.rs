@@ -79,6 +79,16 @@ pub enum LlmError {
     },
 }
 
+/// Say in the log that `provider` cut its answer at `max_tokens`: the answer is delivered
+/// as it came, but a reader of the log learns why it may end mid-sentence.
+pub(crate) fn warn_cut_short(provider: &str, max_tokens: u32) {
+    tracing::warn!(
+        provider,
+        max_tokens,
+        "the model's answer was cut at max_tokens ({max_tokens}; agent.llm.max_tokens for the agent)"
+    );
+}
+
 impl LlmError {
     /// What kind of failure this is, as callers across the plugin boundary see it.
     pub fn kind(&self) -> ErrorKind {

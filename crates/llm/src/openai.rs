@@ -50,6 +50,8 @@ struct Answer {
 #[derive(Deserialize)]
 struct Choice {
     message: AnswerMessage,
+    /// `length` when the answer was cut at `max_tokens`.
+    finish_reason: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -99,10 +101,17 @@ impl LlmProvider for OpenAiProvider {
             };
             self.target.endpoint.invalid(problem)
         })?;
-        let content = answer
-            .choices
-            .into_iter()
-            .next()
+        let choice = answer.choices.into_iter().next();
+        if choice
+            .as_ref()
+            .is_some_and(|c| c.finish_reason.as_deref() == Some("length"))
+        {
+            crate::warn_cut_short(
+                self.target.endpoint.label(),
+                request.max_tokens.unwrap_or(self.target.max_tokens),
+            );
+        }
+        let content = choice
             .and_then(|choice| choice.message.content)
             .ok_or_else(|| self.target.endpoint.invalid("no choice with a message"))?;
         if content.trim().is_empty() {

@@ -15,11 +15,16 @@ pub struct Garbage {
 }
 
 impl Garbage {
-    /// The journal payload recording this failure for `session`.
+    /// The journal payload recording this failure for `session` (empty for none).
     pub fn report(&self, session: &str) -> serde_json::Value {
-        serde_json::json!({
-            "session_id": session, "problem": self.problem, "excerpt": self.excerpt, "attempts": 2,
-        })
+        let mut report = serde_json::json!({
+            "problem": self.problem, "excerpt": self.excerpt, "attempts": 2,
+        });
+        // A phase of a sleep is about no session: no empty `session_id` then.
+        if !session.is_empty() {
+            report["session_id"] = session.into();
+        }
+        report
     }
 }
 

@@ -350,6 +350,26 @@ fn a_piped_run_whose_message_was_not_answered_exits_1_saying_why() {
 }
 
 #[test]
+fn an_answer_cut_at_max_tokens_is_delivered_and_said_to_be_cut() {
+    let server = StubServer::start(vec![Reply::json(json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "stub-model",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "The answer is"}, "finish_reason": "length"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 3, "total_tokens": 15}
+    }))]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
+    host.type_line("what is the answer?");
+    host.wait_for("cairn> The answer is", Duration::from_secs(60));
+    let (_, log) = host.stop();
+    assert!(
+        log.contains("the model's answer was cut at max_tokens (1024; agent.llm.max_tokens"),
+        "{log}"
+    );
+}
+
+#[test]
 fn a_refusal_is_final_and_a_bad_key_is_denied() {
     let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
     let error = openai(&server).complete(&ask("hi")).expect_err("refused");
