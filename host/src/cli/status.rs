@@ -60,8 +60,7 @@ fn seen_in_data_dir(data_dir: &Path) -> Result<Seen> {
                 plugins: Vec::new(),
                 llm_usage: Vec::new(),
             });
-    let running =
-        report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir);
+    let running = runs_on_data_dir(&report, data_dir);
     Ok(Seen {
         buffer: buffer::read_stats(data_dir).map_err(storage_unusable)?,
         subscribers,
@@ -78,12 +77,7 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
     let status = storage.host(data_dir).map_err(storage_unusable)?.status;
     let report = status.report()?;
     let live_channels = Some(status.live_channels()?);
-    let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
-    let running = report.host.as_ref().is_some_and(|r| {
-        r.stopped_at.is_none()
-            && r.last_seen
-                .is_some_and(|seen| crate::store::now_ms() - seen <= stale_after)
-    });
+    let running = runs_on_database(&report);
     let buffer_config = crate::buffer::BufferConfig::default();
     let subscribers = match storage
         .journal_operator(data_dir)
@@ -107,21 +101,51 @@ fn seen_in_database(storage: &Storage, data_dir: &Path) -> Result<Seen> {
     })
 }
 
+/// Whether the host a data dir's report names runs: no clean stop, and its lock held.
+fn runs_on_data_dir(report: &status::StatusReport, data_dir: &Path) -> bool {
+    report.host.as_ref().is_some_and(|r| r.stopped_at.is_none()) && lock::host_holds(data_dir)
+}
+
+/// Whether the host a shared database's report names runs: no clean stop, and alive in the
+/// last few seconds.
+fn runs_on_database(report: &status::StatusReport) -> bool {
+    let stale_after = crate::store::pg::millis(crate::store::pg::host::STALE_AFTER);
+    report.host.as_ref().is_some_and(|r| {
+        r.stopped_at.is_none()
+            && r.last_seen
+                .is_some_and(|seen| crate::store::now_ms() - seen <= stale_after)
+    })
+}
+
 /// The plugins the host running on this storage holds quarantined or failed to load: they
-/// take no event until the host starts again. None when no host runs.
+/// take no event until the host starts again. None when no host runs. Only the status
+/// report is read.
 pub(super) fn absent_plugins(
     storage: &Storage,
     data_dir: &Path,
 ) -> Result<Vec<cairn_vocab::plugin::PluginStatus>> {
-    let seen = match storage {
-        Storage::Sqlite => seen_in_data_dir(data_dir)?,
-        _ => seen_in_database(storage, data_dir)?,
+    let (report, running) = match storage {
+        Storage::Sqlite => match status::read(data_dir).map_err(storage_unusable)? {
+            Some(report) => {
+                let running = runs_on_data_dir(&report, data_dir);
+                (report, running)
+            }
+            None => return Ok(Vec::new()),
+        },
+        _ => {
+            let report = storage
+                .host(data_dir)
+                .map_err(storage_unusable)?
+                .status
+                .report()?;
+            let running = runs_on_database(&report);
+            (report, running)
+        }
     };
-    if !seen.running {
+    if !running {
         return Ok(Vec::new());
     }
-    Ok(seen
-        .report
+    Ok(report
         .plugins
         .into_iter()
         .filter(|plugin| {

@@ -215,48 +215,21 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
     std::fs::write(&invisible, r#"{"text": "\u200b"}"#).expect("write");
     let invisible = invisible.display().to_string();
     refused(
-        &[
-            "send",
-            "--channel",
-            "cli",
-            "--conversation",
-            "c",
-            "--data",
-            &d,
-            "--json",
-            &invisible,
-        ],
+        &send_json(&d, &invisible),
         "--json: its `text` is only blanks or invisible characters",
     );
     std::fs::write(&invisible, r#"{"text": 5}"#).expect("write");
     refused(
-        &[
-            "send",
-            "--channel",
-            "cli",
-            "--conversation",
-            "c",
-            "--data",
-            &d,
-            "--json",
-            &invisible,
-        ],
+        &send_json(&d, &invisible),
         "--json: its `text` is 5: expected a string",
     );
     // An editor's byte-order mark is not part of the JSON.
     std::fs::write(&invisible, "\u{feff}{\"text\": \"marked by an editor\"}").expect("write");
     let elsewhere = tempfile::tempdir().expect("another data dir");
-    let marked = cairn(&[
-        "send",
-        "--channel",
-        "cli",
-        "--conversation",
-        "c",
-        "--data",
+    let marked = cairn(&send_json(
         &elsewhere.path().display().to_string(),
-        "--json",
         &invisible,
-    ]);
+    ));
     assert!(
         marked.status.success(),
         "{}",
@@ -594,6 +567,21 @@ fn a_taken_console_port_is_refused_and_a_new_data_dir_is_not_left_behind() {
     let stderr = refused_run(&plugins, &data, &["--console", &address]);
     assert!(stderr.contains("expected a free port"), "{stderr}");
     assert!(!data.exists(), "{:?}", entries(parent.path()));
+}
+
+/// `cairn send` of the payload in `file` to data dir `data`.
+fn send_json<'a>(data: &'a str, file: &'a str) -> [&'a str; 9] {
+    [
+        "send",
+        "--channel",
+        "cli",
+        "--conversation",
+        "c",
+        "--data",
+        data,
+        "--json",
+        file,
+    ]
 }
 
 /// `cairn run` on `plugins` and `data` with `extra` arguments, refused as bad input (exit 2):

@@ -217,8 +217,9 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
     let raw: RawManifest = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
-            add_parse_error(&e.to_string(), &mut problems);
-            report_further_unknown_fields(document, &e.to_string(), &mut problems);
+            let error = e.to_string();
+            add_parse_error(&error, &mut problems);
+            report_further_unknown_fields(document, &error, &mut problems);
             return Err(problems.errors);
         }
     };

@@ -149,38 +149,83 @@ fn validate_dependencies(raw: &RawManifest, problems: &mut Problems<'_>) -> Vec<
 }
 
 /// Memory, time and LLM budget limits within their ranges.
-/// Each limit's field and the values it takes, inclusive.
-pub(super) const LIMIT_RANGES: [(&str, u64, u64); 8] = [
-    ("limits.memory_mb", 1, 4096),
-    ("limits.timeout_ms", 1, 600_000),
-    ("limits.llm_calls_per_hour", 1, 100_000),
-    ("limits.llm_tokens_per_hour", 1, 1_000_000_000),
-    ("limits.http_timeout_ms", 1, 600_000),
-    ("limits.http_response_bytes", 1, 1 << 30),
-    ("limits.emits_per_sec", 1, 100_000),
-    ("limits.kv_bytes", 1, 1 << 40),
+/// One limit: its field, how to read it, and the values it takes (inclusive).
+struct LimitRange {
+    field: &'static str,
+    value: fn(&Limits) -> u64,
+    min: u64,
+    max: u64,
+}
+
+/// Every limit's range, each beside the field it reads, so the two cannot drift apart.
+const LIMIT_RANGES: [LimitRange; 8] = [
+    LimitRange {
+        field: "limits.memory_mb",
+        value: |l| l.memory_mb.into(),
+        min: 1,
+        max: 4096,
+    },
+    LimitRange {
+        field: "limits.timeout_ms",
+        value: |l| l.timeout_ms,
+        min: 1,
+        max: 600_000,
+    },
+    LimitRange {
+        field: "limits.llm_calls_per_hour",
+        value: |l| l.llm_calls_per_hour.into(),
+        min: 1,
+        max: 100_000,
+    },
+    LimitRange {
+        field: "limits.llm_tokens_per_hour",
+        value: |l| l.llm_tokens_per_hour,
+        min: 1,
+        max: 1_000_000_000,
+    },
+    LimitRange {
+        field: "limits.http_timeout_ms",
+        value: |l| l.http_timeout_ms,
+        min: 1,
+        max: 600_000,
+    },
+    LimitRange {
+        field: "limits.http_response_bytes",
+        value: |l| l.http_response_bytes,
+        min: 1,
+        max: 1 << 30,
+    },
+    LimitRange {
+        field: "limits.emits_per_sec",
+        value: |l| l.emits_per_sec.into(),
+        min: 1,
+        max: 100_000,
+    },
+    LimitRange {
+        field: "limits.kv_bytes",
+        value: |l| l.kv_bytes,
+        min: 1,
+        max: 1 << 40,
+    },
 ];
 
 /// The values `field` takes, when it is a limit.
 pub(super) fn limit_range(field: &str) -> Option<(u64, u64)> {
     LIMIT_RANGES
         .iter()
-        .find(|(name, ..)| *name == field)
-        .map(|(_, min, max)| (*min, *max))
+        .find(|range| range.field == field)
+        .map(|range| (range.min, range.max))
 }
 
 fn validate_limits(limits: &Limits, problems: &mut Problems<'_>) {
-    let values = [
-        u64::from(limits.memory_mb),
-        limits.timeout_ms,
-        u64::from(limits.llm_calls_per_hour),
-        limits.llm_tokens_per_hour,
-        limits.http_timeout_ms,
-        limits.http_response_bytes,
-        u64::from(limits.emits_per_sec),
-        limits.kv_bytes,
-    ];
-    for ((field, min, max), value) in LIMIT_RANGES.iter().zip(values) {
+    for LimitRange {
+        field,
+        value,
+        min,
+        max,
+    } in &LIMIT_RANGES
+    {
+        let value = value(limits);
         if !(*min..=*max).contains(&value) {
             problems.add(
                 *field,

@@ -160,7 +160,7 @@ pub(super) async fn deliver_alone<S: Subscriber>(
             true
         }
         Delivery::GaveUp(error, attempts) => {
-            dead_letter(journal, lone.event, id, &error, attempts, batch, position).await
+            dead_letter(journal, event, id, &error, attempts, batch, position).await
         }
         // Retrying would only meet the same absence: the event waits as a dead letter.
         Delivery::Absent(error) => {
