@@ -15,8 +15,14 @@ pub struct Garbage {
 }
 
 impl Garbage {
-    /// The journal payload recording this failure for `session` (empty for none).
-    pub fn report(&self, session: &str) -> serde_json::Value {
+    /// The journal payload recording this failure for `session` (empty for none), said in
+    /// the host's log too, where an operator looks first, naming `about`: what the answer
+    /// was asked for ("summarising session cli:alice", "sleep phase reflect for user bob").
+    pub fn report(&self, session: &str, about: &str) -> serde_json::Value {
+        crate::warn(&format!(
+            "{about}: the model's answer was unusable twice ({}); nothing of it is saved",
+            self.problem
+        ));
         let mut report = serde_json::json!({
             "problem": self.problem, "excerpt": self.excerpt, "attempts": 2,
         });
@@ -83,12 +89,7 @@ pub fn ask<T>(
             }
         }
     }
-    // Recorded in the journal by the caller; said in the host's log too, where an operator
-    // looks first.
-    crate::warn(&format!(
-        "the model's answer was unusable twice ({}); nothing of it is saved",
-        last.problem
-    ));
+    // Recorded in the journal and the log by the caller, who knows what it was for.
     Ok(Err(last))
 }
 

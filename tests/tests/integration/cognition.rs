@@ -669,12 +669,13 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     fact_saying(&facts(data), "The user plans a vegetable garden.");
-    // The unusable summary is in the host's log too, not only in the journal.
+    // The unusable summary is in the host's log too, not only in the journal, naming the
+    // session.
     assert!(
         log.lines().any(|line| line.contains("WARN")
             && line.contains("episode-summarizer")
             && line.contains(
-                "the model's answer was unusable twice (the answer holds no JSON object)"
+                "summarising session cli:cli: the model's answer was unusable twice (the answer holds no JSON object)"
             )),
         "{log}"
     );
