@@ -47,7 +47,10 @@ impl Guest for EpisodeSummarizer {
                 return Ok(());
             }
             Some(Err(garbage)) => {
-                emit("episode.summary_failed", garbage.report(session_id, &format!("summarising session {session_id}")))?;
+                emit(
+                    "episode.summary_failed",
+                    garbage.report(session_id, &format!("summarising session {session_id}")),
+                )?;
                 return Ok(());
             }
             Some(Ok(summary)) => summary,

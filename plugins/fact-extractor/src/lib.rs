@@ -64,7 +64,13 @@ impl Guest for FactExtractor {
                 ));
             }
             Err(garbage) => {
-                emit("facts.extraction_failed", garbage.report(session_id, &format!("extracting the facts of session {session_id}")))?;
+                emit(
+                    "facts.extraction_failed",
+                    garbage.report(
+                        session_id,
+                        &format!("extracting the facts of session {session_id}"),
+                    ),
+                )?;
             }
         }
         Ok(())

@@ -142,7 +142,13 @@ fn consolidate(
     let summary = match pipeline::summarize(&session.lines())? {
         Some(Err(garbage)) => {
             report.failed += 1;
-            emit("memory.consolidation_failed", garbage.report(&session.id, &format!("consolidating session {}", session.id)))?;
+            emit(
+                "memory.consolidation_failed",
+                garbage.report(
+                    &session.id,
+                    &format!("consolidating session {}", session.id),
+                ),
+            )?;
             return Ok(());
         }
         Some(Ok(summary)) => Some(summary),
@@ -159,7 +165,13 @@ fn consolidate(
         }
         Err(garbage) => {
             report.failed += 1;
-            emit("memory.consolidation_failed", garbage.report(&session.id, &format!("consolidating session {}", session.id)))?;
+            emit(
+                "memory.consolidation_failed",
+                garbage.report(
+                    &session.id,
+                    &format!("consolidating session {}", session.id),
+                ),
+            )?;
         }
     }
     Ok(())

@@ -282,7 +282,11 @@ fn derive(
         Ok(items) => items,
         Err(garbage) => {
             // The phase goes on for the other users, and completes.
-            let about = format!("sleep phase {} for user {}", derivation.phase, scope.user_id.as_deref().unwrap_or("(shared)"));
+            let about = format!(
+                "sleep phase {} for user {}",
+                derivation.phase,
+                scope.user_id.as_deref().unwrap_or("(shared)")
+            );
             let mut report = garbage.report("", &about);
             report["phase"] = derivation.phase.into();
             report["user_id"] = scope.user_id.clone().into();
