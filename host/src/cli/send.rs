@@ -6,7 +6,9 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::{BadInput, storage_unusable};
-use crate::buffer::{Buffer, BufferError, NewMessage, SAID_AT_LEEWAY_MS, check_message};
+use crate::buffer::{
+    Buffer, BufferConfig, BufferError, NewMessage, SAID_AT_LEEWAY_MS, check_message,
+};
 use crate::config::{HostConfig, Storage};
 use crate::store::host::SqliteHost;
 
@@ -23,9 +25,10 @@ pub struct SendArgs {
     /// Who sent it (default: the `--json` payload's `sender`, else `operator`).
     #[arg(long)]
     pub sender: Option<String>,
-    /// Priority (lower is served first); default: the channel's configured priority
-    /// (`buffer.channel_priority`, else its manifest's, as the last host on this data
-    /// dir read it, else `buffer.default_priority`).
+    /// Priority (lower is served first), winning over `buffer.channel_priority` for this
+    /// message; default: the channel's configured priority (`buffer.channel_priority`, else
+    /// its manifest's, as the last host on this data dir read it, else
+    /// `buffer.default_priority`).
     #[arg(long, allow_hyphen_values = true, value_parser = crate::cli::parse_priority)]
     pub priority: Option<u32>,
     /// An id for the message: sending the same key on the same channel again stores
@@ -185,7 +188,7 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
     let store = storage
         .buffer(&config.data_dir, &config.buffer)
         .map_err(storage_unusable)?;
-    let buffer = Buffer::over(store, config.buffer.clone())?;
+    let buffer = Buffer::over(store, buffer_config(&config.buffer, args))?;
     match buffer.push(message) {
         Ok(id) => {
             println!("{id}");
@@ -215,4 +218,15 @@ fn check_channel(data_dir: &Path, channel: &str) -> Result<()> {
         channels.join(", ")
     ))
     .into())
+}
+
+/// The buffer settings this message is checked with: an explicit `--priority` is the
+/// operator's word for this one message, so the channel's configured override (which is
+/// there to override what a channel plugin passes) gives way to it.
+fn buffer_config(config: &BufferConfig, args: &SendArgs) -> BufferConfig {
+    let mut config = config.clone();
+    if args.priority.is_some() {
+        config.channel_priority.remove(&args.channel);
+    }
+    config
 }

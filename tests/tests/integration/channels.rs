@@ -809,6 +809,19 @@ fn the_channel_priority_holds_whether_or_not_a_host_runs() {
         .query_row("SELECT count(*) FROM messages", [], |r| r.get(0))
         .expect("count");
     assert_eq!(stored, 3, "nothing stored for it");
+
+    // The configured override applies to what is sent without a priority; an explicit
+    // `--priority` is the operator's word for that message and wins over it.
+    let config = data.path().join("override.yaml");
+    std::fs::write(&config, "buffer:\n  channel_priority: {cli: 7}\n").expect("config");
+    let config = config.display().to_string();
+    let overridden = cli("sent under an override", &["--config", &config]);
+    assert_eq!(priority(overridden), 7);
+    let explicit = cli(
+        "sent with a priority under an override",
+        &["--config", &config, "--priority", "3"],
+    );
+    assert_eq!(priority(explicit), 3, "the flag wins over the override");
 }
 
 /// A data dir where a host ran `cli` and `webhook` once (so `cairn send` knows both), and
