@@ -223,17 +223,21 @@ impl MemoryService {
     }
 
     /// Store facts drawn from a known session; a fact without sources gets the session's
-    /// episodes as its provenance. Returns each fact's id (an existing one for duplicates).
+    /// episodes as its provenance, and one whose scope leaves the agent or the user unset
+    /// gets the session's, so it supersedes the facts of that agent and user with its
+    /// subject and predicate (a plugin reads them from the episodes, which a host saving no
+    /// episodes, or another backend, does not give it). Returns each fact's id (an existing
+    /// one for duplicates).
     pub fn save_facts(
         &self,
         session: &str,
         facts: Vec<NewMemory>,
     ) -> Result<Vec<String>, MemoryError> {
-        if self.sessions.session(session)?.is_none() {
+        let Some(known) = self.sessions.session(session)? else {
             return Err(MemoryError::NotFound(format!(
                 "session `{session}` is not known"
             )));
-        }
+        };
         let episodes: Vec<String> = self
             .session_episodes(session)?
             .into_iter()
@@ -243,6 +247,12 @@ impl MemoryService {
         for (i, mut fact) in facts.into_iter().enumerate() {
             if fact.sources.is_empty() {
                 fact.sources = episodes.clone();
+            }
+            if fact.scope.agent_id.is_none() {
+                fact.scope.agent_id = known.agent_id.clone();
+            }
+            if fact.scope.user_id.is_none() {
+                fact.scope.user_id = known.user_id.clone();
             }
             let outcome = self.save(fact).map_err(|e| match e {
                 MemoryError::InvalidInput(text) => {

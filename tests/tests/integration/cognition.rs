@@ -179,6 +179,38 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
     assert_eq!(consolidated, 3, "every session consolidated once");
 }
 
+#[test]
+fn a_fact_saved_without_episodes_still_supersedes_the_one_it_contradicts() {
+    let plugins = cognitive_host_plugins();
+    let data = tempfile::tempdir().expect("data dir");
+    let data = data.path();
+    let mut host = Host::start(plugins.path(), data, QUICK);
+    say(&mut host, "My favourite drink is green tea.");
+    wait_for_event(&mut host, data, "facts.extracted", "cli:cli");
+    assert!(host.stop().0.success());
+
+    // A host that saves no episodes: the extractor learns the fact from the summary alone
+    // and reads no agent from episodes; the fact takes its session's.
+    let mut host = Host::start(
+        plugins.path(),
+        data,
+        &env_with(&[("CAIRN_MEMORY_SAVE_EPISODES", "false")]),
+    );
+    say(&mut host, "Actually my favourite drink is coffee now.");
+    wait_for_event(&mut host, data, "facts.extracted", "cli:cli#2");
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let all = facts(data);
+    let coffee = fact_saying(&all, "The user's favourite drink is coffee.");
+    let tea = fact_saying(&all, "The user's favourite drink is green tea.");
+    assert_eq!(tea["superseded_by"], coffee["id"], "{all:#?}");
+    assert!(coffee["valid_to"].is_null(), "{all:#?}");
+    for level in ["agent_id", "user_id"] {
+        assert_eq!(coffee["scope"][level], tea["scope"][level], "{all:#?}");
+    }
+}
+
 /// A JSONL line of `cairn memory import` for an entry recorded `days_ago`.
 fn seeded(
     id: &str,
