@@ -1,8 +1,9 @@
-//! Waiting out a full disk. The host's own bookkeeping writes — its journal events, a turn's
-//! outcome, a reply's episode — are tried again until there is space, so a full disk stalls
-//! the host's work instead of losing an event or answering a batch twice after a restart.
-//! Producers (`buffer.push`, `cairn send`, a webhook) are refused at once instead: they
-//! still hold the message and can send it again.
+//! Waiting out a failure that passes: a full disk, or a database server that is away. The
+//! host's own bookkeeping writes — its journal events, a turn's outcome, a turn's episodes —
+//! are tried again until they are written, so a full disk or a PostgreSQL outage stalls the
+//! host's work instead of losing an event, leaving a batch `running` for ever or answering
+//! it twice after a restart. Producers (`buffer.push`, `cairn send`, a webhook) are refused
+//! at once instead: they still hold the message and can send it again.
 
 use std::fmt::Display;
 use std::time::{Duration, Instant};
@@ -12,10 +13,11 @@ const MAX_PAUSE: Duration = Duration::from_secs(1);
 /// How often a write that keeps failing is logged again.
 const WARN_EVERY: Duration = Duration::from_secs(30);
 
-/// Run `write` until it succeeds or fails for another reason than `is_full` says.
-pub async fn while_disk_full<T, E, F, Fut>(
+/// Run `write` until it succeeds or fails for another reason than one `passing` says
+/// passes.
+pub async fn while_passing<T, E, F, Fut>(
     what: &str,
-    is_full: fn(&E) -> bool,
+    passing: fn(&E) -> bool,
     mut write: F,
 ) -> Result<T, E>
 where
@@ -27,9 +29,9 @@ where
     let mut warned_at: Option<Instant> = None;
     loop {
         match write().await {
-            Err(e) if is_full(&e) => {
+            Err(e) if passing(&e) => {
                 if warned_at.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                    tracing::warn!("{what}: {e}; trying again until there is space");
+                    tracing::warn!("{what}: {e}; trying again until it is written");
                     warned_at = Some(Instant::now());
                 }
                 tokio::time::sleep(pause).await;
@@ -37,7 +39,7 @@ where
             }
             outcome => {
                 if warned_at.is_some() && outcome.is_ok() {
-                    tracing::info!("{what}: written now that there is space");
+                    tracing::info!("{what}: written now");
                 }
                 return outcome;
             }
@@ -51,9 +53,9 @@ mod tests {
     use std::sync::atomic::{AtomicU32, Ordering};
 
     #[tokio::test]
-    async fn a_full_disk_is_waited_out_and_other_errors_are_not() {
+    async fn a_passing_failure_is_waited_out_and_other_errors_are_not() {
         let tries = AtomicU32::new(0);
-        let written: Result<u32, String> = while_disk_full(
+        let written: Result<u32, String> = while_passing(
             "test",
             |e: &String| e == "full",
             || async {
@@ -65,7 +67,7 @@ mod tests {
         )
         .await;
         assert_eq!(written, Ok(2));
-        let refused: Result<u32, String> = while_disk_full(
+        let refused: Result<u32, String> = while_passing(
             "test",
             |e: &String| e == "full",
             || async { Err("bad input".to_string()) },

@@ -103,9 +103,11 @@ pub enum MemoryError {
 }
 
 impl MemoryError {
-    /// Whether the store refused the write for want of disk space.
-    pub fn is_disk_full(&self) -> bool {
-        matches!(self, MemoryError::Storage(e) if e.is_disk_full())
+    /// Whether the store refused the write for a reason that passes (a full disk, an
+    /// unreachable database server): the same write succeeds later (see
+    /// [`StorageError::is_passing`]).
+    pub fn is_passing(&self) -> bool {
+        matches!(self, MemoryError::Storage(e) if e.is_passing())
     }
 
     /// What kind of failure this is, as callers across the plugin boundary see it.

@@ -122,6 +122,11 @@ pub enum StorageError {
     /// PostgreSQL refused a read, a write or the commit.
     #[error("postgres: {0}")]
     Postgres(String),
+    /// The connection to PostgreSQL broke under a statement (the server restarted or ended
+    /// the session, or the network failed): nothing of it was committed, and it may succeed
+    /// on the connection made anew.
+    #[error("postgres: the connection broke: {0}")]
+    ConnectionLost(String),
     /// Another host got there first: the messages of a batch were routed by another router,
     /// or a claim this host let lapse was taken over. Nothing was written.
     #[error("{0}")]
@@ -149,6 +154,7 @@ impl StorageError {
         match self {
             StorageError::Stopped
             | StorageError::Unreachable { .. }
+            | StorageError::ConnectionLost(_)
             | StorageError::DiskFull(_) => ErrorKind::Unavailable,
             _ => ErrorKind::Internal,
         }
@@ -172,6 +178,18 @@ impl StorageError {
     /// Whether the write failed only for want of disk space (worth waiting for).
     pub fn is_disk_full(&self) -> bool {
         matches!(self, StorageError::DiskFull(_))
+    }
+
+    /// Whether the write failed for a reason that passes, so the same write succeeds later
+    /// and is worth waiting for: the disk is full, or the database server cannot be reached
+    /// or dropped the connection under it. Nothing of the write was stored.
+    pub fn is_passing(&self) -> bool {
+        matches!(
+            self,
+            StorageError::DiskFull(_)
+                | StorageError::Unreachable { .. }
+                | StorageError::ConnectionLost(_)
+        )
     }
 
     /// A failed commit or transaction step, `doing` what.

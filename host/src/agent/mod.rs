@@ -389,7 +389,9 @@ impl Agent {
         self.record(turn, &[], outcome).await;
     }
 
-    /// Record how a main batch ended, waiting out a full disk.
+    /// Record how a main batch ended, waiting out a full disk or a database outage: a batch
+    /// left `running` by a host that lives on is renewed, never taken over, so its
+    /// conversation would wait behind it until that host stopped.
     async fn record_outcome(
         &self,
         batch: i64,
@@ -397,9 +399,9 @@ impl Agent {
         reply: Option<String>,
         error: Option<String>,
     ) {
-        let recorded = crate::retry::while_disk_full(
+        let recorded = crate::retry::while_passing(
             "record a turn's outcome",
-            crate::buffer::BufferError::is_disk_full,
+            crate::buffer::BufferError::is_passing,
             || {
                 self.buffer
                     .finish_batch(batch, status, reply.clone(), error.clone())
@@ -803,9 +805,9 @@ impl Agent {
     }
 
     /// Save episodes in one commit (the hot path: no LLM call, no embedding — the
-    /// background embedder vectorises them later). Episodes refused for want of disk space
-    /// are saved once there is space again; other failures are logged: a turn is never
-    /// lost because memory could not keep it.
+    /// background embedder vectorises them later). Episodes refused for want of disk space,
+    /// or while the database server is away, are saved once it passes; other failures are
+    /// logged: a turn is never lost because memory could not keep it.
     async fn remember(&self, session_id: &str, episodes: Vec<NewMemory>) {
         let Some(memory) = self.memory.clone() else {
             return;
@@ -813,16 +815,13 @@ impl Agent {
         if episodes.is_empty() {
             return;
         }
-        let saved = crate::retry::while_disk_full(
-            "save a turn's episodes",
-            MemoryError::is_disk_full,
-            || {
+        let saved =
+            crate::retry::while_passing("save a turn's episodes", MemoryError::is_passing, || {
                 let memory = memory.clone();
                 let episodes = episodes.clone();
                 async move { save_episodes(memory, episodes).await }
-            },
-        )
-        .await;
+            })
+            .await;
         if let Err(error) = saved {
             tracing::warn!(session = session_id, "cannot save an episode: {error}");
         }
@@ -1058,7 +1057,7 @@ async fn save_episodes(
         }
     };
     for error in outcomes.into_iter().filter_map(Result::err) {
-        if error.is_disk_full() {
+        if error.is_passing() {
             return Err(error);
         }
         tracing::warn!("cannot save an episode: {error}");

@@ -86,9 +86,11 @@ pub enum JournalError {
 }
 
 impl JournalError {
-    /// Whether the store refused the write for want of disk space.
-    pub fn is_disk_full(&self) -> bool {
-        matches!(self, JournalError::Storage(e) if e.is_disk_full())
+    /// Whether the store refused the write for a reason that passes (a full disk, an
+    /// unreachable database server): the same write succeeds later (see
+    /// [`StorageError::is_passing`]).
+    pub fn is_passing(&self) -> bool {
+        matches!(self, JournalError::Storage(e) if e.is_passing())
     }
 
     /// What kind of failure this is, as callers across the plugin boundary see it.
@@ -227,14 +229,15 @@ impl Journal {
         }
     }
 
-    /// [`Journal::emit`] of a built event: waits for space when the disk is full.
+    /// [`Journal::emit`] of a built event: waits while the disk is full or the database
+    /// server is away, so a host event (a schedule tick, an answer, a turn's record) is not
+    /// lost to an outage.
     async fn emit_one(&self, event: NewEvent) {
-        let appended = crate::retry::while_disk_full(
-            "journal a host event",
-            JournalError::is_disk_full,
-            || self.append(event.clone()),
-        )
-        .await;
+        let appended =
+            crate::retry::while_passing("journal a host event", JournalError::is_passing, || {
+                self.append(event.clone())
+            })
+            .await;
         if let Err(e) = appended {
             tracing::error!(topic = %event.topic, "cannot journal a host event: {e}");
         }

@@ -9,9 +9,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU16, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use cairn::store::pg::cluster::TestCluster;
+use cairn::store::pg::cluster::{Server, TestCluster};
+use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{Host, PluginDir, cairn_bin, kill_pause, spawn_webhook_sender, test_env};
 
 const LONG: Duration = Duration::from_secs(90);
@@ -367,4 +368,85 @@ fn keep_logs(logs: &[String]) -> std::path::PathBuf {
         std::fs::write(dir.join(format!("host-{i}.log")), log).expect("a log written");
     }
     dir
+}
+
+#[test]
+fn a_turn_across_a_database_outage_is_recorded_and_its_conversation_goes_on() {
+    let Some((server, cluster)) = Server::own() else {
+        return;
+    };
+    let storage = cluster.fresh_database().redacted().to_string();
+    // The model answers the first question only once the test has stopped the server.
+    let released = Arc::new(AtomicBool::new(false));
+    let gate = released.clone();
+    let arrived = Arc::new(AtomicU16::new(0));
+    let asked = arrived.clone();
+    let model = StubServer::answering(move |_| {
+        let n = asked.fetch_add(1, Ordering::SeqCst) + 1;
+        let deadline = Instant::now() + LONG;
+        while !gate.load(Ordering::SeqCst) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Reply::openai_chat(&format!("answer {n} across the outage"))
+    });
+    let base_url = format!("{}/v1", model.url());
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[
+            ("CAIRN_STORAGE", storage.as_str()),
+            ("CAIRN_ROUTER_BATCH_WINDOW_MS", "50"),
+            ("CAIRN_AGENT_LLM_PROVIDER", "openai"),
+            ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
+        ],
+    );
+    host.wait_for("cairn is running", LONG);
+    host.type_line("What did I ask before the outage?");
+    host.wait_until(LONG, "the model is asked", |_| {
+        arrived.load(Ordering::SeqCst) == 1
+    });
+
+    server.stop().expect("stop the server");
+    released.store(true, Ordering::SeqCst);
+    host.wait_for("cairn> answer 1 across the outage", LONG);
+    // The turn's bookkeeping waits for the server instead of being given up.
+    host.wait_for("trying again until it is written", LONG);
+    server.start().expect("start the server again");
+
+    // The conversation is not held behind a batch left running.
+    host.type_line("And after it?");
+    host.wait_for("cairn> answer 2 across the outage", LONG);
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("cannot record the turn's outcome"), "{log}");
+    let mut db = client(&storage);
+    let batches: Vec<(String, i64)> = db
+        .query(
+            "SELECT status, count(*) FROM buffer_batches GROUP BY status",
+            &[],
+        )
+        .expect("batches")
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+    assert_eq!(batches, [("done".to_string(), 2)], "{log}");
+    let answers: i64 = db
+        .query_one(
+            "SELECT count(*) FROM journal_events WHERE topic = 'agent.response'",
+            &[],
+        )
+        .expect("answers")
+        .get(0);
+    assert_eq!(answers, 2, "one agent.response per batch: {log}");
+    let replies: i64 = db
+        .query_one(
+            "SELECT count(*) FROM memory_entries WHERE content LIKE 'answer % across the outage'",
+            &[],
+        )
+        .expect("episodes")
+        .get(0);
+    assert_eq!(replies, 2, "both replies remembered: {log}");
 }

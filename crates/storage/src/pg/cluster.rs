@@ -73,50 +73,111 @@ fn start() -> Result<TestCluster, String> {
             next: AtomicU32::new(0),
         });
     }
-    let bin = binaries().ok_or("no PostgreSQL binaries (initdb, pg_ctl) were found")?;
-    let dir = std::env::temp_dir().join(format!("cairn-pg-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let as_user = server_user(&dir)?;
-    let data = dir.join("data");
-    run(
-        as_user.as_deref(),
-        &bin.join("initdb"),
-        &[
-            "-D",
-            &data.to_string_lossy(),
-            "-U",
-            "postgres",
-            "-A",
-            "trust",
-            "-E",
-            "UTF8",
-            "--no-sync",
-        ],
-    )?;
-    let options = format!(
-        "-k {} -c listen_addresses='' -c max_connections=300 -c shared_buffers=64MB",
-        dir.display()
-    );
-    run(
-        as_user.as_deref(),
-        &bin.join("pg_ctl"),
-        &[
-            "-D",
-            &data.to_string_lossy(),
-            "-l",
-            &dir.join("server.log").to_string_lossy(),
-            "-w",
-            "-o",
-            &options,
-            "start",
-        ],
-    )?;
-    stop_when_this_process_exits(as_user.as_deref(), &bin, &dir);
-    Ok(TestCluster {
-        admin: format!("host={} user=postgres dbname=postgres", dir.display()),
-        next: AtomicU32::new(0),
-    })
+    let server = Server::create("")?;
+    server.start()?;
+    Ok(server.cluster())
+}
+
+/// A server of a test's own, which the test may stop and start again to play an outage;
+/// stopped and removed when the process exits, like the shared one.
+pub struct Server {
+    bin: PathBuf,
+    dir: PathBuf,
+    as_user: Option<String>,
+}
+
+impl Server {
+    /// A new server of its own, running, and the cluster to make databases on it; `None`
+    /// (said loudly) without PostgreSQL's binaries, or when the tests use a server given by
+    /// `CAIRN_TEST_POSTGRES`, which they must not stop.
+    pub fn own() -> Option<(Server, TestCluster)> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let made = if std::env::var_os("CAIRN_TEST_POSTGRES").is_some() {
+            Err("CAIRN_TEST_POSTGRES names a server the tests must not stop".to_string())
+        } else {
+            let name = format!("-own{}", NEXT.fetch_add(1, Ordering::Relaxed));
+            Server::create(&name).and_then(|server| server.start().map(|()| server))
+        };
+        match made {
+            Ok(server) => {
+                let cluster = server.cluster();
+                Some((server, cluster))
+            }
+            Err(why) => {
+                eprintln!("\n*** a PostgreSQL outage test is SKIPPED: {why} ***\n");
+                None
+            }
+        }
+    }
+
+    /// `initdb` in a new temporary directory named after the process and `name`, and a
+    /// watcher that stops the server and removes the directory once the process is gone.
+    fn create(name: &str) -> Result<Server, String> {
+        let bin = binaries().ok_or("no PostgreSQL binaries (initdb, pg_ctl) were found")?;
+        let dir = std::env::temp_dir().join(format!("cairn-pg-{}{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let as_user = server_user(&dir)?;
+        let server = Server { bin, dir, as_user };
+        server.pg(
+            "initdb",
+            &[
+                "-D",
+                &server.data(),
+                "-U",
+                "postgres",
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--no-sync",
+            ],
+        )?;
+        stop_when_this_process_exits(server.as_user.as_deref(), &server.bin, &server.dir);
+        Ok(server)
+    }
+
+    /// Start the server and wait until it takes connections.
+    pub fn start(&self) -> Result<(), String> {
+        let options = format!(
+            "-k {} -c listen_addresses='' -c max_connections=300 -c shared_buffers=64MB",
+            self.dir.display()
+        );
+        let log = self.dir.join("server.log").to_string_lossy().into_owned();
+        self.pg(
+            "pg_ctl",
+            &[
+                "-D",
+                &self.data(),
+                "-l",
+                &log,
+                "-w",
+                "-o",
+                &options,
+                "start",
+            ],
+        )
+    }
+
+    /// Stop the server as an operator's fast shutdown does: every session is ended.
+    pub fn stop(&self) -> Result<(), String> {
+        self.pg("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"])
+    }
+
+    fn cluster(&self) -> TestCluster {
+        TestCluster {
+            admin: format!("host={} user=postgres dbname=postgres", self.dir.display()),
+            next: AtomicU32::new(0),
+        }
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").to_string_lossy().into_owned()
+    }
+
+    fn pg(&self, program: &str, args: &[&str]) -> Result<(), String> {
+        run(self.as_user.as_deref(), &self.bin.join(program), args)
+    }
 }
 
 /// `CAIRN_PG_BIN`, else the newest `/usr/lib/postgresql/*/bin` (Debian's layout).

@@ -280,9 +280,17 @@ fn next_job(queue: &Mutex<mpsc::Receiver<Job>>) -> Option<Job> {
 }
 
 /// One connection and how to get it back when it breaks.
+/// A connection idle this long is checked before work runs on it: the server may have ended
+/// its session meanwhile.
+const IDLE_CHECK: Duration = Duration::from_millis(250);
+/// How long that check may take before the connection is taken for dead.
+const VALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
+
 struct Worker {
     url: PgUrl,
     client: Option<Client>,
+    /// When work last ran on the connection (see [`IDLE_CHECK`]).
+    used_at: Instant,
     /// No attempt to connect again before this, after a failed one.
     retry_at: Option<Instant>,
     backoff: Duration,
@@ -298,6 +306,7 @@ impl Worker {
         Ok(Self {
             url,
             client: Some(client),
+            used_at: Instant::now(),
             retry_at: None,
             backoff: FIRST_BACKOFF,
             last_error: String::new(),
@@ -306,6 +315,18 @@ impl Worker {
 
     /// The connection, connecting again if it broke (at most once per backoff period).
     fn client(&mut self) -> Result<&mut Client, StorageError> {
+        // A session the server ended while its connection sat idle (a restart, an
+        // administrator's `pg_terminate_backend`) shows only once something reads the
+        // socket, which the client does only while a statement runs: a connection idle for
+        // a while is asked first (one round trip), so work never runs on a dead one (after
+        // a server restart each pooled connection used to fail the next work given it).
+        if self.used_at.elapsed() >= IDLE_CHECK
+            && let Some(client) = self.client.as_mut()
+            && client.is_valid(VALIDATE_TIMEOUT).is_err()
+        {
+            self.client = None;
+        }
+        self.used_at = Instant::now();
         if self.client.as_ref().is_some_and(Client::is_closed) {
             self.client = None;
         }
@@ -343,26 +364,59 @@ impl Worker {
         &mut self,
         read: impl FnOnce(&mut Client) -> Result<T, StorageError>,
     ) -> Result<T, StorageError> {
-        read(self.client()?)
+        let outcome = read(self.client()?);
+        if let Err(error) = &outcome {
+            self.forget_if_lost(error);
+        }
+        outcome
+    }
+
+    /// Drop the connection when `error` says it broke, so the next work connects anew.
+    fn forget_if_lost(&mut self, error: &StorageError) {
+        if matches!(error, StorageError::ConnectionLost(_)) {
+            self.client = None;
+        }
     }
 
     /// Run a group of writes in one transaction and answer each once it committed.
     fn commit_group(&mut self, group: Vec<Write>) {
-        let mut tx = match self.client().and_then(|c| Ok(c.transaction()?)) {
-            Ok(tx) => tx,
+        let failure = match self.client().and_then(|c| Ok(c.transaction()?)) {
+            Ok(mut tx) => {
+                let answers: Vec<Answer> =
+                    group.into_iter().map(|write| write(Ok(&mut tx))).collect();
+                let commit_error = tx.commit().err().map(StorageError::from);
+                for answer in answers {
+                    answer(commit_error.as_ref());
+                }
+                commit_error
+            }
             Err(e) => {
                 for write in group {
                     write(Err(&e))(None);
                 }
-                return;
+                Some(e)
             }
         };
-        let answers: Vec<Answer> = group.into_iter().map(|write| write(Ok(&mut tx))).collect();
-        let commit_error = tx.commit().err().map(StorageError::from);
-        for answer in answers {
-            answer(commit_error.as_ref());
+        if let Some(error) = &failure {
+            self.forget_if_lost(error);
         }
     }
+}
+
+/// Whether `error` means the connection is gone (closed, an I/O failure, or the server
+/// ending the session): what ran on it committed nothing, and a new connection may succeed.
+fn connection_lost(error: &postgres::Error) -> bool {
+    use postgres::error::SqlState;
+    let ended = error.code().is_some_and(|code| {
+        [
+            SqlState::ADMIN_SHUTDOWN,
+            SqlState::CRASH_SHUTDOWN,
+            SqlState::CANNOT_CONNECT_NOW,
+        ]
+        .contains(code)
+    });
+    let io = std::error::Error::source(error).is_some_and(|source| source.is::<std::io::Error>());
+    ended || io || error.is_closed()
 }
 
 impl From<postgres::Error> for StorageError {
@@ -376,6 +430,8 @@ impl From<postgres::Error> for StorageError {
         });
         if conflict {
             StorageError::Conflict(describe(&error))
+        } else if connection_lost(&error) {
+            StorageError::ConnectionLost(describe(&error))
         } else if full {
             StorageError::DiskFull(describe(&error))
         } else {
