@@ -30,7 +30,7 @@ use serde_json::json;
 use tokio::sync::watch;
 
 use crate::buffer::{Buffer, BufferError};
-use crate::journal::dispatch::{Subscriber, Undelivered};
+use crate::journal::dispatch::{Absence, Subscriber, Undelivered};
 use crate::journal::{Event, Journal, JournalError};
 pub use crate::plugin::ports::{Interrupt, StopRequest};
 use crate::store::StorageError;
@@ -55,6 +55,17 @@ pub enum LifecycleError {
     /// The journal could not say what the session monitor has yet to read.
     #[error("lifecycle: {0}")]
     Journal(#[from] JournalError),
+}
+
+impl LifecycleError {
+    /// Whether a store refused for a reason that passes (see [`StorageError::is_passing`]).
+    pub fn is_passing(&self) -> bool {
+        match self {
+            LifecycleError::State(e) => e.is_passing(),
+            LifecycleError::Buffer(e) => e.is_passing(),
+            LifecycleError::Journal(e) => e.is_passing(),
+        }
+    }
 }
 
 /// Lifecycle settings (`lifecycle:` in `cairn.yaml`).
@@ -463,9 +474,15 @@ impl Subscriber for Lifecycle {
     }
 
     async fn take(&self, event: &Event) -> Result<(), Undelivered> {
-        self.observe(event)
-            .await
-            .map_err(|e| format!("session monitor: {e}").into())
+        self.observe(event).await.map_err(|e| {
+            let mut undelivered = Undelivered::from(format!("session monitor: {e}"));
+            // Its stores away for a moment (a full disk, a database outage): wait for them
+            // without spending attempts, so an outage never dead-letters a session's events.
+            if e.is_passing() {
+                undelivered.absent = Some(Absence::Returning);
+            }
+            undelivered
+        })
     }
 }
 

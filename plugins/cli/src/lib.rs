@@ -4,7 +4,9 @@
 //! It needs the `stdio` capability. `poll` reads stdin without blocking (the host calls it on
 //! the channel's poll interval), so a quiet terminal never holds up the host. When stdin
 //! ends (Ctrl-D, or the end of piped input) it asks the host to stop once what was typed is
-//! answered, unless `config.stop_at_end_of_input` is false.
+//! answered, unless `config.stop_at_end_of_input` is false. A line the buffer cannot take
+//! for now (`unavailable`: a full disk, a database outage) is kept and sent again at the next
+//! poll, before anything typed after it: nobody else holds what was typed.
 
 wit_bindgen::generate!({
     path: "../../wit/v0.2",
@@ -12,9 +14,12 @@ wit_bindgen::generate!({
 });
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::io::Write;
 
-use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage};
+use cairn::plugin::types::{
+    Error, HttpRequest, HttpResponse, InboundMessage, LogLevel, OutboundMessage,
+};
 use cairn::plugin::{buffer, lifecycle, log};
 use exports::cairn::plugin::channel_plugin::Guest;
 use wasi::io::streams::{InputStream, StreamError};
@@ -33,6 +38,10 @@ struct State {
     conversation: String,
     /// Ask the host to stop once stdin ends and what was typed is answered.
     stop_at_end: bool,
+    /// Lines typed that the buffer has not taken yet, oldest first.
+    unsent: VecDeque<String>,
+    /// The buffer refused the first of them as unavailable (said once, until it takes it).
+    waiting: bool,
 }
 
 thread_local! {
@@ -45,6 +54,8 @@ thread_local! {
             sender: String::new(),
             conversation: String::new(),
             stop_at_end: true,
+            unsent: VecDeque::new(),
+            waiting: false,
         })
     };
 }
@@ -89,39 +100,87 @@ fn refuse_long_line() {
 fn shows_nothing(c: char) -> bool {
     c.is_whitespace()
         || c.is_control()
-        || matches!(c, '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}')
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200D}' | '\u{2060}' | '\u{FEFF}' | '\u{00AD}'
+        )
 }
 
-fn push_line(state: &State, line: &str) {
-    // A line of only blanks or invisible characters says nothing: it is not sent.
+/// Queue a typed line to be sent; a line of only blanks or invisible characters says
+/// nothing and is not sent.
+fn queue_line(state: &mut State, line: &str) {
     let line = line.trim_matches(shows_nothing);
-    if line.is_empty() {
-        return;
+    if !line.is_empty() {
+        state.unsent.push_back(line.to_string());
     }
-    let message = InboundMessage {
-        sender: state.sender.clone(),
-        conversation: state.conversation.clone(),
-        payload: serde_json::json!({ "text": line }).to_string(),
-        priority: None,
-        dedup_key: None,
-        said_at: None,
-    };
-    if let Err(error) = buffer::push(&message) {
-        log::log(LogLevel::Warn, &format!("cli: message not stored: {error:?}"));
+}
+
+/// Push the lines not sent yet, in order, until the buffer is unavailable (they wait for
+/// the next poll); a line it refuses for another reason is dropped, with a warning.
+fn send_unsent(state: &mut State) {
+    while let Some(line) = state.unsent.front() {
+        let message = InboundMessage {
+            sender: state.sender.clone(),
+            conversation: state.conversation.clone(),
+            payload: serde_json::json!({ "text": line }).to_string(),
+            priority: None,
+            dedup_key: None,
+            said_at: None,
+        };
+        match buffer::push(&message) {
+            Ok(_) => {
+                state.unsent.pop_front();
+                if std::mem::take(&mut state.waiting) {
+                    log::log(LogLevel::Info, "cli: the buffer takes lines again");
+                }
+            }
+            Err(Error::Unavailable(reason)) => {
+                if !state.waiting {
+                    state.waiting = true;
+                    log::log(
+                        LogLevel::Warn,
+                        &format!(
+                            "cli: the buffer cannot take lines now ({reason}); what was typed is kept and sent again"
+                        ),
+                    );
+                }
+                return;
+            }
+            Err(error) => {
+                state.unsent.pop_front();
+                log::log(
+                    LogLevel::Warn,
+                    &format!("cli: message not stored: {error:?}"),
+                );
+            }
+        }
     }
 }
 
 impl Guest for Cli {
     fn init(config: String) -> Result<(), Error> {
-        let config: serde_json::Value =
-            serde_json::from_str(&config).map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
-        let text = |key: &str, default: &str| config.get(key).and_then(|v| v.as_str()).unwrap_or(default).to_string();
+        let config: serde_json::Value = serde_json::from_str(&config)
+            .map_err(|e| Error::InvalidInput(format!("config: {e}")))?;
+        let text = |key: &str, default: &str| {
+            config
+                .get(key)
+                .and_then(|v| v.as_str())
+                .unwrap_or(default)
+                .to_string()
+        };
         STATE.with_borrow_mut(|state| {
             state.sender = text("sender", "user");
             state.conversation = text("conversation", "cli");
-            state.stop_at_end = config.get("stop_at_end_of_input").and_then(|b| b.as_bool()).unwrap_or(true);
+            state.stop_at_end = config
+                .get("stop_at_end_of_input")
+                .and_then(|b| b.as_bool())
+                .unwrap_or(true);
         });
-        if config.get("banner").and_then(|b| b.as_bool()).unwrap_or(true) {
+        if config
+            .get("banner")
+            .and_then(|b| b.as_bool())
+            .unwrap_or(true)
+        {
             println!("cairn: type a message and press Enter; Ctrl-C stops the host.");
         }
         Ok(())
@@ -147,13 +206,17 @@ impl Guest for Cli {
                 }
             }
             for line in complete_lines(state) {
-                push_line(state, &String::from_utf8_lossy(&line));
+                queue_line(state, &String::from_utf8_lossy(&line));
             }
-            if state.closed && state.stop_at_end {
+            send_unsent(state);
+            if state.closed && state.stop_at_end && state.unsent.is_empty() {
                 // Once: a closed stdin stays closed and is not read again.
                 state.stop_at_end = false;
                 if let Err(error) = lifecycle::request_stop("stdin closed") {
-                    log::log(LogLevel::Warn, &format!("cli: cannot ask the host to stop at end of input: {error:?}"));
+                    log::log(
+                        LogLevel::Warn,
+                        &format!("cli: cannot ask the host to stop at end of input: {error:?}"),
+                    );
                 }
             }
             Ok(())
@@ -166,7 +229,9 @@ impl Guest for Cli {
             .and_then(|p| p.get("text").and_then(|t| t.as_str()).map(str::to_string))
             .unwrap_or(message.payload);
         let mut out = std::io::stdout();
-        writeln!(out, "cairn> {text}").and_then(|()| out.flush()).map_err(|e| Error::Internal(format!("stdout: {e}")))
+        writeln!(out, "cairn> {text}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Error::Internal(format!("stdout: {e}")))
     }
 
     fn handle_webhook(_request: HttpRequest) -> HttpResponse {

@@ -414,6 +414,8 @@ fn a_turn_across_a_database_outage_is_recorded_and_its_conversation_goes_on() {
     host.wait_for("cairn> answer 1 across the outage", LONG);
     // The turn's bookkeeping waits for the server instead of being given up.
     host.wait_for("trying again until it is written", LONG);
+    // Long enough for every retry with backoff of a delivery to run out, were it counted.
+    std::thread::sleep(Duration::from_secs(3));
     server.start().expect("start the server again");
 
     // The conversation is not held behind a batch left running.
@@ -441,6 +443,12 @@ fn a_turn_across_a_database_outage_is_recorded_and_its_conversation_goes_on() {
         .expect("answers")
         .get(0);
     assert_eq!(answers, 2, "one agent.response per batch: {log}");
+    let dead_letters: i64 = db
+        .query_one("SELECT count(*) FROM journal_dead_letters", &[])
+        .expect("dead letters")
+        .get(0);
+    assert_eq!(dead_letters, 0, "an outage dead-letters nothing: {log}");
+    assert!(!log.contains("cannot move the cursor"), "{log}");
     let replies: i64 = db
         .query_one(
             "SELECT count(*) FROM memory_entries WHERE content LIKE 'answer % across the outage'",

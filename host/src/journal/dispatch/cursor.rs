@@ -5,7 +5,7 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use super::Position;
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalError};
 
 /// Taken events whose cursor move is committed together. A batch's move is committed while
 /// the next run is delivered, so a crash redelivers at most twice this many (each event is
@@ -108,10 +108,17 @@ impl CursorBatch {
     }
 }
 
-/// Move `id`'s durable cursor to `seq` and record it in `position`; false (logged) when it
-/// cannot be recorded.
+/// Move `id`'s durable cursor to `seq` and record it in `position`, waiting out a full disk
+/// or a database outage (serving would otherwise end until the host restarts); false
+/// (logged) when it cannot be recorded.
 async fn advance(journal: &Journal, id: &str, seq: i64, position: &mut Position) -> bool {
-    match journal.advance(id, seq).await {
+    let moved = crate::retry::while_passing(
+        "move a subscriber's cursor",
+        JournalError::is_passing,
+        || journal.advance(id, seq),
+    )
+    .await;
+    match moved {
         Ok(()) => {
             position.cursor = seq;
             true

@@ -101,8 +101,9 @@ pub struct Undelivered {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Absence {
     /// Down for a moment and coming back (a plugin waiting out its backoff before a
-    /// restart). Delivery waits for it instead of spending an attempt, so restart timing
-    /// never dead-letters an event.
+    /// restart, or a host subscriber whose stores are away for a moment: a full disk, a
+    /// database outage). Delivery waits for it instead of spending an attempt, so restart
+    /// timing or an outage never dead-letters an event.
     Returning,
     /// Down until the host starts again (a quarantined plugin, or one that failed to load). A new
     /// event is dead-lettered at once; a dead letter an operator asked to retry waits, its
@@ -267,12 +268,7 @@ impl<S: Subscriber> Serving<S> {
             false
         });
         if !held {
-            self.at = None;
-            tokio::select! {
-                _ = tokio::time::sleep(OPERATOR_LOOK) => {}
-                _ = self.stop.changed() => {}
-            }
-            return Looked::HeldElsewhere;
+            return self.wait_to_look_again().await;
         }
         if !redeliver_retries(journal, &*self.subscriber, &mut self.stop).await {
             return Looked::End;
@@ -294,11 +290,28 @@ impl<S: Subscriber> Serving<S> {
             }
             Ok(Some(_)) => Looked::Holding,
             Ok(None) => Looked::End,
+            // The database is away for now: look again in a while rather than end serving
+            // until the host restarts.
+            Err(e) if e.is_passing() => {
+                tracing::warn!(subscriber = %id, "cannot read its cursor, looking again: {e}");
+                self.wait_to_look_again().await
+            }
             Err(e) => {
                 tracing::error!(subscriber = %id, "cannot read its cursor: {e}");
                 Looked::End
             }
         }
+    }
+
+    /// Leave delivery for now and look again after [`OPERATOR_LOOK`] (or at the stop), from
+    /// the cursor as it is then.
+    async fn wait_to_look_again(&mut self) -> Looked {
+        self.at = None;
+        tokio::select! {
+            _ = tokio::time::sleep(OPERATOR_LOOK) => {}
+            _ = self.stop.changed() => {}
+        }
+        Looked::HeldElsewhere
     }
 
     /// Nothing to deliver: record what was taken, and wait for an append, the next look or

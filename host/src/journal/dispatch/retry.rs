@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::cursor::CursorBatch;
 use super::{Absence, Position, Subscriber, Undelivered};
-use crate::journal::{Event, Journal};
+use crate::journal::{Event, Journal, JournalError};
 
 /// How long a delivery first waits before it asks a subscriber that was not ready again;
 /// the wait doubles up to [`NOT_READY_MAX_WAIT`] (a plugin's restart often takes a few ms,
@@ -185,7 +185,14 @@ async fn dead_letter(
     position: &mut Position,
 ) -> bool {
     tracing::error!(subscriber = %id, seq = event.seq, topic = %event.topic, attempts, "event dead-lettered: {error}");
-    if let Err(e) = journal.dead_letter(id, event, error, attempts).await {
+    // The dead letter and the cursor move are one write: waited out through a full disk or
+    // a database outage, so the event is recorded as dead-lettered, never left behind.
+    let recorded =
+        crate::retry::while_passing("record a dead letter", JournalError::is_passing, || {
+            journal.dead_letter(id, event, error, attempts)
+        })
+        .await;
+    if let Err(e) = recorded {
         tracing::error!(subscriber = %id, "cannot move the cursor: {e}");
         return false;
     }
