@@ -30,6 +30,7 @@ use crate::plugin::write_gate::WriteGate;
 use crate::plugin::{PluginHost, resolve};
 use crate::router::Router;
 use crate::webhook;
+use cairn_vocab::plugin::PluginState;
 
 /// The durable stores and long-lived services of one run.
 struct Stores {
@@ -139,7 +140,14 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         "cairn is running; press Ctrl-C to stop"
     );
     let started_at = crate::store::now_ms();
-    let asked_by = wait_for_shutdown(&mut signals, &stop_request, &stores.buffer).await;
+    let piped_reader = piped_input_reader(set.start_order());
+    let shutdown = wait_for_shutdown(
+        &mut signals,
+        &stop_request,
+        &stores,
+        piped_reader.as_deref(),
+    )
+    .await;
     tracing::info!("stopping");
     if let Err(e) = stores.status.begin_stop() {
         tracing::warn!("cannot record that the host is stopping: {e}");
@@ -159,9 +167,55 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     stores.local_memory.stop_embedder();
     stores.status.end_run()?;
     tracing::info!("stopped");
-    match asked_by {
-        Some(channel) => unanswered_since(&stores.buffer, &channel, started_at),
-        None => Ok(()),
+    match shutdown {
+        Shutdown::Asked(channel) => unanswered_since(&stores.buffer, &channel, started_at),
+        Shutdown::Signalled => Ok(()),
+        Shutdown::InputLost(why) => Err(anyhow::anyhow!(
+            "{why}, so what was piped into cairn's standard input was not read"
+        )),
+    }
+}
+
+/// Why the host stops.
+enum Shutdown {
+    /// Ctrl-C or SIGTERM.
+    Signalled,
+    /// A channel asked, its input over (the end of piped input).
+    Asked(String),
+    /// The channel reading piped input is quarantined or failed, so nothing will read the
+    /// rest of it, nor ask for the stop at its end: it says why.
+    InputLost(String),
+}
+
+/// The channel that reads the host's standard input when it is piped (no terminal): the
+/// one granted `stdio` (there is at most one).
+fn piped_input_reader(manifests: &[Manifest]) -> Option<String> {
+    use std::io::IsTerminal;
+    if std::io::stdin().is_terminal() {
+        return None;
+    }
+    manifests
+        .iter()
+        .find(|m| m.capabilities.stdio)
+        .map(|m| m.id.clone())
+}
+
+/// Return once `reader`'s status says it is quarantined or failed, saying so.
+async fn input_lost(status: &StatusLog, reader: &str) -> String {
+    loop {
+        let lost = status.report().ok().and_then(|report| {
+            report.plugins.into_iter().find(|p| {
+                p.id == reader && matches!(p.state, PluginState::Quarantined | PluginState::Failed)
+            })
+        });
+        if let Some(plugin) = lost {
+            return format!(
+                "the `{reader}` channel, which reads standard input, is {} ({})",
+                plugin.state.as_str(),
+                plugin.last_error.as_deref().unwrap_or("no fault recorded")
+            );
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
     }
 }
 
@@ -721,15 +775,26 @@ const CLAIM_RELEASE_DEADLINE: std::time::Duration = std::time::Duration::from_se
 async fn wait_for_shutdown(
     signals: &mut StopSignals,
     stop_request: &StopRequest,
-    buffer: &Buffer,
-) -> Option<String> {
+    stores: &Stores,
+    piped_reader: Option<&str>,
+) -> Shutdown {
+    let lost = async {
+        match piped_reader {
+            Some(reader) => input_lost(&stores.status, reader).await,
+            None => std::future::pending().await,
+        }
+    };
     tokio::select! {
-        _ = signals.received() => None,
+        _ = signals.received() => Shutdown::Signalled,
+        why = lost => {
+            tracing::error!("{why}: stopping, as nothing will read the rest of the piped input");
+            Shutdown::InputLost(why)
+        }
         (channel, reason) = stop_request.requested() => {
             tracing::info!(%channel, %reason, "stop requested; answering what the channel sent first");
             tokio::select! {
-                _ = signals.received() => None,
-                _ = channel_settled(buffer, &channel) => Some(channel),
+                _ = signals.received() => Shutdown::Signalled,
+                _ = channel_settled(&stores.buffer, &channel) => Shutdown::Asked(channel),
             }
         }
     }

@@ -1257,3 +1257,21 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
         "the denied request never reached the API (the two posts are the granted host's)"
     );
 }
+
+#[test]
+fn a_piped_run_whose_input_reader_cannot_run_stops_saying_so() {
+    // Too little memory for its component: the cli channel fails to load, so nothing reads
+    // the piped input, nor asks to stop at its end.
+    let dir = PluginDir::new();
+    dir.bundled_with("cli", |m| m.replace("memory_mb: 32", "memory_mb: 1"));
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.type_line("is anyone reading?");
+    let (exit, log) = host.wait_exit(LONG);
+    assert_eq!(exit.code(), Some(1), "{log}");
+    assert!(
+        log.contains("the `cli` channel, which reads standard input, is failed (")
+            && log.contains("so what was piped into cairn's standard input was not read"),
+        "{log}"
+    );
+}
