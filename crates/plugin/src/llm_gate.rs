@@ -1,7 +1,9 @@
 //! The language model as plugins reach it (`llm.complete`): the host's provider behind a
 //! budget per plugin — calls and tokens in any hour, from the manifest's limits — with each
 //! plugin's usage and refusals recorded for `cairn status`. A plugin over budget gets an
-//! `unavailable` error at once, never a wait.
+//! `unavailable` error at once, never a wait. Each call is also recorded in the status store,
+//! and a plugin's budget is seeded with its calls of the last hour when the host first meters
+//! it, so a restart (or a crash loop) gives no plugin a fresh budget.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -92,12 +94,15 @@ impl LlmGate {
         request: &CompletionRequest,
     ) -> Result<Completion, Error> {
         let started = Instant::now();
+        let started_at = cairn_vocab::time::now_ms();
         self.admit(plugin, budget, started)?;
         let answer = self.provider.complete(request);
         let tokens = answer
             .as_ref()
             .map_or(0, |c| c.usage.input_tokens + c.usage.output_tokens);
         self.settle(plugin, started, tokens);
+        // Advisory: committed with the writer's next group.
+        let _queued = self.status.record_llm_call(plugin, started_at, tokens);
         answer.map_err(|e| Error::new(e.kind(), e.to_string()))
     }
 
@@ -107,7 +112,9 @@ impl LlmGate {
 
     fn admit(&self, plugin: &str, budget: LlmBudget, now: Instant) -> Result<(), Error> {
         let mut meters = self.meters();
-        let meter = meters.entry(plugin.to_string()).or_default();
+        let meter = meters
+            .entry(plugin.to_string())
+            .or_insert_with(|| self.seeded(plugin, now));
         meter.usage.plugin_id = plugin.to_string();
         meter.forget_older_than(now);
         if let Some(refusal) = meter.refusal(plugin, budget, now) {
@@ -119,6 +126,34 @@ impl LlmGate {
         }
         meter.recent.push_back((now, 0));
         Ok(())
+    }
+
+    /// A new meter for `plugin` holding its recorded calls of the last hour (of earlier runs
+    /// of this data dir or, on a shared database, of every host), placed as long before
+    /// `now` as they were made; its totals start at zero, as `cairn status` shows use since
+    /// the host started.
+    fn seeded(&self, plugin: &str, now: Instant) -> Meter {
+        let wall = cairn_vocab::time::now_ms();
+        let window_ms = i64::try_from(WINDOW.as_millis()).unwrap_or(i64::MAX);
+        let calls = self
+            .status
+            .llm_calls_since(plugin, wall.saturating_sub(window_ms))
+            .unwrap_or_else(|e| {
+                tracing::warn!(plugin, "cannot read the LLM calls of the last hour: {e}");
+                Vec::new()
+            });
+        let recent = calls
+            .into_iter()
+            .map(|(at, tokens)| {
+                let ago = Duration::from_millis(u64::try_from(wall - at).unwrap_or(0));
+                // A clock that cannot reach that far back counts the call as made now.
+                (now.checked_sub(ago).unwrap_or(now), tokens)
+            })
+            .collect();
+        Meter {
+            recent,
+            usage: LlmUsage::default(),
+        }
     }
 
     fn settle(&self, plugin: &str, started: Instant, tokens: u64) {

@@ -17,6 +17,9 @@ use crate::{Migrations, StorageError, now_ms};
 /// The store's file in a data dir.
 pub const FILE: &str = "host.db";
 
+/// How long a plugin's LLM calls are kept: the hour its budget counts.
+pub const LLM_CALLS_KEPT_MS: i64 = 3_600_000;
+
 /// Migrations of `host.db`.
 pub const MIGRATIONS: Migrations = Migrations {
     name: "host",
@@ -25,6 +28,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../migrations/host/0002_lifecycle.sql"),
         include_str!("../../../migrations/host/0003_llm_usage.sql"),
         include_str!("../../../migrations/host/0004_stopping.sql"),
+        include_str!("../../../migrations/host/0005_llm_calls.sql"),
     ],
 };
 
@@ -56,6 +60,19 @@ pub trait StatusStore: Send + Sync {
     fn record(&self, status: &PluginStatus) -> Receipt<()>;
     /// Write one plugin's LLM use since the host started.
     fn record_llm_usage(&self, usage: &LlmUsage) -> Receipt<()>;
+    /// Record one `llm.complete` call of `plugin`, started at `started_at` (ms) and using
+    /// `tokens`, forgetting the calls older than an hour before it: what a plugin's hourly
+    /// budget is seeded with when a host starts.
+    fn record_llm_call(&self, plugin: &str, started_at: i64, tokens: u64) -> Receipt<()> {
+        let _ = (plugin, started_at, tokens);
+        Receipt::ready(Ok(()))
+    }
+    /// `plugin`'s recorded calls started at or after `since` (ms), oldest first: when each
+    /// started and the tokens it used.
+    fn llm_calls_since(&self, plugin: &str, since: i64) -> Result<Vec<(i64, u64)>, StorageError> {
+        let _ = (plugin, since);
+        Ok(Vec::new())
+    }
     /// The recorded host run and plugin statuses (by id).
     fn report(&self) -> Result<StatusReport, StorageError>;
     /// The channel plugins of the hosts running now, sorted: the channels whose main
@@ -247,6 +264,35 @@ impl StatusStore for SqliteHost {
                 usage.updated_at
             ])?;
             Ok(())
+        })
+    }
+
+    fn record_llm_call(&self, plugin: &str, started_at: i64, tokens: u64) -> Receipt<()> {
+        let plugin = plugin.to_string();
+        self.db.submit(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO plugin_llm_calls (plugin_id, started_at, tokens) VALUES (?1, ?2, ?3)",
+            )?
+            .execute(params![plugin, started_at, tokens as i64])?;
+            conn.prepare_cached("DELETE FROM plugin_llm_calls WHERE started_at < ?1")?
+                .execute([started_at - LLM_CALLS_KEPT_MS])?;
+            Ok(())
+        })
+    }
+
+    fn llm_calls_since(&self, plugin: &str, since: i64) -> Result<Vec<(i64, u64)>, StorageError> {
+        let plugin = plugin.to_string();
+        self.db.read(move |conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT started_at, tokens FROM plugin_llm_calls
+                 WHERE plugin_id = ?1 AND started_at >= ?2 ORDER BY started_at",
+            )?;
+            let calls = statement
+                .query_map(params![plugin, since], |row| {
+                    Ok((row.get::<_, i64>(0)?, row.get::<_, i64>(1)?.max(0) as u64))
+                })?
+                .collect::<Result<_, _>>()?;
+            Ok(calls)
         })
     }
 

@@ -1015,6 +1015,36 @@ fn plugins_granted_llm_ask_the_configured_provider_and_others_are_denied() {
 }
 
 #[test]
+fn a_plugins_hourly_llm_budget_holds_across_a_restart() {
+    let server = StubServer::start(vec![Reply::openai_chat("Paris.")]);
+    let plugins = PluginDir::new();
+    plugins.plugin(
+        "asker",
+        "handler",
+        "memory_probe",
+        "capabilities: {llm: true}\nlimits: {llm_calls_per_hour: 1}\nconfig: {ask: \"capital of France?\", times: 1}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    for run in ["first", "second"] {
+        let host = host_answered_by(&server, &plugins, data.path(), &[]);
+        let (status, log) = host.stop();
+        assert!(status.success(), "{run} run: {log}");
+        if run == "second" {
+            assert!(
+                log.lines().any(|l| l.contains("probe llm:")
+                    && l.contains("llm budget of `asker`: 1 calls per hour used")),
+                "the restart gave no fresh budget: {log}"
+            );
+        }
+    }
+    assert_eq!(
+        server.seen().len(),
+        1,
+        "one call in the hour, across both runs"
+    );
+}
+
+#[test]
 fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
     let data = tempfile::tempdir().expect("data");
     let now = cairn::store::now_ms();

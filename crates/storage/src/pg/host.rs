@@ -24,6 +24,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/postgres/host/0001_init.sql"),
         include_str!("../../../../migrations/postgres/host/0002_seen_at.sql"),
         include_str!("../../../../migrations/postgres/host/0003_stopping.sql"),
+        include_str!("../../../../migrations/postgres/host/0004_llm_calls.sql"),
     ],
 };
 
@@ -263,6 +264,36 @@ impl StatusStore for PgHost {
                 ],
             )?;
             Ok(())
+        })
+    }
+
+    fn record_llm_call(&self, plugin: &str, started_at: i64, tokens: u64) -> Receipt<()> {
+        let plugin = plugin.to_string();
+        self.pool.submit(move |tx| {
+            tx.execute(
+                "INSERT INTO host_llm_calls (plugin_id, started_at, tokens) VALUES ($1, $2, $3)",
+                &[&plugin, &started_at, &count_to_sql(tokens)],
+            )?;
+            tx.execute(
+                "DELETE FROM host_llm_calls WHERE started_at < $1",
+                &[&(started_at - crate::host::LLM_CALLS_KEPT_MS)],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn llm_calls_since(&self, plugin: &str, since: i64) -> Result<Vec<(i64, u64)>, StorageError> {
+        let plugin = plugin.to_string();
+        self.pool.read(move |client| {
+            let rows = client.query(
+                "SELECT started_at, tokens FROM host_llm_calls
+                 WHERE plugin_id = $1 AND started_at >= $2 ORDER BY started_at",
+                &[&plugin, &since],
+            )?;
+            Ok(rows
+                .iter()
+                .map(|row| (row.get::<_, i64>(0), row.get::<_, i64>(1).max(0) as u64))
+                .collect())
         })
     }
 
