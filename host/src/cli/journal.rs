@@ -14,6 +14,7 @@ use crate::journal;
 use crate::plugin::manifest::is_valid_topic_pattern;
 use crate::plugin::status;
 use crate::store::journal::{JournalOperator, Unsubscribed};
+use cairn_vocab::event::DeadLetterStatus;
 
 /// Subscriber ids the host registers for itself (`host.lifecycle`).
 const HOST_SUBSCRIBERS: &str = "host.";
@@ -453,8 +454,14 @@ fn list_dead_letters(
         println!("no dead letters");
     } else {
         for letter in letters {
+            // A letter an operator asked to retry says so: it looked unchanged until
+            // the host delivered it.
+            let queued = match letter.status {
+                DeadLetterStatus::Retry => " (queued for retry)",
+                DeadLetterStatus::Dead => "",
+            };
             println!(
-                "dead letter {}: {} #{} {} after {} attempt(s): {}",
+                "dead letter {}{queued}: {} #{} {} after {} attempt(s): {}",
                 letter.id,
                 letter.subscriber,
                 letter.seq,

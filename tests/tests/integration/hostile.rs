@@ -565,6 +565,23 @@ fn a_plugin_holding_a_host_call_forever_is_abandoned_and_its_neighbour_keeps_goi
     let mut before = errors.clone();
     before.sort();
     assert_eq!(kept(waiting), before);
+    // The plain listing says so too (it looked unchanged).
+    let listed = cairn(&[
+        "journal",
+        "dead-letters",
+        "--subscriber",
+        "holder",
+        "--data",
+        &data.path().display().to_string(),
+    ]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        !listed.is_empty()
+            && listed
+                .lines()
+                .all(|l| l.contains("(queued for retry): holder #")),
+        "{listed}"
+    );
     let (_, _, threads_held) = footprint(host.pid());
     let names_held = thread_names(host.pid());
     let lags = echo_lags(data.path(), "hold.tick", "hold.echo");
