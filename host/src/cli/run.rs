@@ -149,6 +149,10 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     )
     .await;
     tracing::info!("stopping");
+    // A plugin in the middle of long background work (the sleeper's phases) asks
+    // `lifecycle.interrupted()` as it goes: a stop interrupts it as a message does, so it
+    // keeps its place for the next time and the stop need not wait out its deadline.
+    stores.lifecycle.interrupt().set(true);
     if let Err(e) = stores.status.begin_stop() {
         tracing::warn!("cannot record that the host is stopping: {e}");
     }

@@ -430,6 +430,37 @@ fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped(
     );
 }
 
+#[test]
+fn a_stop_interrupts_a_sleep_which_keeps_its_place() {
+    let plugins = PluginDir::new();
+    plugins
+        .bundled("cli")
+        .bundled("episode-summarizer")
+        .bundled("fact-extractor");
+    // A minute between phases: without the stop's interrupt the sleeper would still be
+    // pausing when its deadline ends the call, and record nothing.
+    plugins.bundled_with("sleeper", |m| m.replace("pause_ms: 0 ", "pause_ms: 60000 "));
+    let data = tempfile::tempdir().expect("data dir");
+    let data = data.path();
+    let mut host = Host::start(
+        plugins.path(),
+        data,
+        &env_with(&[("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "1")]),
+    );
+    host.wait_for("cairn is running", LONG);
+    let data_path = data.to_path_buf();
+    host.wait_until(LONG, "the review phase", |_| {
+        !events(&data_path, "sleep.phase_completed").is_empty()
+    });
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    let completed = events(data, "sleep.completed");
+    assert_eq!(completed.len(), 1, "{log}");
+    let sleep = payload(&completed[0]);
+    assert_eq!(sleep["interrupted"], true, "{sleep}");
+    assert!(sleep["next_phase"].is_string(), "where it stopped: {sleep}");
+}
+
 /// What a request asks: its system prompt's task (none for a chat turn), its system
 /// prompt and its last user message.
 fn read_request(seen: &Seen) -> (Option<String>, String, String) {
