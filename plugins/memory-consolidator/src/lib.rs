@@ -16,6 +16,7 @@ use std::sync::OnceLock;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cognition::bindings::cairn::plugin::types::Session as PendingSession;
+use cognition::model::Garbage;
 use cognition::pipeline::{self, FactPolicy, Session};
 use cognition::{Error, Event, Guest, consolidation, emit, info, warn};
 
@@ -141,14 +142,7 @@ fn consolidate(
     }
     let summary = match pipeline::summarize(&session.lines())? {
         Some(Err(garbage)) => {
-            report.failed += 1;
-            emit(
-                "memory.consolidation_failed",
-                garbage.report(
-                    &session.id,
-                    &format!("consolidating session {}", session.id),
-                ),
-            )?;
+            failed(report, &session.id, &garbage)?;
             return Ok(());
         }
         Some(Ok(summary)) => Some(summary),
@@ -164,17 +158,21 @@ fn consolidate(
             report.consolidated.push(session.id);
         }
         Err(garbage) => {
-            report.failed += 1;
-            emit(
-                "memory.consolidation_failed",
-                garbage.report(
-                    &session.id,
-                    &format!("consolidating session {}", session.id),
-                ),
-            )?;
+            failed(report, &session.id, &garbage)?;
         }
     }
     Ok(())
+}
+
+/// Count a session whose model answers were unusable and record it (it stays pending).
+fn failed(report: &mut Report, session: &str, garbage: &Garbage) -> Result<(), Error> {
+    report.failed += 1;
+    let about = format!("consolidating session {session}");
+    emit(
+        "memory.consolidation_failed",
+        garbage.report(session, &about),
+    )
+    .map(|_| ())
 }
 
 fn now_ms() -> i64 {

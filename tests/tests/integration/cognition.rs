@@ -377,16 +377,17 @@ fn offline_sleep_reviews_prunes_compresses_reflects_and_generalizes() {
     );
 }
 
-#[test]
-fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped() {
+/// A host that falls asleep after a second of quiet, its sleeper pausing `pause_ms` between
+/// phases, once the first phase (review) is done: its plugins and the host.
+fn asleep_after_review(data: &Path, pause_ms: u32) -> (PluginDir, Host) {
     let plugins = PluginDir::new();
     plugins
         .bundled("cli")
         .bundled("episode-summarizer")
         .bundled("fact-extractor");
-    plugins.bundled_with("sleeper", |m| m.replace("pause_ms: 0 ", "pause_ms: 3000 "));
-    let data = tempfile::tempdir().expect("data dir");
-    let data = data.path();
+    plugins.bundled_with("sleeper", |m| {
+        m.replace("pause_ms: 0 ", &format!("pause_ms: {pause_ms} "))
+    });
     let mut host = Host::start(
         plugins.path(),
         data,
@@ -397,6 +398,15 @@ fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped(
     host.wait_until(LONG, "the review phase", |_| {
         !events(&data_path, "sleep.phase_completed").is_empty()
     });
+    (plugins, host)
+}
+
+#[test]
+fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped() {
+    let data = tempfile::tempdir().expect("data dir");
+    let data = data.path();
+    let (_plugins, mut host) = asleep_after_review(data, 3000);
+    let data_path = data.to_path_buf();
     say(&mut host, "wake up, please");
     host.wait_until(LONG, "an interrupted sleep", |_| {
         !events(&data_path, "sleep.completed").is_empty()
@@ -432,26 +442,11 @@ fn a_message_interrupts_the_sleeper_and_the_next_sleep_resumes_where_it_stopped(
 
 #[test]
 fn a_stop_interrupts_a_sleep_which_keeps_its_place() {
-    let plugins = PluginDir::new();
-    plugins
-        .bundled("cli")
-        .bundled("episode-summarizer")
-        .bundled("fact-extractor");
-    // A minute between phases: without the stop's interrupt the sleeper would still be
-    // pausing when its deadline ends the call, and record nothing.
-    plugins.bundled_with("sleeper", |m| m.replace("pause_ms: 0 ", "pause_ms: 60000 "));
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
-    let mut host = Host::start(
-        plugins.path(),
-        data,
-        &env_with(&[("CAIRN_LIFECYCLE_SLEEP_TIMEOUT_SECS", "1")]),
-    );
-    host.wait_for("cairn is running", LONG);
-    let data_path = data.to_path_buf();
-    host.wait_until(LONG, "the review phase", |_| {
-        !events(&data_path, "sleep.phase_completed").is_empty()
-    });
+    // A minute between phases: without the stop's interrupt the sleeper would still be
+    // pausing when its deadline ends the call, and record nothing.
+    let (_plugins, host) = asleep_after_review(data, 60_000);
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
     let completed = events(data, "sleep.completed");
