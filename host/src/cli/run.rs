@@ -192,7 +192,9 @@ enum Shutdown {
 }
 
 /// The channel that reads the host's standard input when it is piped (no terminal): the
-/// one granted `stdio` (there is at most one).
+/// one granted `stdio` (there is at most one), unless its config keeps the host running at
+/// the end of input (`stop_at_end_of_input: false`, a host run as a service), where losing
+/// it stops nothing either.
 fn piped_input_reader(manifests: &[Manifest]) -> Option<String> {
     use std::io::IsTerminal;
     if std::io::stdin().is_terminal() {
@@ -201,6 +203,7 @@ fn piped_input_reader(manifests: &[Manifest]) -> Option<String> {
     manifests
         .iter()
         .find(|m| m.capabilities.stdio)
+        .filter(|m| m.config.get("stop_at_end_of_input") != Some(&serde_json::Value::Bool(false)))
         .map(|m| m.id.clone())
 }
 

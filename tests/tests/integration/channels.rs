@@ -1274,4 +1274,16 @@ fn a_piped_run_whose_input_reader_cannot_run_stops_saying_so() {
             && log.contains("so what was piped into cairn's standard input was not read"),
         "{log}"
     );
+
+    // A host told to keep running at the end of its input (a service) keeps running.
+    let dir = PluginDir::new();
+    dir.bundled_with("cli", |m| {
+        m.replace("memory_mb: 32", "memory_mb: 1")
+            .replace("  conversation: cli", "  conversation: cli\n  stop_at_end_of_input: false")
+    });
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    host.wait_for("cairn is running", LONG);
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert!(!log.contains("was not read"), "{log}");
 }

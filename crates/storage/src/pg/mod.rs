@@ -279,13 +279,13 @@ fn next_job(queue: &Mutex<mpsc::Receiver<Job>>) -> Option<Job> {
         .ok()
 }
 
-/// One connection and how to get it back when it breaks.
 /// A connection idle this long is checked before work runs on it: the server may have ended
 /// its session meanwhile.
 const IDLE_CHECK: Duration = Duration::from_millis(250);
 /// How long that check may take before the connection is taken for dead.
 const VALIDATE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// One connection and how to get it back when it breaks.
 struct Worker {
     url: PgUrl,
     client: Option<Client>,
