@@ -1278,8 +1278,10 @@ fn a_piped_run_whose_input_reader_cannot_run_stops_saying_so() {
     // A host told to keep running at the end of its input (a service) keeps running.
     let dir = PluginDir::new();
     dir.bundled_with("cli", |m| {
-        m.replace("memory_mb: 32", "memory_mb: 1")
-            .replace("  conversation: cli", "  conversation: cli\n  stop_at_end_of_input: false")
+        m.replace("memory_mb: 32", "memory_mb: 1").replace(
+            "  conversation: cli",
+            "  conversation: cli\n  stop_at_end_of_input: false",
+        )
     });
     let mut host = Host::start(dir.path(), data.path(), &fast_env());
     host.wait_for("cairn is running", LONG);
