@@ -175,11 +175,6 @@ impl StorageError {
 }
 
 impl StorageError {
-    /// Whether the write failed only for want of disk space (worth waiting for).
-    pub fn is_disk_full(&self) -> bool {
-        matches!(self, StorageError::DiskFull(_))
-    }
-
     /// Whether the write failed for a reason that passes, so the same write succeeds later
     /// and is worth waiting for: the disk is full, or the database server cannot be reached
     /// or dropped the connection under it. Nothing of the write was stored.
