@@ -1,9 +1,10 @@
 //! Waiting out a failure that passes: a full disk, or a database server that is away. The
 //! host's own bookkeeping writes — its journal events, a turn's outcome, a turn's episodes —
-//! are tried again until they are written, so a full disk or a PostgreSQL outage stalls the
-//! host's work instead of losing an event, leaving a batch `running` for ever or answering
-//! it twice after a restart. Producers (`buffer.push`, `cairn send`, a webhook) are refused
-//! at once instead: they still hold the message and can send it again.
+//! and the reads that tell whether an earlier attempt made them are tried again until they
+//! go through, so a full disk or a PostgreSQL outage stalls the host's work instead of
+//! losing an event, leaving a batch `running` for ever or answering it twice after a
+//! restart. Producers (`buffer.push`, `cairn send`, a webhook) are refused at once instead:
+//! they still hold the message and can send it again.
 
 use std::fmt::Display;
 use std::time::{Duration, Instant};
@@ -31,7 +32,7 @@ where
         match write().await {
             Err(e) if passing(&e) => {
                 if warned_at.is_none_or(|at| at.elapsed() >= WARN_EVERY) {
-                    tracing::warn!("{what}: {e}; trying again until it is written");
+                    tracing::warn!("{what}: {e}; trying again until it goes through");
                     warned_at = Some(Instant::now());
                 }
                 tokio::time::sleep(pause).await;
@@ -39,7 +40,7 @@ where
             }
             outcome => {
                 if warned_at.is_some() && outcome.is_ok() {
-                    tracing::info!("{what}: written now");
+                    tracing::info!("{what}: done now");
                 }
                 return outcome;
             }

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
-use crate::journal::{Event, Journal, host_event};
+use crate::journal::{Event, Journal, JournalError, host_event};
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::local::MAX_CONTENT_BYTES;
@@ -242,7 +242,7 @@ impl Agent {
         let started = std::time::Instant::now();
         let _in_flight = self.turn_in_flight();
         let user = batch.messages.last().map(|m| m.sender.clone());
-        let received_earlier = self.received_earlier(&batch);
+        let received_earlier = self.received_earlier(&batch).await;
         let (text, query, session) = self.open_turn(&batch, user.as_deref(), &received_earlier);
         let session_id = session.id.clone();
         let mut timings = TurnTimings {
@@ -304,7 +304,7 @@ impl Agent {
     /// journaling `agent.response` and before finishing the batch — with that reply, rather
     /// than answer it a second time; whether it did. Only a retried batch is looked up.
     async fn finish_if_answered(&self, batch: &Batch) -> bool {
-        let Some(earlier) = self.earlier_event(batch, "agent.response") else {
+        let Some(earlier) = self.earlier_event(batch, "agent.response").await else {
             return false;
         };
         let reply = serde_json::from_str::<serde_json::Value>(&earlier.payload)
@@ -329,8 +329,8 @@ impl Agent {
     /// The earlier attempt that received this batch, if one did: it is marked so, or its
     /// host ended after journaling `message.received` (which follows the episodes) and
     /// before marking — then the batch's first arrival stands in for when it began.
-    fn received_earlier(&self, batch: &Batch) -> Option<EarlierReceipt> {
-        let event = self.earlier_event(batch, "message.received");
+    async fn received_earlier(&self, batch: &Batch) -> Option<EarlierReceipt> {
+        let event = self.earlier_event(batch, "message.received").await;
         let began = match (batch.received_at, &event) {
             (Some(at), _) => at,
             (None, Some(_)) => batch.first_arrival()?,
@@ -343,18 +343,24 @@ impl Agent {
     }
 
     /// The first `topic` event an earlier attempt at `batch` journaled about it; none for a
-    /// first attempt, or when the journal cannot be read (logged).
-    fn earlier_event(&self, batch: &Batch, topic: &str) -> Option<Event> {
+    /// first attempt. A journal that cannot be read for a while (a full disk, a database
+    /// outage) is waited out: taking "cannot tell" for "no" would ask the model again and
+    /// answer twice, or save the batch's episodes twice. Any other failure is logged and
+    /// taken for none.
+    async fn earlier_event(&self, batch: &Batch, topic: &str) -> Option<Event> {
         let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
             return None;
         };
         let since = batch.first_arrival().unwrap_or(0);
-        journal
-            .find_event(topic, since, "batch_id", batch.id)
-            .unwrap_or_else(|e| {
-                tracing::warn!(batch = batch.id, "cannot look for an earlier {topic}: {e}");
-                None
-            })
+        let what = format!("look for an earlier {topic} of batch {}", batch.id);
+        crate::retry::while_passing(&what, JournalError::is_passing, || async {
+            journal.find_event(topic, since, "batch_id", batch.id)
+        })
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(batch = batch.id, "cannot look for an earlier {topic}: {e}");
+            None
+        })
     }
 
     /// Deliver the reply an earlier attempt made and could not deliver, without asking the
@@ -362,7 +368,7 @@ impl Agent {
     /// session the reply was made in.
     async fn deliver_kept_reply(&self, batch: &Batch, reply: &str) {
         let started = std::time::Instant::now();
-        let earlier = self.earlier_event(batch, "agent.response");
+        let earlier = self.earlier_event(batch, "agent.response").await;
         let delivered = self.deliver(batch, reply).await;
         if delivered.is_ok() {
             tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, "delivered the reply kept from an earlier attempt");
@@ -1105,3 +1111,6 @@ mod episode_limit_tests {
         )));
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -374,7 +374,7 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
         answered.values().all(|n| *n == 1),
         "a batch answered twice: {answered:?}"
     );
-    let waited_out = log.matches(": written now").count();
+    let waited_out = log.matches(": done now").count();
     eprintln!(
         "full disk: {} acknowledged ({acknowledged_while_filling} before and while filling), {refused} refused, {resumed} after space returned, {} batches answered, {waited_out} host writes waited for space",
         acknowledged.len(),

@@ -413,7 +413,7 @@ fn a_turn_across_a_database_outage_is_recorded_and_its_conversation_goes_on() {
     released.store(true, Ordering::SeqCst);
     host.wait_for("cairn> answer 1 across the outage", LONG);
     // The turn's bookkeeping waits for the server instead of being given up.
-    host.wait_for("trying again until it is written", LONG);
+    host.wait_for("trying again until it goes through", LONG);
     // Long enough for every retry with backoff of a delivery to run out, were it counted.
     std::thread::sleep(Duration::from_secs(3));
     server.start().expect("start the server again");

@@ -1,0 +1,181 @@
+//! A turn's decisions that need a journal failing on purpose: what the binary's tests
+//! cannot time (a read failing at the one moment a retried batch asks it).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::store::journal::{JournalStore, Pending, SqliteJournal};
+use crate::store::writer::Receipt;
+
+use super::*;
+use crate::buffer::{BufferConfig, NewBatch, NewMessage, Route};
+use crate::journal::{JournalConfig, NewEvent};
+use crate::llm::{Completion, LlmError};
+use crate::store::StorageError;
+
+/// A data dir's journal whose first `failures` lookups of an earlier event fail as a
+/// database outage does.
+struct OutageOnLookup {
+    inner: SqliteJournal,
+    failures: AtomicUsize,
+}
+
+impl JournalStore for OutageOnLookup {
+    fn append(&self, event: NewEvent) -> Receipt<i64> {
+        self.inner.append(event)
+    }
+    fn subscribe(&self, id: &str, patterns: &[String]) -> Receipt<i64> {
+        self.inner.subscribe(id, patterns)
+    }
+    fn cursor(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
+        self.inner.cursor(subscriber)
+    }
+    fn take_rewind(&self, subscriber: &str) -> Receipt<Option<i64>> {
+        self.inner.take_rewind(subscriber)
+    }
+    fn retries(&self, subscriber: &str) -> Result<Vec<Event>, StorageError> {
+        self.inner.retries(subscriber)
+    }
+    fn settle_retry(
+        &self,
+        subscriber: &str,
+        seq: i64,
+        failure: Option<(String, u32)>,
+    ) -> Receipt<()> {
+        self.inner.settle_retry(subscriber, seq, failure)
+    }
+    fn last_dead_letter(&self, subscriber: &str) -> Result<Option<i64>, StorageError> {
+        self.inner.last_dead_letter(subscriber)
+    }
+    fn clear_dead_letters(&self, subscriber: &str, seqs: Vec<i64>) -> Receipt<usize> {
+        self.inner.clear_dead_letters(subscriber, seqs)
+    }
+    fn prune(&self, before_ms: i64) -> Receipt<usize> {
+        self.inner.prune(before_ms)
+    }
+    fn pending(
+        &self,
+        after: i64,
+        patterns: &[String],
+        limit: usize,
+    ) -> Result<Pending, StorageError> {
+        self.inner.pending(after, patterns, limit)
+    }
+    fn find_event(
+        &self,
+        topic: &str,
+        since_ms: i64,
+        field: &str,
+        value: i64,
+    ) -> Result<Option<Event>, StorageError> {
+        let left = self.failures.load(Ordering::SeqCst);
+        if left > 0 {
+            self.failures.store(left - 1, Ordering::SeqCst);
+            return Err(StorageError::ConnectionLost(
+                "the server closed the connection".into(),
+            ));
+        }
+        self.inner.find_event(topic, since_ms, field, value)
+    }
+    fn advance(&self, subscriber: &str, seq: i64) -> Receipt<()> {
+        self.inner.advance(subscriber, seq)
+    }
+    fn dead_letter(
+        &self,
+        subscriber: &str,
+        event: &Event,
+        error: &str,
+        attempts: u32,
+    ) -> Receipt<()> {
+        self.inner.dead_letter(subscriber, event, error, attempts)
+    }
+}
+
+/// A model that counts how often it is asked.
+#[derive(Default)]
+struct CountingModel {
+    asked: AtomicUsize,
+}
+
+impl LlmProvider for CountingModel {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn model(&self) -> &str {
+        "counting-1"
+    }
+    fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
+        self.asked.fetch_add(1, Ordering::SeqCst);
+        crate::llm::offline::OfflineProvider.complete(request)
+    }
+}
+
+#[tokio::test]
+async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is_away() {
+    let data = tempfile::tempdir().expect("data dir");
+    let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
+    let store = OutageOnLookup {
+        inner: SqliteJournal::open(data.path()).expect("journal"),
+        failures: AtomicUsize::new(3),
+    };
+    let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+    let said = NewMessage {
+        channel: "cli".into(),
+        sender: "ada".into(),
+        conversation: "cli".into(),
+        payload: r#"{"text":"hello"}"#.into(),
+        priority: None,
+        dedup_key: None,
+        said_at: None,
+    };
+    let message = buffer.push_async(said).await.expect("push");
+    let batch = NewBatch {
+        channel: "cli".into(),
+        conversation: "cli".into(),
+        priority: 10,
+        route: Route::Main,
+        rule: None,
+        message_ids: vec![message],
+    };
+    let id = buffer.route(batch).await.expect("route");
+    // The first attempt answered and its host died before finishing the batch.
+    buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("a batch");
+    let payload = serde_json::json!({ "batch_id": id, "reply": "said before" }).to_string();
+    let answered = NewEvent {
+        topic: "agent.response".into(),
+        payload,
+        source: "host".into(),
+        ..NewEvent::default()
+    };
+    journal.append(answered).await.expect("journal the reply");
+    buffer.requeue_interrupted().await.expect("requeue");
+    let retried = buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("again");
+    assert_eq!(retried.attempt, 2);
+
+    let model = Arc::new(CountingModel::default());
+    let agent = Agent::new(
+        buffer.clone(),
+        Some(journal),
+        None,
+        model.clone(),
+        BTreeMap::new(),
+        AgentConfig::default(),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    agent.main_turn(retried, stopped).await;
+
+    assert_eq!(
+        model.asked.load(Ordering::SeqCst),
+        0,
+        "the model was asked a second time"
+    );
+    let batches = buffer.stats().expect("stats").batches;
+    assert_eq!(batches.get("main/done"), Some(&1), "{batches:?}");
+}
