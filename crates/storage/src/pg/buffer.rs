@@ -190,7 +190,7 @@ impl BufferStore for PgBuffer {
         priorities: BTreeMap<String, Option<u32>>,
         default_priority: u32,
     ) -> Receipt<usize> {
-        self.pool.submit(move |tx| {
+        self.pool.submit_alone(move |tx| {
             // Hosts starting together change the table one after the other.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('buffer_channel_priorities', 7))",
@@ -262,7 +262,7 @@ impl BufferStore for PgBuffer {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
         let channels = channels.map(<[String]>::to_vec);
         self.pool
-            .submit(move |tx| claim_main(tx, &holder, lease, channels.as_deref()))
+            .submit_alone(move |tx| claim_main(tx, &holder, lease, channels.as_deref()))
     }
 
     fn finish_batch(
@@ -304,7 +304,8 @@ impl BufferStore for PgBuffer {
 
     fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
-        self.pool.submit(move |tx| claim_task(tx, &holder, lease))
+        self.pool
+            .submit_alone(move |tx| claim_task(tx, &holder, lease))
     }
 
     fn finish_task(

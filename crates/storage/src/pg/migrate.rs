@@ -13,7 +13,7 @@ const MIGRATION_LOCK: i64 = 0x0063_6169_726e;
 /// Bring `migrations.name`'s schema up to date.
 pub fn migrate(pool: &PgPool, migrations: &'static Migrations) -> Result<(), StorageError> {
     let url = pool.url().redacted().to_string();
-    pool.submit(move |tx| {
+    pool.submit_alone(move |tx| {
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
         tx.batch_execute(
             "CREATE TABLE IF NOT EXISTS cairn_schema (

@@ -70,6 +70,11 @@ enum Job {
     Read(Read),
     /// A write, run in a group's transaction (or told it cannot run).
     Write(Write),
+    /// A write run in a transaction of its own: one that takes a lock held to the end of
+    /// its transaction (an advisory lock), which a group would hold while its later writes
+    /// wait on other hosts' groups holding theirs — a deadlock no retry inside the group
+    /// undoes, as the group keeps the lock it is waited on for.
+    Alone(Write),
 }
 
 /// Runs a read on the worker's connection and answers its caller.
@@ -124,16 +129,7 @@ impl PgPool {
                         }
                     };
                     while let Some(job) = next_job(&queue) {
-                        match job {
-                            Job::Read(read) => read(&mut worker),
-                            Job::Write(first) => {
-                                let (group, read_next) = group_behind(first, &queue);
-                                worker.commit_group(group);
-                                if let Some(read) = read_next {
-                                    read(&mut worker);
-                                }
-                            }
-                        }
+                        worker.run(job, &queue);
                     }
                 })
                 .map_err(|e| url.unreachable(&format!("cannot start a connection thread: {e}")))?;
@@ -171,22 +167,40 @@ impl PgPool {
         &self,
         work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Receipt<T> {
+        self.send_write(work, Job::Write)
+    }
+
+    /// Run `work` on a worker in a transaction of its own, never grouped with other writes:
+    /// for work that takes a transaction-level advisory lock (see [`Job::Alone`]). The
+    /// receipt resolves once it committed.
+    pub fn submit_alone<T: Send + 'static>(
+        &self,
+        work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+    ) -> Receipt<T> {
+        self.send_write(work, Job::Alone)
+    }
+
+    /// Queue `work` as the write job `job` makes of it; the receipt answers once its
+    /// transaction committed.
+    fn send_write<T: Send + 'static>(
+        &self,
+        work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        job: fn(Write) -> Job,
+    ) -> Receipt<T> {
         let (reply, receiver) = oneshot::channel();
-        let job = Job::Write(Box::new(
-            move |tx: Result<&mut Transaction<'_>, &StorageError>| {
-                let outcome = match tx {
-                    Ok(tx) => in_savepoint(tx, work),
-                    Err(e) => Err(e.clone()),
-                };
-                Box::new(move |commit_error: Option<&StorageError>| {
-                    let _ = reply.send(match commit_error {
-                        Some(e) => Err(e.clone()),
-                        None => outcome,
-                    });
-                }) as Answer
-            },
-        ));
-        if self.jobs.send(job).is_err() {
+        let write: Write = Box::new(move |tx: Result<&mut Transaction<'_>, &StorageError>| {
+            let outcome = match tx {
+                Ok(tx) => in_savepoint(tx, work),
+                Err(e) => Err(e.clone()),
+            };
+            Box::new(move |commit_error: Option<&StorageError>| {
+                let _ = reply.send(match commit_error {
+                    Some(e) => Err(e.clone()),
+                    None => outcome,
+                });
+            }) as Answer
+        });
+        if self.jobs.send(job(write)).is_err() {
             return Receipt::ready(Err(StorageError::Stopped));
         }
         Receipt::answered_by(receiver)
@@ -222,9 +236,9 @@ impl PgPool {
     }
 }
 
-/// `first` and the writes queued right behind it (up to [`MAX_GROUP`]); a read found
-/// behind them ends the group and runs next.
-fn group_behind(first: Write, queue: &Mutex<mpsc::Receiver<Job>>) -> (Vec<Write>, Option<Read>) {
+/// `first` and the writes queued right behind it (up to [`MAX_GROUP`]); a read or a write
+/// to run alone found behind them ends the group and runs next.
+fn group_behind(first: Write, queue: &Mutex<mpsc::Receiver<Job>>) -> (Vec<Write>, Option<Job>) {
     let mut group = vec![first];
     // Held by another worker: it is either waiting for work (nothing is queued) or taking
     // a group itself; either way there is nothing to wait for here.
@@ -236,7 +250,7 @@ fn group_behind(first: Write, queue: &Mutex<mpsc::Receiver<Job>>) -> (Vec<Write>
     while group.len() < MAX_GROUP {
         match queue.try_recv() {
             Ok(Job::Write(write)) => group.push(write),
-            Ok(Job::Read(read)) => return (group, Some(read)),
+            Ok(next) => return (group, Some(next)),
             Err(_) => break,
         }
     }
@@ -375,6 +389,21 @@ impl Worker {
     fn forget_if_lost(&mut self, error: &StorageError) {
         if matches!(error, StorageError::ConnectionLost(_)) {
             self.client = None;
+        }
+    }
+
+    /// Run `job`, and what ended its group of writes if one did.
+    fn run(&mut self, job: Job, queue: &Mutex<mpsc::Receiver<Job>>) {
+        match job {
+            Job::Read(read) => read(self),
+            Job::Alone(write) => self.commit_group(vec![write]),
+            Job::Write(first) => {
+                let (group, next) = group_behind(first, queue);
+                self.commit_group(group);
+                if let Some(next) = next {
+                    self.run(next, queue);
+                }
+            }
         }
     }
 

@@ -506,3 +506,40 @@ fn other_hosts_hear_of_an_append_when_it_commits() {
         assert_eq!(topic, "hint.first", "only appended topics are heard");
     }
 }
+
+/// Work that takes the advisory lock `key` till the end of its transaction.
+fn take_lock(key: i64) -> impl Fn(&mut postgres::Transaction<'_>) -> Result<(), StorageError> {
+    move |tx| {
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+        Ok(())
+    }
+}
+
+#[test]
+fn writes_that_take_an_advisory_lock_commit_alone_so_two_hosts_never_deadlock() {
+    let Some(url) = database() else { return };
+    let pool = super::PgPool::connect(&url, 1, "alone").expect("pool");
+    let (claim, task) = (1_i64, 2_i64);
+    // Another host is in the middle of a task claim: it holds the task lock and is about to
+    // take the claim lock.
+    let mut other = url.config().connect(postgres::NoTls).expect("another host");
+    let mut other_tx = other.transaction().expect("its transaction");
+    take_lock(task)(&mut other_tx).expect("the task lock");
+    // The pool's only worker is busy while this host queues a claim and a task claim, as a
+    // busy host would (queued writes are what a group takes together).
+    let (go, busy) = std::sync::mpsc::channel::<()>();
+    assert!(pool.run(move |_| {
+        let _ = busy.recv();
+    }));
+    let claimed = pool.submit_alone(take_lock(claim));
+    let task_claimed = pool.submit_alone(take_lock(task));
+    go.send(()).expect("the worker freed");
+    std::thread::sleep(Duration::from_millis(300));
+    // Grouped, this host's transaction would hold the claim lock while it waits for the
+    // task lock: the other host's wait for the claim lock would close a cycle, and
+    // PostgreSQL would abort one of the two.
+    take_lock(claim)(&mut other_tx).expect("the other host takes the claim lock");
+    other_tx.commit().expect("the other host commits");
+    claimed.wait().expect("this host's claim");
+    task_claimed.wait().expect("this host's task claim");
+}

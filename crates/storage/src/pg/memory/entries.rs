@@ -30,8 +30,15 @@ impl PgMemory {
         actor: &str,
     ) -> Receipt<Insertion> {
         let actor = actor.to_string();
-        self.writes
-            .submit(move |tx| insert(tx, &entry, supersedes.as_deref(), &actor))
+        // A fact takes its subject's lock (see `insert`), so it commits on its own.
+        let locks = entry.subject.is_some() && entry.predicate.is_some();
+        let work =
+            move |tx: &mut Transaction<'_>| insert(tx, &entry, supersedes.as_deref(), &actor);
+        if locks {
+            self.writes.submit_alone(work)
+        } else {
+            self.writes.submit(work)
+        }
     }
 
     pub(super) fn forget_entry(&self, id: &str, actor: &str) -> Receipt<bool> {

@@ -22,7 +22,7 @@ impl PgMemory {
         &self,
         run: RetentionRun,
     ) -> Receipt<Option<BTreeMap<String, u64>>> {
-        self.writes.submit(move |tx| {
+        self.writes.submit_alone(move |tx| {
             // Hosts sharing the database take turns: one pass per interval, not one each.
             tx.execute(
                 "SELECT pg_advisory_xact_lock(hashtextextended('memory_retention', 7))",
