@@ -77,6 +77,8 @@ struct Reply<'a> {
 /// How long a reply waits before it asks again a channel that was restarting (a restart
 /// spends none of the reply's `deliver_attempts`).
 const CHANNEL_RESTART_POLL: Duration = Duration::from_millis(20);
+/// How often a reply's delivery is tried again while a store its channel called is away.
+const STORE_AWAY_POLL: Duration = Duration::from_millis(250);
 
 /// Where a turn's time went before its outcome was recorded, journaled with
 /// `turn.completed` so an operator (and the bench) can see which phase is slow.
@@ -876,6 +878,13 @@ impl Agent {
                 // Not tried: the channel is about to restart. Wait for it, spending no attempt.
                 Err(error) if error.is_restarting() => {
                     tokio::time::sleep(CHANNEL_RESTART_POLL).await;
+                    continue;
+                }
+                // Tried, but a store the channel called was away (a full disk, a database
+                // outage): the host's outage, so no attempt is spent either.
+                Err(error) if error.is_store_away() => {
+                    tracing::debug!(batch = batch.id, "delivery waits for a store: {error}");
+                    tokio::time::sleep(STORE_AWAY_POLL).await;
                     continue;
                 }
                 Err(CallError::Plugin(error)) => {

@@ -207,7 +207,7 @@ impl RunSizing {
 
 /// A failed plugin call as a delivery failure.
 fn describe(error: CallError) -> Undelivered {
-    let absent = if error.is_restarting() {
+    let absent = if error.is_restarting() || error.is_store_away() {
         Some(Absence::Returning)
     } else if error.is_down() {
         Some(Absence::UntilRestart)
@@ -216,6 +216,9 @@ fn describe(error: CallError) -> Undelivered {
     };
     let error = match error {
         CallError::Plugin(error) => format!("the plugin returned {error}"),
+        CallError::StoreAway { error, cause } => {
+            format!("the plugin returned {error} while a host store was away ({cause})")
+        }
         other => other.to_string(),
     };
     Undelivered { error, absent }

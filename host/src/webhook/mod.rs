@@ -251,6 +251,10 @@ async fn forward(
         Err(CallError::Plugin(error)) if error.kind == ErrorKind::Unavailable => {
             error_json(StatusCode::SERVICE_UNAVAILABLE, error.message)
         }
+        // A store the channel called was away: the sender should send it again later.
+        Err(CallError::StoreAway { error, .. }) => {
+            error_json(StatusCode::SERVICE_UNAVAILABLE, error.message)
+        }
         // The state only: the fault behind it is the operator's, not the sender's.
         Err(CallError::NotRunning { plugin, state, .. }) => error_json(
             StatusCode::SERVICE_UNAVAILABLE,

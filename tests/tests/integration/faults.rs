@@ -240,13 +240,17 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
         eprintln!("*** SKIPPED: cannot mount a tmpfs here (needs root) ***");
         return;
     };
+    // A plugin subscribed to every message.received keeps a count in kv: its writes fail
+    // on the full disk too, which is the host's outage, not the plugin's fault.
     let dir = PluginDir::new();
-    dir.bundled("webhook");
+    dir.counted_webhook();
     let data = disk.path().join("data");
     let env = [
         ("CAIRN_ROUTER_BATCH_WINDOW_MS", "100"),
         ("CAIRN_HTTP_LISTEN", "127.0.0.1:0"),
         ("CAIRN_WEBHOOK_SECRET", SECRET),
+        // Deliveries are counted from the subscriber's log lines.
+        ("CAIRN_RUNTIME_LOG_RATE_PER_SEC", "100000"),
     ];
     let mut host = Host::start(dir.path(), &data, &env);
     let port = host.webhook_port();
@@ -323,6 +327,11 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
             && batches.get("main/queued").is_none()
             && batches.get("main/running").is_none()
     });
+    host.wait_until(LONG, "the counter took every message.received", |log| {
+        let events = cairn_tests::journal_events(&data);
+        let received = events.iter().filter(|e| e["topic"] == "message.received");
+        cairn_tests::delivered_seqs(log, "counter").len() >= received.count()
+    });
     let (exit, log) = host.stop();
     assert!(exit.success(), "{log}");
     assert!(!log.contains("panicked"), "{log}");
@@ -373,6 +382,27 @@ fn a_full_disk_refuses_new_messages_keeps_the_acknowledged_ones_and_recovers() {
     assert!(
         answered.values().all(|n| *n == 1),
         "a batch answered twice: {answered:?}"
+    );
+    // The counter waited for space instead of giving its events up.
+    let seen: std::collections::BTreeSet<i64> = cairn_tests::delivered_seqs(&log, "counter")
+        .into_iter()
+        .collect();
+    let skipped: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["topic"] == "message.received")
+        .filter(|e| !seen.contains(&e["seq"].as_i64().expect("seq")))
+        .collect();
+    assert!(
+        skipped.is_empty(),
+        "the counter never took {} events",
+        skipped.len()
+    );
+    let data_arg = data.display().to_string();
+    let letters = cairn_tests::cairn_ok(&["journal", "dead-letters", "--data", &data_arg]);
+    let letters = String::from_utf8_lossy(&letters.stdout);
+    assert!(
+        !letters.contains("counter"),
+        "a full disk dead-lettered: {letters}"
     );
     let waited_out = log.matches(": done now").count();
     eprintln!(

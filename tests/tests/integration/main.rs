@@ -17,5 +17,6 @@ mod plugin_dev;
 mod plugin_host;
 mod postgres;
 mod recall_quality;
+mod store_away;
 mod supervisor_api;
 mod time;

@@ -20,7 +20,7 @@ impl wit::buffer::Host for PluginContext {
                 dedup_key: message.dedup_key,
                 said_at: message.said_at,
             })
-            .map_err(to_wit_error)?;
+            .map_err(|e| self.store_error(e))?;
         Ok(id as u64)
     }
 }

@@ -1,7 +1,6 @@
 //! The host side of `consolidation`: the tools of plugins of kind `consolidator` with
 //! read-write memory, every call bound to the manifest's memory scopes.
 
-use super::memory::memory_error;
 use super::*;
 
 impl PluginContext {
@@ -21,7 +20,7 @@ impl PluginContext {
     ) -> Result<cairn_memory::Session, WitError> {
         let session = memory
             .session(id)
-            .map_err(memory_error)?
+            .map_err(|e| self.memory_error(e))?
             .ok_or_else(|| WitError::NotFound(format!("session `{id}` does not exist")))?;
         self.check_scope(&session_scope(&session), "the session")
             .map_err(|_| WitError::NotFound(format!("session `{id}` does not exist")))?;
@@ -43,7 +42,7 @@ impl wit::consolidation::Host for PluginContext {
         let memory = self.require_consolidation()?;
         let sessions = memory
             .pending_sessions(limit.clamp(1, 1000) as usize)
-            .map_err(memory_error)?;
+            .map_err(|e| self.memory_error(e))?;
         Ok(sessions
             .into_iter()
             .filter(|s| self.check_scope(&session_scope(s), "the session").is_ok())
@@ -57,7 +56,9 @@ impl wit::consolidation::Host for PluginContext {
     ) -> Result<Vec<wit::types::MemoryEntry>, WitError> {
         let memory = self.require_consolidation()?;
         self.session_in_scope(memory, &session_id)?;
-        let episodes = memory.session_episodes(&session_id).map_err(memory_error)?;
+        let episodes = memory
+            .session_episodes(&session_id)
+            .map_err(|e| self.memory_error(e))?;
         Ok(episodes.into_iter().map(to_wit_entry).collect())
     }
 
@@ -73,14 +74,18 @@ impl wit::consolidation::Host for PluginContext {
             self.check_scope(&fact.scope, &format!("facts[{i}]'s scope"))?;
         }
         self.admit_writes(WriteKind::Add, facts.len())?;
-        memory.save_facts(&session_id, facts).map_err(memory_error)
+        memory
+            .save_facts(&session_id, facts)
+            .map_err(|e| self.memory_error(e))
     }
 
     fn mark_consolidated(&mut self, session_id: String) -> Result<(), WitError> {
         let memory = self.require_consolidation()?;
         self.session_in_scope(memory, &session_id)?;
         self.admit_writes(WriteKind::Add, 1)?;
-        memory.mark_consolidated(&session_id).map_err(memory_error)
+        memory
+            .mark_consolidated(&session_id)
+            .map_err(|e| self.memory_error(e))
     }
 
     fn is_consolidated(&mut self, session_id: String) -> Result<bool, WitError> {

@@ -47,7 +47,7 @@ impl wit::journal::Host for PluginContext {
                     .map_or(0, |depth| depth.saturating_add(1)),
                 ..NewEvent::default()
             })
-            .map_err(to_wit_error)?;
+            .map_err(|e| self.store_error(e))?;
         Ok(seq as u64)
     }
 }

@@ -2,12 +2,16 @@
 
 use super::*;
 
-impl From<KvError> for WitError {
-    fn from(error: KvError) -> Self {
+impl PluginContext {
+    /// A kv failure as the plugin gets it: a store away for a moment is `unavailable` (and
+    /// noted, see [`PluginContext::store_error`]), not `internal`.
+    fn kv_error(&self, error: KvError) -> WitError {
         match error {
             KvError::InvalidInput(message) => WitError::InvalidInput(message),
             KvError::QuotaExceeded { .. } => WitError::Denied(error.to_string()),
-            KvError::Storage(e) => WitError::Internal(format!("kv store: {e}")),
+            KvError::Storage(e) => {
+                self.store_error(cairn_vocab::Error::new(e.kind(), format!("kv store: {e}")))
+            }
         }
     }
 }
@@ -15,24 +19,33 @@ impl From<KvError> for WitError {
 impl wit::kv::Host for PluginContext {
     fn get(&mut self, key: String) -> Result<Option<Vec<u8>>, WitError> {
         self.require_kv()?;
-        Ok(self.services.kv.get(&self.plugin, &key)?)
+        self.services
+            .kv
+            .get(&self.plugin, &key)
+            .map_err(|e| self.kv_error(e))
     }
 
     fn set(&mut self, key: String, value: Vec<u8>) -> Result<(), WitError> {
         self.require_kv()?;
-        Ok(self
-            .services
+        self.services
             .kv
-            .set(&self.plugin, &key, &value, self.grants.kv_bytes)?)
+            .set(&self.plugin, &key, &value, self.grants.kv_bytes)
+            .map_err(|e| self.kv_error(e))
     }
 
     fn delete(&mut self, key: String) -> Result<bool, WitError> {
         self.require_kv()?;
-        Ok(self.services.kv.delete(&self.plugin, &key)?)
+        self.services
+            .kv
+            .delete(&self.plugin, &key)
+            .map_err(|e| self.kv_error(e))
     }
 
     fn list_keys(&mut self, prefix: String) -> Result<Vec<String>, WitError> {
         self.require_kv()?;
-        Ok(self.services.kv.list_keys(&self.plugin, &prefix)?)
+        self.services
+            .kv
+            .list_keys(&self.plugin, &prefix)
+            .map_err(|e| self.kv_error(e))
     }
 }

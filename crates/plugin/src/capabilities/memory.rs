@@ -134,7 +134,7 @@ impl PluginContext {
     ) -> Result<MemoryEntry, WitError> {
         let entry = memory
             .get(id)
-            .map_err(memory_error)?
+            .map_err(|e| self.memory_error(e))?
             .filter(|e| e.forgotten_at.is_none())
             .ok_or_else(|| WitError::NotFound(format!("memory `{id}` does not exist")))?;
         self.check_entry(&entry, write)?;
@@ -151,8 +151,12 @@ pub(super) fn level_value(scope: &Scope, level: ScopeLevel) -> (&'static str, Op
     }
 }
 
-pub(super) fn memory_error(error: MemoryError) -> WitError {
-    to_wit_error(cairn_vocab::Error::new(error.kind(), error.to_string()))
+impl PluginContext {
+    /// A memory failure as the plugin gets it (a store away for a moment noted, see
+    /// [`PluginContext::store_error`]).
+    pub(super) fn memory_error(&self, error: MemoryError) -> WitError {
+        self.store_error(cairn_vocab::Error::new(error.kind(), error.to_string()))
+    }
 }
 
 impl wit::memory::Host for PluginContext {
@@ -164,7 +168,7 @@ impl wit::memory::Host for PluginContext {
             self.entry_in_scope(memory, target, true)?;
         }
         self.admit_writes(WriteKind::Add, 1)?;
-        let outcome = memory.save(entry).map_err(memory_error)?;
+        let outcome = memory.save(entry).map_err(|e| self.memory_error(e))?;
         Ok(outcome.id().to_string())
     }
 
@@ -185,7 +189,7 @@ impl wit::memory::Host for PluginContext {
                 exclude_session: query.exclude_session,
                 ..RecallQuery::default()
             })
-            .map_err(memory_error)?;
+            .map_err(|e| self.memory_error(e))?;
         Ok(hits
             .into_iter()
             .map(|hit| wit::types::RecallHit {
@@ -216,7 +220,7 @@ impl wit::memory::Host for PluginContext {
                 limit: limit.clamp(1, 1000) as usize,
                 ..ListFilter::default()
             })
-            .map_err(memory_error)?;
+            .map_err(|e| self.memory_error(e))?;
         Ok(entries.into_iter().map(to_wit_entry).collect())
     }
 
@@ -230,7 +234,7 @@ impl wit::memory::Host for PluginContext {
         self.admit_writes(WriteKind::Remove, 1)?;
         memory
             .forget(&id, &format!("plugin:{}", self.plugin))
-            .map_err(memory_error)
+            .map_err(|e| self.memory_error(e))
     }
 
     fn set_importance(&mut self, id: String, importance: u8) -> Result<bool, WitError> {
@@ -243,13 +247,13 @@ impl wit::memory::Host for PluginContext {
         self.admit_writes(WriteKind::Add, 1)?;
         memory
             .set_importance(&id, importance, &format!("plugin:{}", self.plugin))
-            .map_err(memory_error)
+            .map_err(|e| self.memory_error(e))
     }
 
     fn count(&mut self, scope: wit::types::MemoryScope) -> Result<u64, WitError> {
         let memory = self.require_memory(false)?;
         let scope = from_wit_scope(scope);
         self.check_scope(&scope, "the scope")?;
-        memory.count(&scope).map_err(memory_error)
+        memory.count(&scope).map_err(|e| self.memory_error(e))
     }
 }

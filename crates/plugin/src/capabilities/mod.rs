@@ -235,6 +235,11 @@ pub struct PluginContext {
     log: Arc<PluginLog>,
     /// The depth of the event an `on-event` call is handling, while it runs.
     handling_depth: Option<u32>,
+    /// Why a host store a host call of the running guest call used was away for a moment (a
+    /// full disk, a database outage), the first time it was: a call that then fails is the
+    /// host's outage, not the plugin's fault (see [`PluginContext::take_store_away`]). A
+    /// cell, as the host calls note it while they borrow the services.
+    store_away: std::cell::Cell<Option<String>>,
 }
 
 /// Everything needed to build a plugin's sandbox, prepared once per plugin.
@@ -328,6 +333,7 @@ impl Sandbox {
             services,
             log: self.log.clone(),
             handling_depth: None,
+            store_away: std::cell::Cell::new(None),
         })
     }
 }
@@ -346,6 +352,25 @@ impl PluginContext {
     /// The plugin's log, whose stderr tail a fault quotes.
     pub fn log(&self) -> &PluginLog {
         &self.log
+    }
+
+    /// `error` from a host store (the buffer, the journal, memory, kv) as the plugin gets it;
+    /// one saying the store is away for a moment (`unavailable`) is also noted for the call.
+    pub(crate) fn store_error(&self, error: cairn_vocab::Error) -> WitError {
+        if error.kind == cairn_vocab::ErrorKind::Unavailable {
+            let first = self
+                .store_away
+                .take()
+                .unwrap_or_else(|| error.message.clone());
+            self.store_away.set(Some(first));
+        }
+        to_wit_error(error)
+    }
+
+    /// Why a host store was away during the guest call that just ended, if one was; clears
+    /// it for the next call.
+    pub fn take_store_away(&self) -> Option<String> {
+        self.store_away.take()
     }
 
     /// Record which event's depth the running `on-event` call handles (`None` after it):

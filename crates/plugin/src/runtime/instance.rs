@@ -11,6 +11,15 @@ pub struct PluginInstance {
     pub(super) deadline: Deadline,
 }
 
+/// The error a plugin answered with, as a call's error: the host's outage when a host store
+/// it called during the call was away (`store_away`), else the plugin's own.
+fn refusal(error: cairn_vocab::Error, store_away: Option<String>) -> CallError {
+    match store_away {
+        Some(cause) => CallError::StoreAway { error, cause },
+        None => CallError::Plugin(error),
+    }
+}
+
 impl PluginInstance {
     fn run<T>(
         &mut self,
@@ -23,10 +32,12 @@ impl PluginInstance {
             Exports::Handler(_) => World::Handler,
             Exports::MemoryBackend(_) => World::MemoryBackend,
         };
-        match call(&self.exports, &mut self.store) {
+        let outcome = call(&self.exports, &mut self.store);
+        let store_away = self.store.data().take_store_away();
+        match outcome {
             None => Err(CallError::NotExported(world)),
             Some(Ok(Ok(value))) => Ok(value),
-            Some(Ok(Err(error))) => Err(CallError::Plugin(convert::from_wit_error(error))),
+            Some(Ok(Err(error))) => Err(refusal(convert::from_wit_error(error), store_away)),
             Some(Err(trap)) => Err(self.fault(&trap)),
         }
     }
@@ -117,6 +128,7 @@ impl PluginInstance {
             _ => None,
         };
         self.store.data_mut().set_handling_depth(None);
+        let store_away = self.store.data().take_store_away();
         let stopped = |handled: usize, error: CallError| Err(RunStopped { handled, error });
         match outcome {
             None => stopped(0, CallError::NotExported(World::Handler)),
@@ -125,7 +137,7 @@ impl PluginInstance {
             // event retried alone: delivery stays at least once.
             Some(Ok(Err(failure))) => stopped(
                 (failure.handled as usize).min(events.len() - 1),
-                CallError::Plugin(convert::from_wit_error(failure.error)),
+                refusal(convert::from_wit_error(failure.error), store_away),
             ),
             Some(Err(trap)) => stopped(0, self.fault(&trap)),
         }

@@ -122,6 +122,17 @@ pub enum CallError {
     /// The plugin answered with an error; its instance is still healthy.
     #[error("plugin returned an error: {0}")]
     Plugin(cairn_vocab::Error),
+    /// The plugin answered with an error after a host store one of its host calls used was
+    /// away for a moment (a full disk, a database outage): the host's outage, not the
+    /// plugin's doing, and the same call may succeed once the store is back (see
+    /// [`CallError::is_store_away`]). Its instance is still healthy.
+    #[error("plugin returned an error: {error} (a host store it called was away: {cause})")]
+    StoreAway {
+        /// What the plugin answered.
+        error: cairn_vocab::Error,
+        /// What the store said.
+        cause: String,
+    },
     /// The plugin faulted; its instance is poisoned.
     #[error(transparent)]
     Fault(#[from] Fault),
@@ -161,6 +172,21 @@ impl CallError {
                 ..
             }
         )
+    }
+
+    /// Whether the plugin failed the call because a host store it called was away for a
+    /// moment: a caller that can wait (an event delivery, a reply's delivery) should wait
+    /// for the store rather than count it as a try.
+    pub fn is_store_away(&self) -> bool {
+        matches!(self, CallError::StoreAway { .. })
+    }
+
+    /// The error the plugin itself answered with, whatever its cause.
+    pub fn plugin_error(&self) -> Option<&cairn_vocab::Error> {
+        match self {
+            CallError::Plugin(error) | CallError::StoreAway { error, .. } => Some(error),
+            _ => None,
+        }
     }
 
     /// Whether the call was not made because the plugin will not run again until the host

@@ -568,6 +568,10 @@ impl Supervisor {
                 kind: FaultKind::InitFailed,
                 message: format!("init returned {error}"),
             },
+            Err(error @ CallError::StoreAway { .. }) => Fault {
+                kind: FaultKind::InitFailed,
+                message: format!("init failed: {error}"),
+            },
             Err(CallError::NotExported(world)) => Fault {
                 kind: FaultKind::InitFailed,
                 message: format!("a {world:?} plugin has no init export"),

@@ -101,9 +101,10 @@ pub struct Undelivered {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Absence {
     /// Down for a moment and coming back (a plugin waiting out its backoff before a
-    /// restart, or a host subscriber whose stores are away for a moment: a full disk, a
-    /// database outage). Delivery waits for it instead of spending an attempt, so restart
-    /// timing or an outage never dead-letters an event.
+    /// restart, or a subscriber — the host's own, or a plugin through its host calls — whose
+    /// stores are away for a moment: a full disk, a database outage). Delivery waits for it
+    /// instead of spending an attempt, so restart timing or an outage never dead-letters an
+    /// event.
     Returning,
     /// Down until the host starts again (a quarantined plugin, or one that failed to load). A new
     /// event is dead-lettered at once; a dead letter an operator asked to retry waits, its

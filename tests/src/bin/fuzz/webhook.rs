@@ -179,7 +179,7 @@ impl Target for Webhook {
         );
         let answer = match answer {
             Ok(answer) => answer,
-            Err(CallError::Plugin(error)) => {
+            Err(CallError::Plugin(error) | CallError::StoreAway { error, .. }) => {
                 return Err(format!(
                     "the channel answered with an error instead of a status: {error:?}"
                 ));
