@@ -236,7 +236,11 @@ fn check_record(record: &ExportRecord) -> Result<(), String> {
     }
 }
 
-fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
+/// Whether `entry` holds what memory.db may keep: ids, scope, times in order, importance and
+/// text within limits, a replaced entry with the time it stopped being true. Import checks
+/// each record with it, and so does hydration from a snapshot (whose records a person may
+/// have edited).
+pub(super) fn check_entry(entry: &MemoryEntry) -> Result<(), String> {
     non_empty("id", &entry.id)?;
     if !is_entry_id(&entry.id) {
         return Err(format!(

@@ -127,6 +127,11 @@ impl CheckedSnapshot {
                 Some(entry) => {
                     validate(&NewMemory::new(MemoryKind::Core, entry.content.clone()))
                         .map_err(at)?;
+                    // A record memory.db cannot keep (an importance out of range, times out
+                    // of order) was dropped on restore without a word; it is refused here,
+                    // as import refuses it.
+                    import_check::check_entry(&entry)
+                        .map_err(|e| at(MemoryError::InvalidInput(e)))?;
                     records.push((entry, section.edited));
                 }
                 None => {

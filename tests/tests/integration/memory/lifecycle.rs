@@ -287,6 +287,72 @@ fn a_missing_memory_db_is_hydrated_from_the_snapshot() {
 }
 
 #[test]
+fn a_snapshot_record_memory_cannot_keep_is_refused_naming_its_line_not_dropped() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_snapshot_record_memory_cannot_keep_is_refused_naming_its_line_not_dropped",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("data dir");
+    let data = data_arg(dir.path());
+    {
+        let memory = cairn_tests::storage::open_memory(dir.path(), MemoryConfig::default());
+        for text in ["Ann prefers tea", "Ann works from Porto"] {
+            memory
+                .store_blocking(NewMemory::new(MemoryKind::Core, text))
+                .expect("store");
+        }
+    }
+    let written = cli_json(&["memory", "snapshot", "--json", "--data", &data]);
+    assert_eq!(written["core_memories"], 2);
+    let snapshot =
+        std::fs::read_to_string(dir.path().join("MEMORY_SNAPSHOT.md")).expect("snapshot");
+    let record = snapshot
+        .lines()
+        .find(|line| line.contains("\"importance\":"))
+        .expect("a record with its importance");
+    let importance = record
+        .split("\"importance\":")
+        .nth(1)
+        .and_then(|rest| rest.split([',', '}']).next())
+        .expect("its value")
+        .to_string();
+    for (edit, expected) in [
+        (
+            record.replace(&format!("\"importance\":{importance}"), "\"importance\":55"),
+            "importance",
+        ),
+        (
+            record.replace("\"valid_to\":null", "\"valid_to\":1"),
+            "valid_to: 1 is before valid_from",
+        ),
+    ] {
+        let edited_file = dir.path().join("edited.md");
+        std::fs::write(&edited_file, snapshot.replace(record, &edit)).expect("write");
+        let fresh = tempfile::tempdir().expect("fresh data dir");
+        let hydrated = cairn(&[
+            "memory",
+            "snapshot",
+            "--hydrate",
+            &edited_file.display().to_string(),
+            "--data",
+            &data_arg(fresh.path()),
+        ]);
+        let stderr = String::from_utf8_lossy(&hydrated.stderr);
+        assert_eq!(hydrated.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains("edited.md line "),
+            "names the file and line: {stderr}"
+        );
+        assert!(stderr.contains(expected), "says what is wrong: {stderr}");
+        assert!(
+            !fresh.path().join("memory.db").exists(),
+            "nothing half-restored"
+        );
+    }
+}
+
+#[test]
 fn a_start_that_died_before_hydrating_hydrates_on_the_next_and_hygiene_keeps_the_snapshot() {
     if cairn_tests::storage::reads_sqlite_files(
         "a_start_that_died_before_hydrating_hydrates_on_the_next_and_hygiene_keeps_the_snapshot",
