@@ -48,7 +48,9 @@ impl SqliteMemory {
                     .collect::<Result<_, _>>()?
             } else {
                 let mut found = Vec::new();
-                for id in &ids {
+                // An id named twice is purged (and counted) once.
+                let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+                for id in unique {
                     let seq: Option<i64> = conn
                         .prepare_cached("SELECT seq FROM entries WHERE id = ?1")?
                         .query_row(params![id], |r| r.get(0))
@@ -59,20 +61,13 @@ impl SqliteMemory {
             };
             let now = now_ms();
             for (seq, id) in &targets {
-                conn.prepare_cached("DELETE FROM entries WHERE seq = ?1")?
-                    .execute(params![seq])?;
+                // Read now, not with the targets: purging an earlier one may have changed it.
+                let successor: Option<String> = conn
+                    .prepare_cached("DELETE FROM entries WHERE seq = ?1 RETURNING superseded_by")?
+                    .query_row(params![seq], |r| r.get(0))?;
                 audit(conn, id, "purge", &actor, now, None)?;
-                // What the purged entry superseded holds again: no successor is left.
-                let reinstated: Vec<String> = conn
-                    .prepare_cached(
-                        "UPDATE entries SET superseded_by = NULL, valid_to = NULL
-                          WHERE superseded_by = ?1 RETURNING id",
-                    )?
-                    .query_map(params![id], |r| r.get(0))?
-                    .collect::<Result<_, _>>()?;
-                for older in &reinstated {
-                    let why = format!("{id}, which superseded it, was purged");
-                    audit(conn, older, "reinstate", &actor, now, Some(&why))?;
+                for (older, action, why) in heal_chain(conn, id, successor.as_deref())? {
+                    audit(conn, &older, action, &actor, now, Some(&why))?;
                 }
             }
             Ok(targets.into_iter().map(|(seq, _)| seq).collect())
@@ -542,4 +537,40 @@ impl Filters {
             self.clauses.join(" AND ")
         }
     }
+}
+
+/// Mend the supersede chain around `purged`, just deleted: what it replaced is replaced by
+/// its own successor when it had one (a middle link purged), else holds again (the current
+/// one purged). Each entry changed, with its audit action and why.
+fn heal_chain(
+    conn: &rusqlite::Connection,
+    purged: &str,
+    successor: Option<&str>,
+) -> rusqlite::Result<Vec<(String, &'static str, String)>> {
+    let changed: Vec<String> = match successor {
+        Some(next) => conn
+            .prepare_cached(
+                "UPDATE entries SET superseded_by = ?2 WHERE superseded_by = ?1 RETURNING id",
+            )?
+            .query_map(params![purged, next], |r| r.get(0))?
+            .collect::<Result<_, _>>()?,
+        None => conn
+            .prepare_cached(
+                "UPDATE entries SET superseded_by = NULL, valid_to = NULL
+                  WHERE superseded_by = ?1 RETURNING id",
+            )?
+            .query_map(params![purged], |r| r.get(0))?
+            .collect::<Result<_, _>>()?,
+    };
+    Ok(changed
+        .into_iter()
+        .map(|older| match successor {
+            Some(next) => (older, "supersede", next.to_string()),
+            None => (
+                older,
+                "reinstate",
+                format!("{purged}, which superseded it, was purged"),
+            ),
+        })
+        .collect())
 }

@@ -44,6 +44,7 @@ on_each_backend!(
     a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
     a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
+    purging_a_link_of_a_supersede_chain_leaves_one_current_fact,
     export_then_import_into_an_empty_store_keeps_every_record,
     a_new_store_awaits_hydration_until_it_is_settled,
     stored_vectors_are_read_back_for_the_entries_asked_of_the_model_asked
@@ -495,6 +496,49 @@ fn a_fact_supersedes_the_live_fact_with_its_subject_and_predicate(memory: &dyn S
         ("reinstate", Some("f3, which superseded it, was purged"))
     );
     assert_eq!(memory.count(&old.scope).expect("count"), 2, "f1 and f2");
+}
+
+fn purging_a_link_of_a_supersede_chain_leaves_one_current_fact(memory: &dyn Stores) {
+    let stored = |entry| memory.insert(entry, None, "test").wait().expect("insert");
+    stored(fact("berlin", "Ann lives in Berlin", "lives_in", 10));
+    stored(fact("lisbon", "Ann lives in Lisbon", "lives_in", 20));
+    stored(fact("paris", "Ann lives in Paris", "lives_in", 30));
+    let current = || {
+        let filter = ListFilter {
+            scope: fact("x", "x", "lives_in", 0).scope,
+            limit: 10,
+            ..ListFilter::default()
+        };
+        let live = memory.list(&filter).expect("list");
+        live.into_iter().map(|e| e.id).collect::<Vec<_>>()
+    };
+    // The middle link, named twice: purged and counted once; Berlin is Paris's now.
+    let purged = memory
+        .purge(vec!["lisbon".into(), "lisbon".into()], "operator")
+        .wait()
+        .expect("purge");
+    assert_eq!(purged.len(), 1, "{purged:?}");
+    assert_eq!(current(), ["paris"]);
+    let berlin = memory.get("berlin").expect("read").expect("kept");
+    assert_eq!(
+        (berlin.valid_to, berlin.superseded_by.as_deref()),
+        (Some(20), Some("paris"))
+    );
+    let trail = memory.audit_trail("berlin").expect("audit");
+    let last = trail.last().expect("a row");
+    assert_eq!(
+        (last.action.as_str(), last.detail.as_deref()),
+        ("supersede", Some("paris"))
+    );
+    // Both later links at once, in whichever order the store takes them: the first holds.
+    stored(fact("rome", "Ann lives in Rome", "lives_in", 40));
+    memory
+        .purge(vec!["rome".into(), "paris".into()], "operator")
+        .wait()
+        .expect("purge");
+    assert_eq!(current(), ["berlin"]);
+    let berlin = memory.get("berlin").expect("read").expect("kept");
+    assert_eq!((berlin.valid_to, berlin.superseded_by), (None, None));
 }
 
 fn a_new_store_awaits_hydration_until_it_is_settled(memory: &dyn Stores) {

@@ -55,33 +55,30 @@ impl PgMemory {
     pub(super) fn purge_entries(&self, ids: Vec<String>, actor: &str) -> Receipt<Vec<i64>> {
         let actor = actor.to_string();
         self.writes.submit(move |tx| {
-            let rows = if ids.is_empty() {
+            let targets: Vec<String> = if ids.is_empty() {
                 tx.query(
-                    "DELETE FROM memory_entries WHERE forgotten_at IS NOT NULL RETURNING seq, id",
+                    "SELECT id FROM memory_entries WHERE forgotten_at IS NOT NULL",
                     &[],
                 )?
             } else {
-                tx.query(
-                    "DELETE FROM memory_entries WHERE id = ANY($1) RETURNING seq, id",
-                    &[&ids],
-                )?
-            };
+                tx.query("SELECT id FROM memory_entries WHERE id = ANY($1)", &[&ids])?
+            }
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
             let now = now_ms();
-            let mut purged = Vec::with_capacity(rows.len());
-            for row in &rows {
-                let id: String = row.get(1);
-                audit(tx, &id, "purge", &actor, now, None)?;
-                purged.push(row.get(0));
-                // What the purged entry superseded holds again: no successor is left.
-                let reinstated = tx.query(
-                    "UPDATE memory_entries SET superseded_by = NULL, valid_to = NULL
-                      WHERE superseded_by = $1 RETURNING id",
-                    &[&id],
+            let mut purged = Vec::with_capacity(targets.len());
+            for id in &targets {
+                // One at a time: purging an earlier one may have changed this one's successor.
+                let row = tx.query_one(
+                    "DELETE FROM memory_entries WHERE id = $1 RETURNING seq, superseded_by",
+                    &[id],
                 )?;
-                for older in &reinstated {
-                    let older: String = older.get(0);
-                    let why = format!("{id}, which superseded it, was purged");
-                    audit(tx, &older, "reinstate", &actor, now, Some(&why))?;
+                purged.push(row.get(0));
+                let successor: Option<String> = row.get(1);
+                audit(tx, id, "purge", &actor, now, None)?;
+                for (older, action, why) in heal_chain(tx, id, successor.as_deref())? {
+                    audit(tx, &older, action, &actor, now, Some(&why))?;
                 }
             }
             purged.sort_unstable();
@@ -632,4 +629,39 @@ impl Filters {
     pub(super) fn params(&self) -> Vec<&(dyn ToSql + Sync)> {
         self.params_after(&[])
     }
+}
+
+/// Mend the supersede chain around `purged`, just deleted: what it replaced is replaced by
+/// its own successor when it had one (a middle link purged), else holds again (the current
+/// one purged). Each entry changed, with its audit action and why.
+fn heal_chain(
+    tx: &mut Transaction<'_>,
+    purged: &str,
+    successor: Option<&str>,
+) -> Result<Vec<(String, &'static str, String)>, StorageError> {
+    let changed = match successor {
+        Some(next) => tx.query(
+            "UPDATE memory_entries SET superseded_by = $2 WHERE superseded_by = $1 RETURNING id",
+            &[&purged, &next],
+        )?,
+        None => tx.query(
+            "UPDATE memory_entries SET superseded_by = NULL, valid_to = NULL
+              WHERE superseded_by = $1 RETURNING id",
+            &[&purged],
+        )?,
+    };
+    Ok(changed
+        .iter()
+        .map(|row| {
+            let older: String = row.get(0);
+            match successor {
+                Some(next) => (older, "supersede", next.to_string()),
+                None => (
+                    older,
+                    "reinstate",
+                    format!("{purged}, which superseded it, was purged"),
+                ),
+            }
+        })
+        .collect())
 }
