@@ -518,6 +518,35 @@ fn a_newer_memory_telling_of_a_change_goes_above_the_statement_it_updates() {
 }
 
 #[test]
+fn a_search_says_when_the_embeddings_provider_fails_and_ranks_by_words() {
+    let data = tempfile::tempdir().expect("data dir");
+    let mut memory = NewMemory::new(MemoryKind::Episode, "We adopted a beagle puppy.");
+    memory.scope.user_id = Some("ana".into());
+    let entry = cairn::memory::record(&memory, "mem_pet".into(), cairn::store::now_ms());
+    let line = serde_json::to_string(&ExportRecord::Entry(Box::new(entry))).expect("json");
+    let file = data.path().join("said.jsonl");
+    std::fs::write(&file, line + "\n").expect("write");
+    let imported = cairn_local(data.path(), &["import", &file.display().to_string()], &[]);
+    assert!(imported.status.success());
+    // A model server that is not there (nothing listens on the discard port).
+    let away = [
+        ("CAIRN_MEMORY_EMBEDDINGS_PROVIDER", "openai"),
+        ("CAIRN_MEMORY_EMBEDDINGS_URL", "http://127.0.0.1:9/v1"),
+    ];
+    let search = ["search", "beagle puppy", "--user", "ana", "--json"];
+    let found = cairn_local(data.path(), &search, &away);
+    let warning = String::from_utf8_lossy(&found.stderr);
+    assert!(found.status.success(), "{warning}");
+    assert!(
+        warning.contains("warning: this search ranks by words only (BM25)")
+            && warning.contains("127.0.0.1:9"),
+        "{warning}"
+    );
+    let hits: Vec<serde_json::Value> = serde_json::from_slice(&found.stdout).expect("json");
+    assert_eq!(ids(&hits), ["mem_pet"], "found by its words all the same");
+}
+
+#[test]
 fn a_search_says_when_memories_have_no_vector_yet() {
     let data = tempfile::tempdir().expect("data dir");
     let mut memory = NewMemory::new(MemoryKind::Episode, "We adopted a beagle puppy.");

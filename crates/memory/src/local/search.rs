@@ -5,6 +5,7 @@
 
 use super::successors::Probed;
 use super::*;
+use crate::embed::EmbedError;
 use crate::rerank::Likeness;
 use crate::timeframe::{self, TimeCue, TimeFrame};
 
@@ -240,17 +241,23 @@ impl LocalMemory {
     /// embeddings, for blank text, or when the provider fails (recall is then lexical, and
     /// says so in the log).
     pub fn embed_query(&self, text: &str) -> Option<Vec<f32>> {
-        let embedder = self.embedder.as_ref()?;
+        self.try_embed_query(text).unwrap_or_else(|e| {
+            tracing::warn!("recall falls back to BM25 only: {e}");
+            None
+        })
+    }
+
+    /// [`LocalMemory::embed_query`], with the provider's failure as the error rather than
+    /// logged: for a caller that tells a person their search was by words only (the CLI,
+    /// which has no log to read).
+    pub fn try_embed_query(&self, text: &str) -> Result<Option<Vec<f32>>, EmbedError> {
+        let Some(embedder) = self.embedder.as_ref() else {
+            return Ok(None);
+        };
         if text.trim().is_empty() {
-            return None;
+            return Ok(None);
         }
-        match embedder.embed(&[text.to_string()]) {
-            Ok(mut vectors) => vectors.pop(),
-            Err(e) => {
-                tracing::warn!("recall falls back to BM25 only: {e}");
-                None
-            }
-        }
+        Ok(embedder.embed(&[text.to_string()])?.pop())
     }
 
     /// Cosine similarity of the nearest vectors in scope and of every lexical candidate,

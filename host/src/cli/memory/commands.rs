@@ -94,6 +94,7 @@ pub(super) fn search(
         lexical_only: *lexical,
         query_vector: None,
     };
+    embed_for_search(memory, &mut request);
     let hits = memory.recall(&request).map_err(memory_failure)?;
     if !*lexical {
         note_unembedded(memory)?;
@@ -121,6 +122,22 @@ pub(super) fn search(
         }
     }
     Ok(())
+}
+
+/// Embed the search's text here rather than in recall, so a provider that fails (a model
+/// server that is down) is said on stderr: recall would fall back to words only and say so
+/// only in a log, which a command has none of.
+fn embed_for_search(memory: &MemoryService, request: &mut RecallQuery) {
+    if request.lexical_only || memory.backend_plugin().is_some() {
+        return;
+    }
+    match memory.local().try_embed_query(&request.text) {
+        Ok(vector) => request.query_vector = vector,
+        Err(e) => {
+            eprintln!("warning: this search ranks by words only (BM25): {e}");
+            request.lexical_only = true;
+        }
+    }
 }
 
 /// Say on stderr how many memories recall could find by their words only: an import, or a
