@@ -153,6 +153,7 @@ impl HostConfig {
                 merge(&mut value, from_file);
             }
         }
+        add_keys_named_by_variables(&mut value, std::env::vars().map(|(name, _)| name));
         apply_env_overrides(&mut value, "CAIRN", "", &|name| std::env::var(name).ok());
         let mut config = typed(value).map_err(|e| {
             let variable = variable_of(&e.path().to_string());
@@ -389,6 +390,33 @@ fn merge(base: &mut serde_yaml::Value, overlay: serde_yaml::Value) {
 /// setting, set in the config file only, with no environment variable for it or its keys.
 const KEYED_SETTINGS: [&str; 1] = ["buffer.channel_priority"];
 
+/// Settings whose keys are names the operator chooses (memory categories): a variable can
+/// set a key the file and the defaults do not have, `CAIRN_MEMORY_RETENTION_DAYS_MYCAT` the
+/// key `mycat` (a name's `-` cannot be written in a variable: set such a key in the file).
+const OPEN_SETTINGS: [(&str, &str); 1] =
+    [("memory.retention_days", "CAIRN_MEMORY_RETENTION_DAYS_")];
+
+/// Give each [`OPEN_SETTINGS`] mapping the keys set variables name, so that
+/// [`apply_env_overrides`] fills them in.
+fn add_keys_named_by_variables(value: &mut serde_yaml::Value, names: impl Iterator<Item = String>) {
+    let names: Vec<String> = names.collect();
+    for (path, prefix) in OPEN_SETTINGS {
+        let mut map = Some(&mut *value);
+        for key in path.split('.') {
+            map = map.and_then(|at| at.get_mut(key));
+        }
+        let Some(serde_yaml::Value::Mapping(map)) = map else {
+            continue;
+        };
+        for key in names.iter().filter_map(|name| name.strip_prefix(prefix)) {
+            let key = serde_yaml::Value::String(key.to_lowercase());
+            if !key.as_str().is_some_and(str::is_empty) && !map.contains_key(&key) {
+                map.insert(key, serde_yaml::Value::Null);
+            }
+        }
+    }
+}
+
 /// `path`'s child `key` as a setting path (`buffer` + `max_payload_bytes`).
 fn child_path(path: &str, key: &str) -> String {
     if path.is_empty() {
@@ -467,6 +495,27 @@ mod tests {
         assert_eq!(
             in_plain_words("http.listen: invalid socket address syntax"),
             "http.listen: expected IP:PORT, such as 127.0.0.1:8787"
+        );
+    }
+
+    #[test]
+    fn a_variable_sets_the_retention_of_a_category_nothing_else_names() {
+        let mut value = serde_yaml::to_value(HostConfig::default()).expect("defaults serialise");
+        let names = ["CAIRN_MEMORY_RETENTION_DAYS_MYCAT".to_string()];
+        add_keys_named_by_variables(&mut value, names.into_iter());
+        let env = |name: &str| (name == "CAIRN_MEMORY_RETENTION_DAYS_MYCAT").then(|| "5".into());
+        apply_env_overrides(&mut value, "CAIRN", "", &env);
+        let config = typed(value).expect("typed");
+        assert_eq!(config.memory.retention_days.get("mycat"), Some(&5));
+        let listed = config.settings();
+        assert!(
+            listed
+                .iter()
+                .any(|(variable, path, shown)| variable.as_deref()
+                    == Some("CAIRN_MEMORY_RETENTION_DAYS_MYCAT")
+                    && path == "memory.retention_days.mycat"
+                    && shown == "5"),
+            "{listed:?}"
         );
     }
 
