@@ -143,13 +143,24 @@ pub fn provider_from_config(config: &EmbeddingConfig) -> ChosenProvider {
         ProviderKind::Openai => chosen(Arc::new(OpenAiEmbedder::new(config))),
         ProviderKind::Local | ProviderKind::Auto => {
             let dir = local_model::model_dir(&config.models_dir);
-            let absent = !local_model::is_installed(&dir);
-            if config.provider == ProviderKind::Auto && absent {
+            let missing = local_model::missing_files(&dir);
+            if config.provider == ProviderKind::Auto && !missing.is_empty() {
+                let what = if missing.len() == cairn_encoder::MODEL_FILES.len() {
+                    format!(
+                        "the local embedding model is not installed in {}",
+                        dir.display()
+                    )
+                } else {
+                    format!(
+                        "the local embedding model in {} lacks {}",
+                        dir.display(),
+                        missing.join(", ")
+                    )
+                };
                 return ChosenProvider {
                     provider: Some(Arc::new(HashEmbedder::new(config.dims))),
                     warning: Some(format!(
-                        "the local embedding model is not installed in {}: recall is lexical                          (hash embeddings, no paraphrase); {}",
-                        dir.display(),
+                        "{what}: recall is lexical (hash embeddings, no paraphrase); {}",
                         local_model::INSTALL_HINT
                     )),
                 };
@@ -412,6 +423,29 @@ impl EmbedSignal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_names_the_file_a_half_installed_model_lacks() {
+        let models = tempfile::tempdir().expect("models dir");
+        let dir = local_model::model_dir(models.path());
+        std::fs::create_dir_all(&dir).expect("model dir");
+        let config = EmbeddingConfig {
+            provider: ProviderKind::Auto,
+            models_dir: models.path().to_path_buf(),
+            ..EmbeddingConfig::default()
+        };
+        let absent = provider_from_config(&config).warning.expect("a warning");
+        assert!(absent.contains("is not installed in"), "{absent}");
+        for name in ["config.json", "model.safetensors"] {
+            std::fs::write(dir.join(name), b"{}").expect("write");
+        }
+        let half = provider_from_config(&config).warning.expect("a warning");
+        assert!(
+            half.contains("lacks tokenizer.json: recall is lexical ("),
+            "{half}"
+        );
+        assert!(!half.contains("  "), "no run of blanks: {half}");
+    }
 
     #[test]
     fn centring_takes_out_what_every_vector_shares() {

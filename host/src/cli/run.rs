@@ -756,8 +756,8 @@ async fn run_memory_hygiene(memory: Arc<LocalMemory>, stop: watch::Receiver<bool
         let store = memory.clone();
         match tokio::task::spawn_blocking(move || store.hygiene(false)).await {
             Ok(Ok(report)) if report.ran => tracing::info!(
-                forgotten = ?report.forgotten,
-                snapshot_entries = ?report.snapshot_entries,
+                forgotten = %report.forgotten_in_words(),
+                snapshot_entries = report.snapshot_entries.unwrap_or(0),
                 "memory hygiene ran"
             ),
             Ok(Ok(_)) => {}

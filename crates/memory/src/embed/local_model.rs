@@ -46,9 +46,16 @@ pub fn model_dir(models_dir: &Path) -> PathBuf {
 
 /// Whether every file of the model is in `dir` (not whether they are sound).
 pub fn is_installed(dir: &Path) -> bool {
+    missing_files(dir).is_empty()
+}
+
+/// The model's files `dir` lacks, so a half-installed model is named by what it lacks.
+pub fn missing_files(dir: &Path) -> Vec<&'static str> {
     cairn_encoder::MODEL_FILES
         .iter()
-        .all(|name| dir.join(name).is_file())
+        .copied()
+        .filter(|name| !dir.join(name).is_file())
+        .collect()
 }
 
 /// all-MiniLM-L6-v2 on the CPU.

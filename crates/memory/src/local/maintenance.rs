@@ -45,3 +45,16 @@ pub struct HygieneReport {
     /// Core memories written to the snapshot, when one was written.
     pub snapshot_entries: Option<u64>,
 }
+
+impl HygieneReport {
+    /// What was forgotten, for a log line: `daily 3, conversation 1`, or `nothing`.
+    pub fn forgotten_in_words(&self) -> String {
+        if self.forgotten.is_empty() {
+            return "nothing".into();
+        }
+        let counts: Vec<String> = (self.forgotten.iter())
+            .map(|(category, count)| format!("{category} {count}"))
+            .collect();
+        counts.join(", ")
+    }
+}
