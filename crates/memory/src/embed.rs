@@ -124,6 +124,9 @@ pub struct ChosenProvider {
     /// Why the provider is not the one asked for (a model absent or broken), with how to
     /// fix it; none when it is.
     pub warning: Option<String>,
+    /// Under `auto`, what is wrong with the local model `hash` stands in for (`the local
+    /// embedding model is not installed in DIR`); none when nothing stands in.
+    pub stands_in_for: Option<String>,
 }
 
 /// The provider `config` describes. `auto` takes the local model when its files are
@@ -133,11 +136,13 @@ pub fn provider_from_config(config: &EmbeddingConfig) -> ChosenProvider {
     let chosen = |provider: Arc<dyn EmbeddingProvider>| ChosenProvider {
         provider: Some(provider),
         warning: None,
+        stands_in_for: None,
     };
     match config.provider {
         ProviderKind::None => ChosenProvider {
             provider: None,
             warning: None,
+            stands_in_for: None,
         },
         ProviderKind::Hash => chosen(Arc::new(HashEmbedder::new(config.dims))),
         ProviderKind::Openai => chosen(Arc::new(OpenAiEmbedder::new(config))),
@@ -163,15 +168,19 @@ pub fn provider_from_config(config: &EmbeddingConfig) -> ChosenProvider {
                         "{what}: recall is lexical (hash embeddings, no paraphrase); {}",
                         local_model::INSTALL_HINT
                     )),
+                    stands_in_for: Some(what),
                 };
             }
             match local_model::LocalModelEmbedder::load(&dir) {
                 Ok(model) => chosen(Arc::new(model)),
-                Err(e) => ChosenProvider {
-                    provider: (config.provider == ProviderKind::Auto)
-                        .then(|| Arc::new(HashEmbedder::new(config.dims)) as Arc<_>),
-                    warning: Some(format!("{e}; recall is lexical meanwhile")),
-                },
+                Err(e) => {
+                    let auto = config.provider == ProviderKind::Auto;
+                    ChosenProvider {
+                        provider: auto.then(|| Arc::new(HashEmbedder::new(config.dims)) as Arc<_>),
+                        warning: Some(format!("{e}; recall is lexical meanwhile")),
+                        stands_in_for: auto.then(|| e.to_string()),
+                    }
+                }
             }
         }
     }

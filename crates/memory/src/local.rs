@@ -81,7 +81,7 @@ impl LocalMemory {
     ) -> Result<Arc<Self>, MemoryError> {
         let cold = store.awaits_hydration()?;
         let chosen = embed::provider_from_config(&config.embeddings);
-        let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
+        let (embedder, embedding_warning) = keeping_model_vectors(chosen, store.as_ref())?;
         let window = config.recall.scan_limit;
         let memory = Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
@@ -369,6 +369,30 @@ fn is_entry_id(id: &str) -> bool {
         && id
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// The embedder and its warning, given what memory already holds. Under `auto` with the
+/// local model missing or broken `hash` stands in — but not over vectors of the local model:
+/// it would re-embed every entry over them (hours at scale, and again once the model is
+/// back), so recall is BM25 only meanwhile and they are kept for the model's return.
+fn keeping_model_vectors(
+    chosen: embed::ChosenProvider,
+    store: &dyn MemoryStore,
+) -> Result<(Option<Arc<dyn EmbeddingProvider>>, Option<String>), MemoryError> {
+    let Some(what) = &chosen.stands_in_for else {
+        return Ok((chosen.provider, chosen.warning));
+    };
+    let model = embed::local_model::MODEL_NAME;
+    let kept = store.stats(Some(("local", model)))?.embedded;
+    if kept == 0 {
+        return Ok((chosen.provider, chosen.warning));
+    }
+    let warning = format!(
+        "{what}: recall is lexical (BM25 only) until it is back, keeping the {kept} vectors of \
+         {model} memory holds (hash embeddings would replace them); {}",
+        embed::local_model::INSTALL_HINT
+    );
+    Ok((None, Some(warning)))
 }
 
 fn validate(memory: &NewMemory) -> Result<(), MemoryError> {

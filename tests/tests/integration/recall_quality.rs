@@ -308,6 +308,34 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
         &gone,
     );
     assert_eq!(top(&lunch), vec!["mem_said2".to_string()]);
+
+    // Under `auto` the model gone does not let hash embeddings replace the model's vectors:
+    // recall is BM25 only meanwhile, a reindex is refused, and the vectors are all there
+    // once the model is back.
+    let auto_gone = [gone[0], ("CAIRN_MEMORY_EMBEDDINGS_PROVIDER", "auto")];
+    let kept = cairn_local(data.path(), &["stats", "--json"], &auto_gone);
+    let kept: serde_json::Value = serde_json::from_slice(&kept.stdout).expect("stats json");
+    assert_eq!(kept["embeddings"]["in_use"], "none (BM25 only)", "{kept}");
+    let why = kept["embeddings"]["warning"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("keeping the 3 vectors of all-MiniLM-L6-v2"),
+        "{why}"
+    );
+    let reindex = cairn_local(data.path(), &["reindex", "--force"], &auto_gone);
+    assert_eq!(reindex.status.code(), Some(2), "{reindex:?}");
+    let lunch = cairn_local(
+        data.path(),
+        &["search", "lunch recipe", "--user", "ana", "--json"],
+        &auto_gone,
+    );
+    assert_eq!(top(&lunch), vec!["mem_said2".to_string()]);
+    let back = cairn_local(data.path(), &["stats", "--json"], &[]);
+    let back: serde_json::Value = serde_json::from_slice(&back.stdout).expect("stats json");
+    assert_eq!(
+        (&back["embedded"], &back["embedding_backlog"]),
+        (&3.into(), &0.into()),
+        "{back}"
+    );
 }
 
 /// Import `said` (id, text, when it was said) as ana's episodes and embed them.

@@ -411,6 +411,13 @@ pub(super) fn reindex(
         )
         .into());
     }
+    // A model that is not there leaves no provider (see `embeddings_in_use`): a forced
+    // reindex would clear the vectors kept for it and write none.
+    if !memory.embeds() {
+        let (_, why) = memory.embeddings_in_use();
+        let why = why.unwrap_or_else(|| "no embeddings provider is in use".into());
+        return Err(BadInput(format!("there is nothing to index with: {why}")).into());
+    }
     if *force {
         memory.clear_vectors().map_err(memory_failure)?;
     }
