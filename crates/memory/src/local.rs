@@ -81,7 +81,8 @@ impl LocalMemory {
     ) -> Result<Arc<Self>, MemoryError> {
         let cold = store.awaits_hydration()?;
         let chosen = embed::provider_from_config(&config.embeddings);
-        let (embedder, embedding_warning) = keeping_model_vectors(chosen, store.as_ref())?;
+        let chosen = keeping_model_vectors(chosen, store.as_ref())?;
+        let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
         let window = config.recall.scan_limit;
         let memory = Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
@@ -378,21 +379,25 @@ fn is_entry_id(id: &str) -> bool {
 fn keeping_model_vectors(
     chosen: embed::ChosenProvider,
     store: &dyn MemoryStore,
-) -> Result<(Option<Arc<dyn EmbeddingProvider>>, Option<String>), MemoryError> {
+) -> Result<embed::ChosenProvider, MemoryError> {
     let Some(what) = &chosen.stands_in_for else {
-        return Ok((chosen.provider, chosen.warning));
+        return Ok(chosen);
     };
     let model = embed::local_model::MODEL_NAME;
     let kept = store.stats(Some(("local", model)))?.embedded;
     if kept == 0 {
-        return Ok((chosen.provider, chosen.warning));
+        return Ok(chosen);
     }
     let warning = format!(
         "{what}: recall is lexical (BM25 only) until it is back, keeping the {kept} vectors of \
          {model} memory holds (hash embeddings would replace them); {}",
         embed::local_model::INSTALL_HINT
     );
-    Ok((None, Some(warning)))
+    Ok(embed::ChosenProvider {
+        provider: None,
+        warning: Some(warning),
+        stands_in_for: None,
+    })
 }
 
 fn validate(memory: &NewMemory) -> Result<(), MemoryError> {
