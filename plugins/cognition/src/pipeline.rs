@@ -38,10 +38,15 @@ impl Session {
         })
     }
 
-    /// When the session's last episode was said: what is drawn from the session holds from
-    /// then (so history replayed with its real dates is remembered at those dates).
+    /// When the user last said something in the session (the last episode, if the user
+    /// said nothing): what is drawn from the session holds from then, so history replayed
+    /// with its real dates is remembered at those dates. The agent's replies are dated when
+    /// they were made, at replay time, so they do not count.
     pub fn said_until(&self) -> Option<i64> {
-        self.episodes.iter().map(|e| e.valid_from).max()
+        let by_user = |e: &&MemoryEntry| !e.tags.iter().any(|t| t == "assistant");
+        let last = |episodes: Vec<&MemoryEntry>| episodes.iter().map(|e| e.valid_from).max();
+        last(self.episodes.iter().filter(by_user).collect())
+            .or_else(|| last(self.episodes.iter().collect()))
     }
 
     /// The scope of what is learned about the user: every later session sees it.

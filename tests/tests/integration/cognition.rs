@@ -180,6 +180,61 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
 }
 
 #[test]
+fn history_replayed_out_of_order_leaves_the_newest_statement_current() {
+    let plugins = cognitive_host_plugins();
+    let data = tempfile::tempdir().expect("data dir");
+    let data = data.path();
+    let d = data.display().to_string();
+    let mut host = Host::start(plugins.path(), data, QUICK);
+    host.wait_for("cairn is running", LONG);
+    // November's job first, then January's: the order they are replayed in, not said in.
+    for (conversation, at, text) in [
+        ("nov", "2026-11-30T10:00:00Z", "I work at Globex."),
+        ("jan", "2026-01-05T10:00:00Z", "I work at Initech."),
+    ] {
+        let args = [
+            "send",
+            "--data",
+            &d,
+            "--channel",
+            "cli",
+            "--conversation",
+            conversation,
+        ];
+        cairn_ok(&[&args[..], &["--sender", "user", "--at", at, text]].concat());
+        wait_for_event(
+            &mut host,
+            data,
+            "facts.extracted",
+            &format!("cli:{conversation}"),
+        );
+    }
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    let all = facts(data);
+    let globex = fact_saying(&all, "The user works at Globex.");
+    let initech = fact_saying(&all, "The user works at Initech.");
+    let ms = |at: &str| {
+        chrono::DateTime::parse_from_rfc3339(at)
+            .expect("a time")
+            .timestamp_millis()
+    };
+    assert_eq!(globex["valid_from"], ms("2026-11-30T10:00:00Z"), "{all:#?}");
+    assert!(
+        globex["superseded_by"].is_null(),
+        "the newest stays current: {all:#?}"
+    );
+    assert_eq!(
+        initech["valid_from"],
+        ms("2026-01-05T10:00:00Z"),
+        "{all:#?}"
+    );
+    assert_eq!(initech["superseded_by"], globex["id"], "{all:#?}");
+    assert_eq!(initech["valid_to"], globex["valid_from"], "{all:#?}");
+}
+
+#[test]
 fn a_fact_saved_without_episodes_still_supersedes_the_one_it_contradicts() {
     let plugins = cognitive_host_plugins();
     let data = tempfile::tempdir().expect("data dir");

@@ -252,7 +252,26 @@ fn insert(
         }
         replaced.push(target.to_string());
     }
-    for id in same_predicate_facts(conn, entry)? {
+    let live = same_predicate_facts(conn, entry)?;
+    if supersedes.is_none()
+        && let Some((newer, since)) = super::newer_than(&live, entry.valid_from)
+    {
+        // Said before the current fact about the same thing (history replayed out of
+        // order): it is that fact's past, stored replaced by it, which stays current.
+        let mut past = entry.clone();
+        (past.valid_to, past.superseded_by) = (Some(since), Some(newer.clone()));
+        insert_row(conn, &past, false)?;
+        audit(
+            conn,
+            &entry.id,
+            "supersede",
+            actor,
+            entry.recorded_at,
+            Some(&newer),
+        )?;
+        return Ok(Insertion::Stored { superseded: vec![] });
+    }
+    for (id, _) in live {
         if !replaced.contains(&id) {
             replaced.push(id);
         }
@@ -319,14 +338,17 @@ fn supersede_refusal(conn: &Connection, target: &str) -> rusqlite::Result<Option
 }
 
 /// The live facts a fact with a subject and predicate replaces (same agent and user).
-fn same_predicate_facts(conn: &Connection, entry: &MemoryEntry) -> rusqlite::Result<Vec<String>> {
+fn same_predicate_facts(
+    conn: &Connection,
+    entry: &MemoryEntry,
+) -> rusqlite::Result<Vec<(String, i64)>> {
     let (MemoryKind::Fact, Some(subject), Some(predicate)) =
         (entry.kind, &entry.subject, &entry.predicate)
     else {
         return Ok(Vec::new());
     };
     conn.prepare_cached(
-        "SELECT id FROM entries WHERE kind = 'fact' AND subject = ?1 AND predicate = ?2
+        "SELECT id, valid_from FROM entries WHERE kind = 'fact' AND subject = ?1 AND predicate = ?2
            AND valid_to IS NULL AND forgotten_at IS NULL AND agent_id IS ?3 AND user_id IS ?4",
     )?
     .query_map(
@@ -336,7 +358,7 @@ fn same_predicate_facts(conn: &Connection, entry: &MemoryEntry) -> rusqlite::Res
             entry.scope.agent_id,
             entry.scope.user_id
         ],
-        |r| r.get(0),
+        |r| Ok((r.get(0)?, r.get(1)?)),
     )?
     .collect()
 }

@@ -50,6 +50,15 @@ pub const MIGRATIONS: Migrations = Migrations {
     ],
 };
 
+/// Of the current facts `live` (id, valid from) about what a new fact is about, the newest
+/// one said after `valid_from`, if any: the new fact is then its past, not its successor.
+pub(crate) fn newer_than(live: &[(String, i64)], valid_from: i64) -> Option<(String, i64)> {
+    live.iter()
+        .filter(|(_, since)| *since > valid_from)
+        .max_by_key(|(_, since)| *since)
+        .cloned()
+}
+
 /// SHA-256 of a memory's content (hex): the embedding cache key, the exact-duplicate key,
 /// and how a snapshot tells an edited text.
 pub fn content_hash(content: &str) -> String {

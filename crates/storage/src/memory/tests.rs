@@ -45,6 +45,7 @@ on_each_backend!(
     a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
     purging_a_link_of_a_supersede_chain_leaves_one_current_fact,
+    a_fact_said_before_the_current_one_is_stored_as_its_past,
     export_then_import_into_an_empty_store_keeps_every_record,
     a_new_store_awaits_hydration_until_it_is_settled,
     stored_vectors_are_read_back_for_the_entries_asked_of_the_model_asked
@@ -539,6 +540,39 @@ fn purging_a_link_of_a_supersede_chain_leaves_one_current_fact(memory: &dyn Stor
     assert_eq!(current(), ["berlin"]);
     let berlin = memory.get("berlin").expect("read").expect("kept");
     assert_eq!((berlin.valid_to, berlin.superseded_by), (None, None));
+}
+
+fn a_fact_said_before_the_current_one_is_stored_as_its_past(memory: &dyn Stores) {
+    let stored = |entry| memory.insert(entry, None, "test").wait().expect("insert");
+    stored(fact("globex", "Ann works at Globex", "works_at", 30));
+    // History replayed out of order: January's job arrives after November's.
+    assert_eq!(
+        stored(fact("initech", "Ann works at Initech", "works_at", 10)),
+        Insertion::Stored { superseded: vec![] }
+    );
+    let globex = memory.get("globex").expect("read").expect("kept");
+    assert_eq!(
+        (globex.valid_to, globex.superseded_by),
+        (None, None),
+        "the newest stays current"
+    );
+    let initech = memory.get("initech").expect("read").expect("kept");
+    assert_eq!(
+        (initech.valid_to, initech.superseded_by.as_deref()),
+        (Some(30), Some("globex"))
+    );
+    let trail = memory.audit_trail("initech").expect("audit");
+    assert_eq!(
+        (trail[0].action.as_str(), trail[0].detail.as_deref()),
+        ("supersede", Some("globex"))
+    );
+    // A later statement still supersedes as before.
+    assert_eq!(
+        stored(fact("hooli", "Ann works at Hooli", "works_at", 40)),
+        Insertion::Stored {
+            superseded: vec!["globex".into()]
+        }
+    );
 }
 
 fn a_new_store_awaits_hydration_until_it_is_settled(memory: &dyn Stores) {

@@ -293,7 +293,26 @@ fn insert(
         }
         replaced.push(target.to_string());
     }
-    for id in same_predicate_facts(tx, entry)? {
+    let live = same_predicate_facts(tx, entry)?;
+    if supersedes.is_none()
+        && let Some((newer, since)) = crate::memory::newer_than(&live, entry.valid_from)
+    {
+        // Said before the current fact about the same thing (history replayed out of
+        // order): it is that fact's past, stored replaced by it, which stays current.
+        let mut past = entry.clone();
+        (past.valid_to, past.superseded_by) = (Some(since), Some(newer.clone()));
+        insert_row(tx, &past, false)?;
+        audit(
+            tx,
+            &entry.id,
+            "supersede",
+            actor,
+            entry.recorded_at,
+            Some(&newer),
+        )?;
+        return Ok(Insertion::Stored { superseded: vec![] });
+    }
+    for (id, _) in live {
         if !replaced.contains(&id) {
             replaced.push(id);
         }
@@ -366,7 +385,7 @@ fn supersede_refusal(
 fn same_predicate_facts(
     tx: &mut Transaction<'_>,
     entry: &MemoryEntry,
-) -> Result<Vec<String>, StorageError> {
+) -> Result<Vec<(String, i64)>, StorageError> {
     let (MemoryKind::Fact, Some(subject), Some(predicate)) =
         (entry.kind, &entry.subject, &entry.predicate)
     else {
@@ -374,7 +393,7 @@ fn same_predicate_facts(
     };
     Ok(tx
         .query(
-            "SELECT id FROM memory_entries WHERE kind = 'fact' AND subject = $1 AND predicate = $2
+            "SELECT id, valid_from FROM memory_entries WHERE kind = 'fact' AND subject = $1 AND predicate = $2
                AND valid_to IS NULL AND forgotten_at IS NULL
                AND agent_id IS NOT DISTINCT FROM $3 AND user_id IS NOT DISTINCT FROM $4
              ORDER BY seq",
@@ -386,7 +405,7 @@ fn same_predicate_facts(
             ],
         )?
         .iter()
-        .map(|row| row.get(0))
+        .map(|row| (row.get(0), row.get(1)))
         .collect())
 }
 
