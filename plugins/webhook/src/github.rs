@@ -7,6 +7,15 @@ use wasi::http::outgoing_handler;
 use wasi::http::types::{ErrorCode, Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
 use wasi::io::streams::StreamError;
 
+/// Ends every comment this channel posts (invisible on GitHub), so the `issue_comment`
+/// GitHub sends about it is told from a person's.
+pub const OWN_MARK: &str = "<!-- posted by cairn -->";
+
+/// Whether a comment's body is one this channel posted.
+pub fn is_own_comment(body: &str) -> bool {
+    body.trim_end().ends_with(OWN_MARK)
+}
+
 /// Where and as whom replies are posted.
 pub struct Poster {
     /// `https` or plain `http` (a local stand-in for the API).
@@ -56,7 +65,7 @@ impl Poster {
             "{}/repos/{repository}/issues/{number}/comments",
             self.prefix
         );
-        let body = json!({ "body": text }).to_string();
+        let body = json!({ "body": format!("{text}\n\n{OWN_MARK}") }).to_string();
         let (status, answer) = self.post(&path, body.as_bytes())?;
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         if status != 201 {

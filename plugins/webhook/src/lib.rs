@@ -180,10 +180,22 @@ impl Guest for Webhook {
             LogLevel::Info,
             &format!("webhook: reply to {}: {text}", message.conversation),
         );
-        kv::set(
+        // The kept copy is bookkeeping: a full quota must not fail the reply itself (a store
+        // that is away still does, and the host waits for it).
+        match kv::set(
             &format!("reply:{}", message.conversation),
             message.payload.as_bytes(),
-        )?;
+        ) {
+            Ok(()) => {}
+            Err(Error::Denied(reason)) => log::log(
+                LogLevel::Warn,
+                &format!(
+                    "webhook: the reply to {} is not kept: {reason}",
+                    message.conversation
+                ),
+            ),
+            Err(error) => return Err(error),
+        }
         let is_thread = message.conversation.contains('#');
         POSTER.with_borrow(|poster| match poster {
             Some(poster) if is_thread => {
@@ -225,12 +237,16 @@ impl Guest for Webhook {
             );
         }
         let body: Value = match serde_json::from_slice(&request.body) {
-            Ok(body) => body,
+            Ok(body @ Value::Object(_)) => body,
+            Ok(_) => return respond(400, json!({"error": "body: expected a JSON object"})),
             Err(e) => return respond(400, json!({"error": format!("body: expected JSON: {e}")})),
         };
         let event = header(&request, "x-github-event")
             .unwrap_or("unknown")
             .to_string();
+        if let Some(ignored) = not_a_message(&event, &body) {
+            return respond(200, json!({"ignored": ignored}));
+        }
         let delivery = header(&request, "x-github-delivery")
             .map(str::to_string)
             .filter(|d| !d.trim().is_empty());
@@ -261,6 +277,20 @@ impl Guest for Webhook {
             Err(Error::InvalidInput(reason)) => respond(400, json!({"error": reason})),
             Err(error) => respond(503, json!({"error": host_error_text(&error)})),
         }
+    }
+}
+
+/// Why a verified delivery is answered without a message, if it is: GitHub's `ping` when a
+/// hook is made, and a comment this channel posted itself (GitHub reports those too, and
+/// answering them would answer its own replies for ever).
+fn not_a_message(event: &str, body: &Value) -> Option<&'static str> {
+    let comment = body.pointer("/comment/body").and_then(Value::as_str);
+    if event == "ping" {
+        Some("ping: the hook works")
+    } else if comment.is_some_and(github::is_own_comment) {
+        Some("a comment this channel posted")
+    } else {
+        None
     }
 }
 

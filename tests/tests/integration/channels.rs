@@ -120,6 +120,11 @@ fn github_deliveries_are_verified_and_each_becomes_one_message() {
             Some(&signature),
         )
         .expect("post");
+        // A ping (GitHub's hello when a hook is made) is answered, not a message.
+        if event == "ping" {
+            assert_eq!(status, 200, "{event} example {i}: {answer}");
+            continue;
+        }
         assert_eq!(status, 202, "{event} example {i}: {answer}");
         accepted += 1;
         if let (Some(repo), Some(number)) = (
@@ -1151,6 +1156,78 @@ fn post_issue(port: u16, delivery: &str) {
 }
 
 #[test]
+fn a_slow_github_api_gets_each_reply_once() {
+    // GitHub answering after 6 s: past the 5 s the channel's calls were once allowed.
+    let api = StubServer::answering(|request| {
+        if request.line.starts_with("POST /repos/") {
+            std::thread::sleep(Duration::from_secs(6));
+            Reply::status(
+                201,
+                r#"{"html_url": "https://github.com/octo/repo/issues/7#c"}"#,
+            )
+        } else {
+            Reply::status(404, r#"{"message": "Not Found"}"#)
+        }
+    });
+    let mut env = fast_env();
+    env.push(("GITHUB_TOKEN", "token-for-tests"));
+    let dir = PluginDir::new();
+    let host_port = api.url().trim_start_matches("http://").to_string();
+    dir.webhook_posting_to(&api.url(), &format!("http://{host_port}"));
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    post_issue(host.webhook_port(), "slow-1");
+    host.wait_for("webhook: reply posted to octo/repo#7", LONG);
+    let (_, log) = host.stop();
+    let posted = api
+        .seen()
+        .iter()
+        .filter(|r| r.line == "POST /repos/octo/repo/issues/7/comments")
+        .count();
+    assert_eq!(posted, 1, "{log}");
+}
+
+#[test]
+fn a_full_kv_quota_does_not_fail_the_webhooks_replies() {
+    let dir = PluginDir::new();
+    dir.bundled_with("webhook", |manifest| {
+        manifest.replace("  memory_mb: 64\n", "  memory_mb: 64\n  kv_bytes: 400\n")
+    });
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    let port = host.webhook_port();
+    for i in 0..6 {
+        let body = serde_json::to_vec(&serde_json::json!({
+            "action": "opened",
+            "issue": {"number": i, "title": "Another one", "body": "it broke again"},
+            "repository": {"full_name": "octo/repo"},
+            "sender": {"login": "ann"},
+        }))
+        .expect("json");
+        let signature = github_signature(SECRET.as_bytes(), &body);
+        let (status, answer) = post_webhook(
+            &http_client(),
+            port,
+            "issues",
+            &format!("kv-{i}"),
+            &body,
+            Some(&signature),
+        )
+        .expect("post");
+        assert_eq!(status, 202, "{answer}");
+    }
+    wait_until_settled(&mut host, data.path());
+    let (_, log) = host.stop();
+    assert!(
+        log.contains("is not kept: kv: this set would keep"),
+        "{log}"
+    );
+    let batches = &status_json(data.path())["buffer"]["batches"];
+    assert_eq!(batches["main/done"], 6, "{batches}");
+    assert!(batches.get("main/failed").is_none(), "{batches}");
+}
+
+#[test]
 fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
     let api = StubServer::answering(|request| {
         if request.line.starts_with("POST /repos/") {
@@ -1197,6 +1274,57 @@ fn replies_to_github_threads_are_posted_as_comments_to_the_granted_api_only() {
     host.wait_until(LONG, "the reply to the comment", |log| {
         log.matches("webhook: reply posted to octo/repo#7").count() >= 2
     });
+    // GitHub reports the channel's own comments too, and a ping when a hook is made:
+    // neither is a message (answering its own comment would loop with GitHub).
+    let own = api
+        .seen()
+        .into_iter()
+        .find(|r| r.line == "POST /repos/octo/repo/issues/7/comments")
+        .expect("a posted comment");
+    let own_body = own.json()["body"].as_str().unwrap_or_default().to_string();
+    assert!(own_body.ends_with("<!-- posted by cairn -->"), "{own_body}");
+    for (event, delivery, body) in [
+        (
+            "issue_comment",
+            "own-1",
+            serde_json::json!({
+                "action": "created",
+                "issue": {"number": 7, "title": "The build is red"},
+                "comment": {"body": own_body},
+                "repository": {"full_name": "octo/repo"},
+                "sender": {"login": "cairn-bot"},
+            }),
+        ),
+        (
+            "ping",
+            "ping-1",
+            serde_json::json!({"zen": "Keep it logically awesome."}),
+        ),
+    ] {
+        let body = serde_json::to_vec(&body).expect("json");
+        let signature = github_signature(SECRET.as_bytes(), &body);
+        let client = http_client();
+        let (status, answer) =
+            post_webhook(&client, port, event, delivery, &body, Some(&signature)).expect("post");
+        assert_eq!(
+            (status, answer.contains("ignored")),
+            (200, true),
+            "{event}: {answer}"
+        );
+    }
+    let body = b"[1, 2]".to_vec();
+    let signature = github_signature(SECRET.as_bytes(), &body);
+    let (status, answer) = post_webhook(
+        &http_client(),
+        port,
+        "issues",
+        "array-1",
+        &body,
+        Some(&signature),
+    )
+    .expect("post");
+    assert_eq!(status, 400, "{answer}");
+    assert!(answer.contains("expected a JSON object"), "{answer}");
     host.stop();
     let posted: Vec<_> = api
         .seen()
