@@ -105,6 +105,21 @@ pub fn check_message(message: &NewMessage, config: &BufferConfig) -> Result<(), 
 
 use cairn_vocab::text::is_blank;
 
+/// The part of a payload the edge checks: its `text`, when it is a string.
+#[derive(serde::Deserialize)]
+struct Payload {
+    #[serde(default, deserialize_with = "text_if_string")]
+    text: Option<String>,
+}
+
+/// A payload's `text` when it is a string; none for any other value.
+fn text_if_string<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<String>, D::Error> {
+    let value = <serde_json::Value as serde::Deserialize>::deserialize(deserializer)?;
+    Ok(value.as_str().map(str::to_string))
+}
+
 /// Check a message at the edge and fix its priority and arrival time.
 fn validate(
     message: NewMessage,
@@ -152,6 +167,16 @@ fn validate(
         return Err(BufferError::InvalidInput(format!(
             "payload: expected a JSON object (e.g. {{\"text\": \"...\"}}), got {other}"
         )));
+    }
+    // What the agent reads and remembers: nothing to answer when it shows nothing (the cli
+    // channel and `cairn send` refused such text already; a plugin's `buffer.push` did not).
+    if let Ok(Payload { text: Some(text) }) = serde_json::from_str(&message.payload)
+        && is_blank(&text)
+    {
+        return Err(BufferError::InvalidInput(
+            "payload.text: expected text that shows (not only blanks or invisible characters)"
+                .into(),
+        ));
     }
     if let Some(key) = &message.dedup_key
         && (key.trim().is_empty() || key.len() > MAX_DEDUP_KEY_BYTES)
@@ -511,6 +536,10 @@ mod tests {
                 "payload: expected a JSON object (e.g. {\"text\": \"...\"}), got a string",
             ),
             (message("c", "[1,2]"), "got an array"),
+            (
+                message("c", "{\"text\":\" \u{200b}\"}"),
+                "payload.text: expected text that shows",
+            ),
             (
                 message("c", "{\"text\":\"far too long for it\"}"),
                 "payload: 30 bytes is over",
