@@ -219,7 +219,7 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         Err(e) => {
             let error = e.to_string();
             add_parse_error(&error, &mut problems);
-            report_further_unknown_fields(document, &error, &mut problems);
+            report_further_parse_errors(document, &error, &mut problems);
             return Err(problems.errors);
         }
     };
@@ -283,53 +283,118 @@ fn add_parse_error(error: &str, problems: &mut Problems<'_>) {
     );
 }
 
-/// Most unknown fields of one file reported after the first.
-const FURTHER_UNKNOWN_FIELDS: usize = 32;
+/// Most parse errors of one file reported after the first.
+const FURTHER_PARSE_ERRORS: usize = 32;
 
-/// After a first error naming an unknown field, the file's other unknown fields: the parse
-/// stops at the first, so each is taken out of `document` and the rest parsed again, and a
-/// person fixing typos sees them all in one check. (Their messages come without a line: the
-/// parse of what is left has none.)
-fn report_further_unknown_fields(
+/// After a first parse error, the file's others: the parse stops at the first, so each is
+/// mended in `document` — an unknown field or a value of the wrong type taken out, a missing
+/// field given a stand-in — and the rest parsed again, so a person fixing a file sees every
+/// problem in one check. (Their messages come without a line: the parse of what is left has
+/// none.) Stand-ins are never checked further: a file with parse errors is refused whole.
+fn report_further_parse_errors(
     mut document: serde_yaml::Value,
     first: &str,
     problems: &mut Problems<'_>,
 ) {
-    let (mut path, first) = split_serde_error(first);
-    let mut message = first;
-    for _ in 0..FURTHER_UNKNOWN_FIELDS {
-        let Some(key) = unknown_field(&message) else {
-            return;
-        };
-        if !remove_key(&mut document, &path, key) {
+    let (mut path, mut message) = split_serde_error(first);
+    // serde_yaml names the mapping holding an unknown field; serde_path_to_error, used
+    // from then on, the field itself.
+    let mut unknown_at_field = false;
+    for _ in 0..FURTHER_PARSE_ERRORS {
+        if !mend(&mut document, &path, &message, unknown_at_field) {
             return;
         }
+        unknown_at_field = true;
         let Err(next) = serde_path_to_error::deserialize::<_, RawManifest>(document.clone()) else {
             return;
         };
         message = next.inner().to_string();
-        if unknown_field(&message).is_none() {
-            return;
+        path = next.path().to_string();
+        if path == "." {
+            path.clear();
         }
-        // The path leads to the unknown field itself; the mapping holding it is one up.
-        let at = next.path().to_string();
-        path = match at.rsplit_once('.') {
-            Some((parent, _)) => parent.to_string(),
-            None if at == "." || at.is_empty() || at == key_of(&message) => String::new(),
-            None => at,
+        let shown = match (unknown_field(&message), path.rsplit_once('.')) {
+            (Some(_), Some((parent, _))) => parent.to_string(),
+            (Some(key), None) if path == key => String::new(),
+            _ => path.clone(),
         };
-        let field = if path.is_empty() {
+        let field = if shown.is_empty() {
             String::new()
         } else {
-            path.clone()
+            format!("{shown}: ")
         };
-        add_parse_error(&format!("{field}: {message}"), problems);
+        add_parse_error(&format!("{field}{message}"), problems);
     }
 }
 
-/// The unknown field a message names, or "".
-fn key_of(message: &str) -> &str {
-    unknown_field(message).unwrap_or_default()
+/// Mend `document` past the parse error `message` at `path` (see
+/// [`report_further_parse_errors`]); whether it could.
+fn mend(
+    document: &mut serde_yaml::Value,
+    path: &str,
+    message: &str,
+    unknown_at_field: bool,
+) -> bool {
+    if let Some(key) = unknown_field(message) {
+        let mapping = match path.rsplit_once('.') {
+            _ if !unknown_at_field => path,
+            Some((parent, _)) => parent,
+            None => "",
+        };
+        return remove_key(document, mapping, key);
+    }
+    if let Some(key) = missing_field(message) {
+        let Some(stand_in) = stand_in(key) else {
+            return false;
+        };
+        return insert_key(document, path, key, stand_in.into());
+    }
+    let wrong = [
+        "invalid type",
+        "invalid value",
+        "unknown variant",
+        "invalid length",
+    ];
+    if wrong.iter().any(|start| message.starts_with(start)) && !path.is_empty() {
+        let (mapping, key) = path.rsplit_once('.').unwrap_or(("", path));
+        return remove_key(document, mapping, key);
+    }
+    false
+}
+
+/// The field a parser's "missing field `x`" message names.
+fn missing_field(message: &str) -> Option<&str> {
+    let rest = message.strip_prefix("missing field `")?;
+    rest.split_once('`').map(|(key, _)| key)
+}
+
+/// A value of the right type for a required field, to parse past its absence.
+fn stand_in(key: &str) -> Option<&'static str> {
+    Some(match key {
+        "id" => "stand-in",
+        "version" => "0.0.0",
+        "kind" => "handler",
+        "component" => "stand-in.wasm",
+        "api" => "^0.2",
+        "name" => "stand-in",
+        "cron" => "* * * * *",
+        _ => return None,
+    })
+}
+
+/// Set `key` to `value` in the mapping at `path` (as [`remove_key`] finds it); whether the
+/// mapping was there.
+fn insert_key(
+    document: &mut serde_yaml::Value,
+    path: &str,
+    key: &str,
+    value: serde_yaml::Value,
+) -> bool {
+    let Some(mapping) = mapping_at(document, path) else {
+        return false;
+    };
+    mapping.insert(key.into(), value);
+    true
 }
 
 /// The field a parser's "unknown field `x`, expected …" message names.
@@ -341,25 +406,27 @@ pub(super) fn unknown_field(message: &str) -> Option<&str> {
 /// Remove `key` from the mapping at `path` (`limits`, `schedule[0]`, or the top when empty);
 /// whether it was there.
 fn remove_key(document: &mut serde_yaml::Value, path: &str, key: &str) -> bool {
+    mapping_at(document, path).is_some_and(|mapping| mapping.remove(key).is_some())
+}
+
+/// The mapping at `path` (`limits`, `schedule[0]`, or the top when empty), if there is one.
+fn mapping_at<'a>(
+    document: &'a mut serde_yaml::Value,
+    path: &str,
+) -> Option<&'a mut serde_yaml::Mapping> {
     let mut at = document;
     for step in path.split('.').filter(|step| !step.is_empty()) {
         let (name, index) = match step.split_once('[') {
             Some((name, index)) => (name, index.trim_end_matches(']').parse::<usize>().ok()),
             None => (step, None),
         };
-        let Some(next) = at.get_mut(name) else {
-            return false;
-        };
+        let next = at.get_mut(name)?;
         at = match index {
-            Some(i) => match next.get_mut(i) {
-                Some(item) => item,
-                None => return false,
-            },
+            Some(i) => next.get_mut(i)?,
             None => next,
         };
     }
     at.as_mapping_mut()
-        .is_some_and(|mapping| mapping.remove(key).is_some())
 }
 
 /// A YAML syntax error, or a document that is not a mapping of fields, said as such (a

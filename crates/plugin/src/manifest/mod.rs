@@ -460,12 +460,51 @@ mod tests {
     }
 
     #[test]
+    fn every_parse_problem_of_a_file_is_reported_in_one_check() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write_manifest(dir.path(), "few.yaml", "id: x\n");
+        let errors = load_file(&path).expect_err("missing fields");
+        let missing: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+        for field in ["version", "kind", "component", "api"] {
+            assert!(
+                missing
+                    .iter()
+                    .any(|m| m.contains(&format!("missing field `{field}`"))),
+                "{field}: {missing:?}"
+            );
+        }
+        let body = "id: alpha\nversion: 0.1.0\nkind: handler\ncomponent: a.wasm\ncolour: blue\n\
+                    limits:\n  memory_mb: lots\n  timeout_ms: -1\n";
+        let path = write_manifest(dir.path(), "many.yaml", body);
+        let errors = load_file(&path).expect_err("several problems");
+        let said = |text: &str, field: &str| {
+            errors
+                .iter()
+                .any(|e| e.message.contains(text) && e.field.starts_with(field))
+        };
+        assert!(said("unknown field `colour`", ""), "{errors:?}");
+        assert!(said("invalid type", "limits.memory_mb"), "{errors:?}");
+        assert!(
+            said("timeout_ms", "limits.timeout_ms") || said("-1", "limits.timeout_ms"),
+            "{errors:?}"
+        );
+        assert!(said("missing field `api`", ""), "{errors:?}");
+    }
+
+    #[test]
     fn unknown_keys_name_the_field() {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = format!("{GOOD}capabilities:\n  files:\n    - name: notes\n      mod: rw\n");
         let path = write_manifest(dir.path(), "p.yaml", &body);
         let errors = load_file(&path).expect_err("unknown key");
-        assert_eq!(errors.len(), 1);
+        // The misspelt key, then the key it left out: every problem, in one check.
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[1].message.contains("missing field `mode`")
+                && errors[1].field.starts_with("capabilities.files[0]"),
+            "{:?}",
+            errors[1]
+        );
         assert!(
             errors[0].field.starts_with("capabilities.files[0]"),
             "{:?}",
