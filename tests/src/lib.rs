@@ -718,3 +718,19 @@ pub fn kill_pause(seed: &mut u64) -> Duration {
         .wrapping_add(1442695040888963407);
     Duration::from_millis(150 + (*seed >> 33) % 400)
 }
+
+/// A `test.poke` event at `seq`, as a subscriber is handed it: for calls made straight to a
+/// plugin's instance.
+pub fn poke(seq: i64) -> cairn_vocab::event::Event {
+    cairn_vocab::event::Event {
+        seq,
+        topic: "test.poke".into(),
+        payload: "{}".into(),
+        source: "test".into(),
+        session_id: None,
+        agent_id: None,
+        user_id: None,
+        created_at: 0,
+        depth: 0,
+    }
+}

@@ -17,8 +17,7 @@ use cairn::plugin::status::StatusLog;
 use cairn::store::StorageError;
 use cairn::store::host::{KvStore, SqliteHost};
 use cairn::store::writer::Receipt;
-use cairn_tests::{PluginDir, shared_cache_dir};
-use cairn_vocab::event::Event;
+use cairn_tests::{PluginDir, poke, shared_cache_dir};
 
 /// host.db's kv whose writes fail as on a full disk while `full` is set.
 struct FillingKv {
@@ -55,20 +54,6 @@ impl KvStore for FillingKv {
     }
     fn usage(&self, plugin: &str, key: Option<&str>) -> Result<u64, StorageError> {
         self.inner.usage(plugin, key)
-    }
-}
-
-fn poke(seq: i64) -> Event {
-    Event {
-        seq,
-        topic: "test.poke".into(),
-        payload: "{}".into(),
-        source: "test".into(),
-        session_id: None,
-        agent_id: None,
-        user_id: None,
-        created_at: 0,
-        depth: 0,
     }
 }
 

@@ -13,23 +13,8 @@ use cairn::plugin::resolve;
 use cairn::plugin::runtime::{CallError, FaultKind};
 use cairn::plugin::status::{PluginState, StatusLog};
 use cairn::store::host::SqliteHost;
-use cairn_tests::{PluginDir, shared_cache_dir};
+use cairn_tests::{PluginDir, poke, shared_cache_dir};
 use cairn_vocab::channel::OutboundMessage;
-use cairn_vocab::event::Event;
-
-fn event(seq: i64) -> Event {
-    Event {
-        seq,
-        topic: "test.poke".into(),
-        payload: "{}".into(),
-        source: "test".into(),
-        session_id: None,
-        agent_id: None,
-        user_id: None,
-        created_at: 0,
-        depth: 0,
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
@@ -93,26 +78,26 @@ async fn calls_reach_plugins_and_a_fault_replaces_the_instance() {
     );
 
     // The hostile handler traps on every event: the call reports the trap...
-    let trapped = hostile.call(|instance| instance.on_event(&event(1))).await;
+    let trapped = hostile.call(|instance| instance.on_event(&poke(1))).await;
     match trapped {
         Err(CallError::Fault(fault)) => assert_eq!(fault.kind, FaultKind::Trap),
         other => panic!("expected a trap, got {other:?}"),
     }
     // ...and while it waits out its backoff, calls answer "restarting" at once.
-    let during_backoff = hostile.call(|instance| instance.on_event(&event(2))).await;
+    let during_backoff = hostile.call(|instance| instance.on_event(&poke(2))).await;
     assert!(
         during_backoff.as_ref().is_err_and(CallError::is_restarting),
         "{during_backoff:?}"
     );
     // After the backoff a fresh instance serves calls again (and traps again: budget 1 → quarantine).
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let fresh = hostile.call(|instance| instance.on_event(&event(3))).await;
+    let fresh = hostile.call(|instance| instance.on_event(&poke(3))).await;
     assert!(
         matches!(fresh, Err(CallError::Fault(_))),
         "a fresh instance ran the call: {fresh:?}"
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
-    let quarantined = hostile.call(|instance| instance.on_event(&event(4))).await;
+    let quarantined = hostile.call(|instance| instance.on_event(&poke(4))).await;
     assert!(
         matches!(
             &quarantined,

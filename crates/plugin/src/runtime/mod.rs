@@ -181,14 +181,6 @@ impl CallError {
         matches!(self, CallError::StoreAway { .. })
     }
 
-    /// The error the plugin itself answered with, whatever its cause.
-    pub fn plugin_error(&self) -> Option<&cairn_vocab::Error> {
-        match self {
-            CallError::Plugin(error) | CallError::StoreAway { error, .. } => Some(error),
-            _ => None,
-        }
-    }
-
     /// Whether the call was not made because the plugin will not run again until the host
     /// starts again: quarantined, or failed to load. (A plugin stopped with the host is
     /// not: what was not delivered is left for the next start.)
