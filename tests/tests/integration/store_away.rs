@@ -161,3 +161,73 @@ async fn a_plugin_failing_on_a_full_disk_waits_for_space_and_nothing_is_dead_let
         .expect("count");
     assert_eq!(dead, 0, "a full disk dead-lettered the plugin's events");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_init_failing_on_a_full_disk_waits_for_space_without_spending_the_restart_budget() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "counter",
+        "handler",
+        "counter",
+        "capabilities: {kv: true}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut config = HostConfig {
+        data_dir: data.path().to_path_buf(),
+        ..HostConfig::default()
+    };
+    config.runtime.cache_dir = shared_cache_dir();
+    // One restart allowed a minute: a second failed start counted as a fault quarantines.
+    config.supervisor.restart_budget = 1;
+    config.supervisor.backoff_initial_ms = 10;
+    config.supervisor.backoff_max_ms = 40;
+    let host_db = Arc::new(SqliteHost::open(data.path()).expect("host.db"));
+    // The disk is full before the plugin starts: its `init` counts the start in kv.
+    let kv = Arc::new(FillingKv {
+        inner: host_db.clone(),
+        full: AtomicBool::new(true),
+    });
+    let services = Arc::new(HostServices {
+        kv: Arc::new(PluginKv::new(kv.clone(), config.kv.clone())),
+        inbox: None,
+        events: None,
+        interrupt: None,
+        stop: None,
+        memory: None,
+        llm: None,
+        memory_writes: Default::default(),
+    });
+    let status = Arc::new(StatusLog::new(host_db.clone()));
+    let set = resolve::load(dir.path()).expect("valid plugin dir");
+    let host = PluginHost::start(&set, &config.plugin_host(), services, status)
+        .await
+        .expect("host starts");
+    let counter = host.handle("counter").expect("counter").clone();
+
+    // Many times what the budget allows at 10–40 ms a wait.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let waiting = counter.call(|instance| instance.on_event(&poke(1))).await;
+    assert!(
+        matches!(&waiting, Err(error) if error.is_restarting()),
+        "while the disk is full the plugin waits to start again, not quarantined: {waiting:?}"
+    );
+
+    kv.full.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match counter.call(|instance| instance.on_event(&poke(2))).await {
+            Ok(()) => break,
+            Err(error) if error.is_restarting() => {
+                assert!(Instant::now() < deadline, "the counter never started");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(other) => panic!("once there is space the counter starts: {other}"),
+        }
+    }
+    host.stop().await;
+    let starts = host_db
+        .get("counter", "starts")
+        .expect("kv")
+        .expect("a count");
+    assert_eq!(String::from_utf8_lossy(&starts), "1", "one start counted");
+}

@@ -234,6 +234,7 @@ impl Supervised {
             restarts: 0,
             faults: 0,
             last_error: None,
+            store_waits: 0,
         };
         let thread = std::thread::Builder::new()
             .name(format!("plugin-{id}"))
@@ -369,6 +370,9 @@ struct Supervisor {
     restarts: u32,
     faults: u32,
     last_error: Option<String>,
+    /// Starts in a row whose `init` failed because a host store was away: not faults, so
+    /// they spend no restart budget, but the wait before the next start grows with them.
+    store_waits: u32,
 }
 
 impl Supervisor {
@@ -476,6 +480,38 @@ impl Supervisor {
         }
     }
 
+    /// `init` failed because a host store was away (a database outage, a full disk): not
+    /// the plugin's fault, so it is started again after a wait (doubling, capped like a
+    /// restart's backoff) that spends none of its restart budget, however long the outage.
+    fn wait_for_store(&mut self, cause: &str) {
+        let closed = self.calls.close();
+        self.live = None;
+        self.next_watch = None;
+        self.next_poll = None;
+        self.store_waits = self.store_waits.saturating_add(1);
+        let wait = self.backoff(self.store_waits);
+        tracing::warn!(
+            plugin = self.id(),
+            wait_ms = wait,
+            "init failed while a host store was away ({cause}); starting again after the wait, which spends none of the restart budget"
+        );
+        self.retry_at = Some(Instant::now() + Duration::from_millis(wait));
+        self.publish(PluginState::Restarting);
+        for job in closed.left {
+            (job.run)(Err(self.unavailable()));
+        }
+    }
+
+    /// The wait before start number `attempt` (from 1) of a run of failed ones: the initial
+    /// backoff, doubled for each attempt after the first, capped.
+    fn backoff(&self, attempt: u32) -> u64 {
+        let exponent = attempt.saturating_sub(1).min(20);
+        self.config
+            .backoff_initial_ms
+            .saturating_mul(1 << exponent)
+            .min(self.config.backoff_max_ms)
+    }
+
     /// Abandon the live instance if its running call is past the call limit; look again in a
     /// while unless no call is running (the instance's thread reports the next it takes).
     fn watch(&mut self) {
@@ -556,6 +592,7 @@ impl Supervisor {
         let fault = match outcome {
             Ok(()) => {
                 self.live = Some(start);
+                self.store_waits = 0;
                 let now = Instant::now();
                 self.next_poll = self.poll_interval.map(|interval| now + interval);
                 self.next_watch = Some(now + HANG_WATCH);
@@ -568,10 +605,10 @@ impl Supervisor {
                 kind: FaultKind::InitFailed,
                 message: format!("init returned {error}"),
             },
-            Err(error @ CallError::StoreAway { .. }) => Fault {
-                kind: FaultKind::InitFailed,
-                message: format!("init failed: {error}"),
-            },
+            Err(CallError::StoreAway { cause, .. }) => {
+                self.wait_for_store(&cause);
+                return;
+            }
             Err(CallError::NotExported(world)) => Fault {
                 kind: FaultKind::InitFailed,
                 message: format!("a {world:?} plugin has no init export"),
@@ -652,12 +689,7 @@ impl Supervisor {
             self.publish(PluginState::Quarantined);
             return;
         }
-        let exponent = recent.saturating_sub(1).min(20);
-        let backoff = self
-            .config
-            .backoff_initial_ms
-            .saturating_mul(1 << exponent)
-            .min(self.config.backoff_max_ms);
+        let backoff = self.backoff(recent);
         tracing::warn!(
             plugin = self.id(),
             backoff_ms = backoff,
