@@ -70,7 +70,7 @@ impl PluginKv {
         }
         if key.len() > self.limits.max_key_bytes {
             return Err(KvError::InvalidInput(format!(
-                "key: {} bytes is over the limit of {} bytes",
+                "key: {} bytes is over kv.max_key_bytes ({} bytes)",
                 key.len(),
                 self.limits.max_key_bytes
             )));
@@ -90,7 +90,7 @@ impl PluginKv {
         self.check_key(key)?;
         if value.len() > self.limits.max_value_bytes {
             return Err(KvError::InvalidInput(format!(
-                "value: {} bytes is over the limit of {} bytes",
+                "value: {} bytes is over kv.max_value_bytes ({} bytes)",
                 value.len(),
                 self.limits.max_value_bytes
             )));

@@ -150,7 +150,7 @@ fn validate(
     }
     if message.payload.len() > config.max_payload_bytes {
         return Err(BufferError::InvalidInput(format!(
-            "payload: {} bytes is over the limit of {} bytes",
+            "payload: {} bytes is over buffer.max_payload_bytes ({} bytes)",
             message.payload.len(),
             config.max_payload_bytes
         )));
@@ -542,7 +542,7 @@ mod tests {
             ),
             (
                 message("c", "{\"text\":\"far too long for it\"}"),
-                "payload: 30 bytes is over",
+                "payload: 30 bytes is over buffer.max_payload_bytes (16 bytes)",
             ),
             (
                 message(" ", "{}"),

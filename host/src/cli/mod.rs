@@ -224,7 +224,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             command: PluginsCommand::Check { dir, json },
         } => {
             let config = load_config(&cli)?;
-            check(dir, &config.data_dir, *json)
+            check(dir, &config.data_dir, &config.plugins.disabled, *json)
         }
         Command::Plugins {
             command: PluginsCommand::List { dir, json },

@@ -61,6 +61,33 @@ fn problems_in(dir: &Path, count: usize) -> anyhow::Error {
     .into()
 }
 
+/// Refuse a `plugins.disabled` entry that names no plugin of `plugins_dir`: a mistyped id
+/// would leave the plugin the operator meant to turn off running.
+pub fn refuse_unknown_disabled(
+    disabled: &[String],
+    set: &resolve::PluginSet,
+    plugins_dir: &Path,
+) -> Result<()> {
+    let known: Vec<&str> = set
+        .start_order()
+        .iter()
+        .chain(set.disabled())
+        .map(|manifest| manifest.id.as_str())
+        .collect();
+    let Some(unknown) = disabled.iter().find(|id| !known.contains(&id.as_str())) else {
+        return Ok(());
+    };
+    let mut ids = known;
+    ids.sort_unstable();
+    Err(BadInput(format!(
+        "plugins.disabled (CAIRN_PLUGINS_DISABLED or the config file): no plugin `{unknown}` in \
+         {}: expected one of {}",
+        plugins_dir.display(),
+        ids.join(", ")
+    ))
+    .into())
+}
+
 /// The API version each plugin's component was built against, in start order, or a problem
 /// naming the component that implements no world of its kind under its manifest's `api`.
 fn bound_apis(set: &resolve::PluginSet) -> Result<Vec<ApiVersion>, Vec<ManifestError>> {
@@ -104,11 +131,22 @@ fn component_problems(dir: &Path) -> Vec<ManifestError> {
 
 /// `cairn plugins check DIR`: validate, resolve, read which world and API each component
 /// implements, print the start order and grants.
-pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode> {
-    let loaded = resolve::load(dir).map_err(|mut errors| {
+/// The plugins `disabled` names (`plugins.disabled`) are left out as `cairn run` leaves them
+/// out, so the check answers for the run: a plugin depending on one is a problem, and an id
+/// the directory does not hold is refused.
+pub fn check(
+    dir: &Path,
+    data_dir: &Path,
+    disabled: &[String],
+    json_output: bool,
+) -> Result<ExitCode> {
+    let loaded = resolve::load_enabled(dir, disabled).map_err(|mut errors| {
         errors.extend(component_problems(dir));
         errors
     });
+    if let Ok(set) = &loaded {
+        refuse_unknown_disabled(disabled, set, dir)?;
+    }
     match loaded.and_then(|set| bound_apis(&set).map(|apis| (set, apis))) {
         Ok((set, apis)) => {
             if json_output {
@@ -130,7 +168,7 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                     })
                     .collect();
                 let ids: Vec<&str> = set.start_order().iter().map(|m| m.id.as_str()).collect();
-                let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins});
+                let report = json!({"ok": true, "start_order": ids, "stop_order": set.stop_order(), "plugins": plugins, "disabled": disabled});
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else {
                 if set.start_order().is_empty() {
@@ -174,6 +212,9 @@ pub fn check(dir: &Path, data_dir: &Path, json_output: bool) -> Result<ExitCode>
                     }
                 }
                 println!("stop order: {}", set.stop_order().join(", "));
+                if !disabled.is_empty() {
+                    println!("not run (plugins.disabled): {}", disabled.join(", "));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use tokio::sync::{Notify, watch};
 
-use super::{BadInput, lock, plugins::manifest_errors, storage_unusable};
+use super::plugins::{manifest_errors, refuse_unknown_disabled};
+use super::{BadInput, lock, storage_unusable};
 use crate::agent::Agent;
 use crate::buffer::Buffer;
 use crate::config::{HostConfig, Storage};
@@ -43,33 +44,6 @@ struct Stores {
     lifecycle: Arc<Lifecycle>,
     llm: Arc<dyn llm::LlmProvider>,
     llm_gate: Arc<LlmGate>,
-}
-
-/// Refuse a `plugins.disabled` entry that names no plugin of `plugins_dir`: a mistyped id
-/// would leave the plugin the operator meant to turn off running.
-fn refuse_unknown_disabled(
-    disabled: &[String],
-    set: &resolve::PluginSet,
-    plugins_dir: &Path,
-) -> Result<()> {
-    let known: Vec<&str> = set
-        .start_order()
-        .iter()
-        .chain(set.disabled())
-        .map(|manifest| manifest.id.as_str())
-        .collect();
-    let Some(unknown) = disabled.iter().find(|id| !known.contains(&id.as_str())) else {
-        return Ok(());
-    };
-    let mut ids = known;
-    ids.sort_unstable();
-    Err(BadInput(format!(
-        "plugins.disabled (CAIRN_PLUGINS_DISABLED or the config file): no plugin `{unknown}` in \
-         {}: expected one of {}",
-        plugins_dir.display(),
-        ids.join(", ")
-    ))
-    .into())
 }
 
 /// Run the host on `plugins_dir` until Ctrl-C, SIGTERM or the terminal's stop request.

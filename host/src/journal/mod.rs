@@ -168,7 +168,7 @@ impl Journal {
         }
         if event.payload.len() > self.config.max_payload_bytes {
             return Err(JournalError::InvalidInput(format!(
-                "payload: {} bytes is over the limit of {} bytes",
+                "payload: {} bytes is over journal.max_payload_bytes ({} bytes)",
                 event.payload.len(),
                 self.config.max_payload_bytes
             )));
@@ -762,7 +762,7 @@ mod tests {
                     payload: "[1,2,3,4,5]".into(),
                     ..event("t.x")
                 },
-                "over the limit",
+                "over journal.max_payload_bytes (8 bytes)",
             ),
         ] {
             match journal.append(bad).await {

@@ -623,6 +623,51 @@ fn a_disabled_plugin_the_directory_does_not_hold_is_refused() {
 }
 
 #[test]
+fn plugins_check_answers_for_the_run_plugins_disabled_leaves_out() {
+    let plugins = PluginDir::new();
+    plugins.bundled_all(&["cli", "counter"]);
+    let parent = tempfile::tempdir().expect("parent");
+    let config = parent.path().join("cairn.yaml");
+    let dir = plugins.path().display().to_string();
+    let check = |disabled: &str| {
+        std::fs::write(&config, format!("plugins:\n  disabled: [{disabled}]\n")).expect("config");
+        cairn(&[
+            "plugins",
+            "check",
+            &dir,
+            "--config",
+            &config.display().to_string(),
+        ])
+    };
+    let checked = check("counter");
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(checked.status.success(), "{checked:?}");
+    assert!(
+        stdout.contains("1 plugin(s), all valid")
+            && stdout.contains("not run (plugins.disabled): counter")
+            && !stdout.contains(". counter "),
+        "{stdout}"
+    );
+    // A mistyped id is refused as `cairn run` refuses it.
+    let mistyped = check("countr");
+    let stderr = String::from_utf8_lossy(&mistyped.stderr);
+    assert_eq!(mistyped.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no plugin `countr` in") && stderr.contains("expected one of cli, counter"),
+        "{stderr}"
+    );
+    // A manifest named in capitals is a manifest too.
+    std::fs::rename(
+        plugins.path().join("counter.yaml"),
+        plugins.path().join("COUNTER.YAML"),
+    )
+    .expect("rename");
+    let checked = cairn(&["plugins", "check", &dir]);
+    let stdout = String::from_utf8_lossy(&checked.stdout);
+    assert!(stdout.contains("2 plugin(s), all valid"), "{stdout}");
+}
+
+#[test]
 fn a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace() {
     if storage::reads_sqlite_files(
         "a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace",

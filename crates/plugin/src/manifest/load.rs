@@ -480,7 +480,8 @@ pub(super) fn split_serde_error(text: &str) -> (String, String) {
     }
 }
 
-/// The manifest files (`*.yaml`, `*.yml`, not hidden) of a directory, sorted by file name.
+/// The manifest files (`*.yaml`, `*.yml`, in any case — `PAGER.YAML` too — and not hidden)
+/// of a directory, sorted by file name.
 pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
         .filter_map(|entry| entry.ok().map(|e| e.path()))
@@ -492,10 +493,9 @@ pub fn manifest_files(dir: &Path) -> Result<Vec<PathBuf>, std::io::Error> {
                 .is_some_and(|n| n.starts_with('.'));
             !hidden
                 && path.is_file()
-                && matches!(
-                    path.extension().and_then(|e| e.to_str()),
-                    Some("yaml") | Some("yml")
-                )
+                && path.extension().and_then(|e| e.to_str()).is_some_and(|e| {
+                    e.eq_ignore_ascii_case("yaml") || e.eq_ignore_ascii_case("yml")
+                })
         })
         .collect();
     files.sort();
