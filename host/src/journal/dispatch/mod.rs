@@ -197,7 +197,7 @@ struct Serving<S> {
     /// Taken events whose cursor move is not committed yet. It is carried from round to
     /// round, so the end of a round costs no commit of its own.
     batch: CursorBatch,
-    /// The next round, read while the last run of the one before was delivered.
+    /// The next round, read while the first run of the one before was delivered.
     read_ahead: Option<Pending>,
 }
 
@@ -361,9 +361,7 @@ impl<S: Subscriber> Serving<S> {
             let room = CURSOR_EVERY.saturating_sub(self.batch.count).max(1);
             let tried = room.min(round.len() - next);
             let window = EventRun::new(round.clone(), next..next + tried);
-            let (moved, run) = self
-                .run(window, next + tried == round.len(), position)
-                .await;
+            let (moved, run) = self.run(window, next == 0, position).await;
             if !moved {
                 return false;
             }
@@ -411,19 +409,20 @@ impl<S: Subscriber> Serving<S> {
     }
 
     /// Deliver `window` while the sealed batch's cursor move is committed and, when the run
-    /// ends the round, the next round is read: whether the move was recorded, and the run.
+    /// starts the round, the next round is read: whether the move was recorded, and the run.
     /// The run is handed over first, so the subscriber works while the dispatcher commits
-    /// and reads.
+    /// and reads; reading beside the round's first run (not its last) lets the read overlap
+    /// the subscriber's work on the whole round when the round takes several runs.
     async fn run(
         &mut self,
         window: EventRun,
-        ends_round: bool,
+        starts_round: bool,
         position: &mut Position,
     ) -> (bool, Run) {
         let (journal, id, patterns) = (&self.journal, self.id.as_str(), &self.patterns);
         let after = position.searched_to;
         let run = self.subscriber.take_run(window);
-        let read_next = async { ends_round.then(|| read(journal, id, patterns, after)) };
+        let read_next = async { starts_round.then(|| read(journal, id, patterns, after)) };
         let ((moved, run), next) = tokio::join!(
             biased;
             self.batch.commit_beside(journal, id, position, run),
