@@ -371,7 +371,7 @@ impl Lifecycle {
                     for due in timetable.take_due(Utc::now()) {
                         let Schedule { plugin, name, cron } = due.schedule;
                         if self.claim(plugin, name, due.at).await {
-                            self.fire(plugin, name, cron, due.at, false).await;
+                            self.fire(plugin, name, cron, due.at, None).await;
                         }
                     }
                 }
@@ -390,13 +390,14 @@ impl Lifecycle {
         let Schedule { plugin, name, cron } = &entry.schedule;
         match self.last_fired(plugin, name) {
             Ok(Some(last)) => {
-                let Some(missed_at) = entry.next_after(last).filter(|next| *next <= now) else {
+                let Some(missed) = entry.missed(last, now) else {
                     return;
                 };
                 if self.config.missed_schedules == MissedSchedules::FireOnce
-                    && self.claim(plugin, name, missed_at).await
+                    && self.claim(plugin, name, missed.last).await
                 {
-                    self.fire(plugin, name, cron, missed_at, true).await;
+                    self.fire(plugin, name, cron, missed.last, Some(&missed))
+                        .await;
                 }
                 self.record_fired(plugin, name, now).await;
             }
@@ -411,13 +412,17 @@ impl Lifecycle {
         name: &str,
         expression: &str,
         at: DateTime<Utc>,
-        missed: bool,
+        missed: Option<&timetable::Missed>,
     ) {
         let topic = format!("schedule.{plugin}.{name}");
-        let payload = json!({
+        let mut payload = json!({
             "plugin": plugin, "name": name, "cron": expression,
-            "scheduled_for": at.timestamp_millis(), "missed": missed,
+            "scheduled_for": at.timestamp_millis(), "missed": missed.is_some(),
         });
+        if let Some(missed) = missed {
+            payload["missed_ticks"] = missed.count.into();
+            payload["first_missed_at"] = missed.first.timestamp_millis().into();
+        }
         self.journal.emit(&topic, payload, None, None).await;
     }
 

@@ -80,10 +80,52 @@ impl Timetable {
     }
 }
 
+/// Ticks of a schedule that came due while the host was down.
+#[derive(Debug, PartialEq)]
+pub(super) struct Missed {
+    /// The first of them.
+    pub(super) first: DateTime<Utc>,
+    /// The last of them: the one a catch-up fires for.
+    pub(super) last: DateTime<Utc>,
+    /// How many there were, counted up to [`MOST_COUNTED`].
+    pub(super) count: u32,
+}
+
+/// Most missed ticks counted one by one (an every-minute schedule down for ten weeks): the
+/// count stops there.
+pub(super) const MOST_COUNTED: u32 = 100_000;
+
 impl Entry {
-    /// The schedule's first tick after `after`, if it has one.
-    pub(super) fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        next_after(&self.cron, after)
+    /// The ticks after `last` and by `now` that were missed, if any.
+    pub(super) fn missed(&self, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<Missed> {
+        let first = next_after(&self.cron, last).filter(|at| *at <= now)?;
+        let latest = self
+            .last_by(now)
+            .filter(|at| *at >= first)
+            .unwrap_or(first);
+        let mut count = 1;
+        let mut at = first;
+        while at < latest && count < MOST_COUNTED {
+            match next_after(&self.cron, at) {
+                Some(next) if next <= latest => {
+                    at = next;
+                    count += 1;
+                }
+                _ => break,
+            }
+        }
+        Some(Missed {
+            first,
+            last: latest,
+            count,
+        })
+    }
+
+    /// The schedule's last tick by `now`, looked for backwards from it.
+    fn last_by(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.cron
+            .find_previous_occurrence(&now, true)
+            .ok()
     }
 }
 
@@ -122,6 +164,30 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    #[test]
+    fn ticks_missed_while_down_are_counted_and_the_last_is_the_one_fired() {
+        let timetable = Timetable::new(vec![schedule("a", "even", "*/2 * * * *")], |_| at(9, 0, 0));
+        let entry = &timetable.entries()[0];
+        assert_eq!(entry.missed(at(10, 0, 30), at(10, 1, 59)), None, "none due yet");
+        assert_eq!(
+            entry.missed(at(10, 0, 30), at(10, 9, 10)),
+            Some(Missed {
+                first: at(10, 2, 0),
+                last: at(10, 8, 0),
+                count: 4,
+            })
+        );
+        assert_eq!(
+            entry.missed(at(10, 0, 30), at(10, 2, 0)),
+            Some(Missed {
+                first: at(10, 2, 0),
+                last: at(10, 2, 0),
+                count: 1,
+            }),
+            "a tick due at the very moment counts"
+        );
     }
 
     #[test]
