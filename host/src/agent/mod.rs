@@ -22,6 +22,7 @@ use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::channel::OutboundMessage;
 
 pub mod context;
+mod response_event;
 
 use crate::store::memory::SessionChoice;
 use context::{Assembled, ContextChain, QueryEmbedding, TurnInput};
@@ -764,12 +765,14 @@ impl Agent {
             user.and_then(|user| self.episode(id, session_id, user, "assistant", text.to_string()));
         let response = async {
             if let Some(journal) = &self.journal {
-                let payload = serde_json::json!({
-                    "batch_id": batch.id,
-                    "channel": batch.channel,
-                    "conversation": batch.conversation,
-                    "reply": reply,
-                });
+                let fields = response_event::batch_fields(batch.id, &batch.channel, &batch.conversation);
+                // Cut to fit: unjournaled, a delivered reply would be asked and sent again
+                // after a crash.
+                let payload = response_event::payload(
+                    &fields,
+                    reply,
+                    journal.config().max_payload_bytes,
+                );
                 journal
                     .emit(
                         "agent.response",

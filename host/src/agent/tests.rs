@@ -109,15 +109,62 @@ impl LlmProvider for CountingModel {
     }
 }
 
+/// A model whose every answer is `words` words long.
+struct LongModel {
+    words: usize,
+}
+
+impl LlmProvider for LongModel {
+    fn name(&self) -> &str {
+        "long"
+    }
+    fn model(&self) -> &str {
+        "long-1"
+    }
+    fn complete(&self, request: &CompletionRequest) -> Result<Completion, LlmError> {
+        let mut answer = crate::llm::offline::OfflineProvider.complete(request)?;
+        answer.content = "\"quoted\" word ".repeat(self.words);
+        Ok(answer)
+    }
+}
+
 #[tokio::test]
-async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is_away() {
+async fn a_reply_longer_than_the_journal_takes_is_journaled_cut_so_a_retry_finds_it() {
     let data = tempfile::tempdir().expect("data dir");
     let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
-    let store = OutageOnLookup {
-        inner: SqliteJournal::open(data.path()).expect("journal"),
-        failures: AtomicUsize::new(3),
+    let config = JournalConfig {
+        max_payload_bytes: 4096,
+        ..JournalConfig::default()
     };
-    let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+    let journal = Arc::new(Journal::open(data.path(), config).expect("journal"));
+    let id = routed_batch(&buffer).await;
+    let batch = buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("a batch");
+    let agent = Agent::new(
+        buffer.clone(),
+        Some(journal.clone()),
+        None,
+        Arc::new(LongModel { words: 1000 }),
+        BTreeMap::new(),
+        AgentConfig::default(),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    agent.main_turn(batch, stopped).await;
+
+    let answered = journal
+        .find_event("agent.response", 0, "batch_id", id)
+        .expect("read the journal")
+        .expect("the reply is journaled: a retry after a crash would answer again without it");
+    let payload: serde_json::Value = serde_json::from_str(&answered.payload).expect("json");
+    assert_eq!(payload["reply"]["text_bytes"], 15_000, "{payload}");
+    assert!(answered.payload.len() <= 4096, "{}", answered.payload.len());
+}
+
+/// A message from `ada` on the `cli` channel, routed to the main agent as one batch: its id.
+async fn routed_batch(buffer: &Buffer) -> i64 {
     let said = NewMessage {
         channel: "cli".into(),
         sender: "ada".into(),
@@ -136,7 +183,19 @@ async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is
         rule: None,
         message_ids: vec![message],
     };
-    let id = buffer.route(batch).await.expect("route");
+    buffer.route(batch).await.expect("route")
+}
+
+#[tokio::test]
+async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is_away() {
+    let data = tempfile::tempdir().expect("data dir");
+    let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
+    let store = OutageOnLookup {
+        inner: SqliteJournal::open(data.path()).expect("journal"),
+        failures: AtomicUsize::new(3),
+    };
+    let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
+    let id = routed_batch(&buffer).await;
     // The first attempt answered and its host died before finishing the batch.
     buffer
         .claim_main_batch(None)
