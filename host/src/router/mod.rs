@@ -47,7 +47,8 @@ impl Default for RouterConfig {
 pub struct RoutingRule {
     /// Name recorded with the batches it routes.
     pub name: String,
-    /// What to match; an empty match matches everything.
+    /// What to match: at least one field (a rule without any, as a `match:` whose lines
+    /// were commented out leaves it, is refused rather than taking every message).
     #[serde(default, rename = "match")]
     pub matches: RuleMatch,
     /// `main`, `spawn` or `drop`.
@@ -114,6 +115,22 @@ fn compile(rules: &[RoutingRule]) -> Result<Vec<CompiledRule>, RuleError> {
                         })
                         .transpose()
                 };
+            let given = &rule.matches;
+            if given.channel.is_none()
+                && given.sender.is_none()
+                && given.conversation.is_none()
+                && given.payload.is_empty()
+            {
+                return Err(RuleError {
+                    index,
+                    name: rule.name.clone(),
+                    field: "match".into(),
+                    message: "expected at least one of channel, sender, conversation, payload \
+                              (a rule matching nothing in particular would take every message; \
+                              router.default_route sets where the unmatched go)"
+                        .into(),
+                });
+            }
             let mut payload = Vec::new();
             for (pointer, text) in &rule.matches.payload {
                 if !pointer.is_empty() && !pointer.starts_with('/') {
@@ -552,6 +569,16 @@ mod tests {
                 .to_string()
                 .contains("match.sender")
         );
+        // A `match:` left empty (its lines commented out) would drop every message.
+        for empty in ["  match:\n", "  match: {}\n", "  match: {payload: {}}\n", ""] {
+            let yaml = format!("- name: bots\n{empty}  route: drop\n");
+            let rules: Vec<RoutingRule> = serde_yaml::from_str(&yaml).expect("parse");
+            let error = validate_rules(&rules).expect_err(&yaml).to_string();
+            assert!(
+                error.starts_with("router.rules[0] (bots): match: expected at least one of channel, sender, conversation, payload"),
+                "{yaml}: {error}"
+            );
+        }
     }
 }
 
