@@ -1,5 +1,5 @@
 //! What the HTTP providers share: one agent with a per-attempt timeout, and a POST that is
-//! retried with capped exponential backoff when the answer is 429 or 5xx, the connection
+//! retried with capped exponential backoff when the answer is 429, 408, 409 or 5xx, the connection
 //! drops or the attempt times out — waiting what `retry-after` asks, within the cap.
 
 use std::time::Duration;
@@ -141,13 +141,24 @@ impl Endpoint {
                 },
                 retry_after,
             ),
-            500..=599 => Attempt::Retry(
+            // A request timeout (408) and a conflict (409, answered by some gateways while
+            // another request holds the same resource) pass like a server error.
+            408 | 409 | 500..=599 => Attempt::Retry(
                 LlmError::Unavailable {
                     provider: self.label.clone(),
                     message: format!("HTTP {status}: {}", excerpt(&text)),
                 },
                 retry_after,
             ),
+            404 => Attempt::Failed(LlmError::Refused {
+                provider: self.label.clone(),
+                status,
+                message: format!(
+                    "{} (no such path: is agent.llm.base_url right? the API's paths start \
+                     after it, e.g. https://api.openai.com/v1)",
+                    excerpt(&text)
+                ),
+            }),
             _ => Attempt::Failed(LlmError::Refused {
                 provider: self.label.clone(),
                 status,

@@ -957,12 +957,10 @@ impl Agent {
             self.remember(&session_id, episode.into_iter().collect())
                 .await;
         }
-        tracing::info!(
-            task,
-            batch = batch.id,
-            status = status.as_str(),
-            "task finished"
-        );
+        match &error {
+            Some(error) => tracing::warn!(task, batch = batch.id, "task failed: {error}"),
+            None => tracing::info!(task, batch = batch.id, "task done"),
+        }
         if let Err(e) = self.buffer.finish_task(task, status, result, error).await {
             tracing::error!(task, "cannot record the task's outcome: {e}");
         }

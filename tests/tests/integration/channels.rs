@@ -350,7 +350,7 @@ fn unrouted_messages_left_from_before_are_picked_up_and_rules_route_them() {
     );
     host.wait_for("cairn> [offline] I received: ada: left over", LONG);
     host.wait_for("cairn> [offline] I received: operator: from a file", LONG);
-    host.wait_for("task finished", LONG);
+    host.wait_for("task done", LONG);
     wait_until_settled(&mut host, data.path());
     let (exit, log) = host.stop();
     assert!(exit.success());

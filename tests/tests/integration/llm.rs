@@ -187,6 +187,26 @@ fn rate_limits_and_server_errors_are_retried_honouring_retry_after() {
 }
 
 #[test]
+fn a_request_timeout_or_conflict_is_retried_and_a_404_names_the_base_url() {
+    let server = StubServer::start(vec![
+        Reply::status(408, "request timeout"),
+        Reply::status(409, "conflict"),
+        Reply::openai_chat("after all"),
+    ]);
+    let answer = openai(&server).complete(&ask("hi")).expect("the third try");
+    assert_eq!(answer.content, "after all");
+    assert_eq!(server.seen().len(), 3);
+
+    let server = StubServer::start(vec![Reply::status(404, "not found")]);
+    let error = openai(&server).complete(&ask("hi")).expect_err("404");
+    assert!(
+        error.to_string().contains("is agent.llm.base_url right?"),
+        "{error}"
+    );
+    assert_eq!(server.seen().len(), 1, "a 404 is final");
+}
+
+#[test]
 fn a_429_storm_ends_as_rate_limited_after_the_retries() {
     let server = StubServer::start(vec![Reply::status(429, "{}").header("Retry-After", "0.01")]);
     let error = openai(&server).complete(&ask("hi")).expect_err("storm");
@@ -345,6 +365,32 @@ fn a_piped_run_whose_message_was_not_answered_exits_1_saying_why() {
         log.contains("1 message(s) sent on cli were not answered: ")
             && log.contains("refused the request: HTTP 401")
             && log.contains("see `cairn buffer failed`"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_task_the_provider_refuses_is_logged_as_failed_with_the_reason() {
+    let server = StubServer::start(vec![Reply::status(401, "{\"error\": \"bad key\"}")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let rules = "[{name: tasks, match: {channel: cli}, route: spawn}]";
+    let mut host = host_answered_by(
+        &server,
+        &plugins,
+        data.path(),
+        &[("CAIRN_ROUTER_RULES", rules)],
+    );
+    host.type_line("summarise the logs");
+    host.wait_for("task failed: ", Duration::from_secs(60));
+    let (_, log) = host.stop();
+    let line = log
+        .lines()
+        .find(|line| line.contains("task failed: "))
+        .unwrap_or_default();
+    assert!(
+        line.contains("WARN") && line.contains("refused the request: HTTP 401"),
         "{log}"
     );
 }
