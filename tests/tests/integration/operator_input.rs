@@ -62,6 +62,22 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
         ],
         "--since 2026-05-01T00:00:00+00:00 is not before --until 2026-01-01T00:00:00+00:00",
     );
+    // Seconds since the epoch given where ms are read: 1970-01-19, refused.
+    refused(
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--at",
+            "1600000000",
+            "--data",
+            &d,
+            "hi",
+        ],
+        "`1600000000` as ms since the epoch is 1970-01-19 12:26: seconds, most likely; expected ms (1600000000000)",
+    );
     if !storage::on_postgres() {
         refused(
             &[

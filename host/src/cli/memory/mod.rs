@@ -165,9 +165,21 @@ fn parse_kind(text: &str) -> Result<MemoryKind, String> {
     })
 }
 
+/// Numbers of ms that are seconds since the epoch of 2001–5138 read as ms (a date in
+/// 1970–1973): refused as the mistake they almost surely are.
+const LOOKS_LIKE_SECONDS: std::ops::Range<i64> = 1_000_000_000..100_000_000_000;
+
 /// A time argument: ms since the epoch, RFC 3339, or a date (midnight UTC).
 pub(crate) fn parse_time(text: &str) -> Result<i64, String> {
     if let Ok(ms) = text.parse::<i64>() {
+        if LOOKS_LIKE_SECONDS.contains(&ms) {
+            let read_as = chrono::DateTime::from_timestamp_millis(ms)
+                .map(|t| t.format("%Y-%m-%d %H:%M").to_string())
+                .unwrap_or_default();
+            return Err(format!(
+                "`{text}` as ms since the epoch is {read_as}: seconds, most likely; expected ms ({text}000), RFC 3339 (2026-11-22T10:00:00Z) or a date (2026-11-22)"
+            ));
+        }
         return Ok(ms);
     }
     if let Ok(time) = chrono::DateTime::parse_from_rfc3339(text) {
