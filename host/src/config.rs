@@ -353,10 +353,14 @@ fn invalid(origin: &str, error: impl std::fmt::Display) -> ConfigError {
 /// A parser's message with Rust's type names said as what they mean to an operator, and
 /// the config's own types too.
 fn in_plain_words(message: &str) -> String {
-    const WORDS: [(&str, &str); 2] = [
+    const WORDS: [(&str, &str); 3] = [
         (
             "expected struct HostConfig",
             "expected a mapping of settings",
+        ),
+        (
+            "expected a sequence",
+            "expected a list, written [a, b] (in a variable too: CAIRN_PLUGINS_DISABLED=\"[sleeper]\")",
         ),
         (
             "invalid socket address syntax",
@@ -577,6 +581,21 @@ mod tests {
         let text = err.to_string();
         assert!(text.contains("restart_budgt"), "{text}");
         assert!(text.contains("cairn.yaml"), "{text}");
+    }
+
+    #[test]
+    fn a_lone_value_where_a_list_belongs_shows_how_a_list_is_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cairn.yaml");
+        std::fs::write(&path, "plugins:\n  disabled: sleeper\n").expect("write");
+        let text = HostConfig::load(Some(&path), None)
+            .expect_err("not a list")
+            .to_string();
+        assert!(
+            text.contains("plugins.disabled: ")
+                && text.contains("expected a list, written [a, b] (in a variable too: CAIRN_PLUGINS_DISABLED=\"[sleeper]\")"),
+            "{text}"
+        );
     }
 
     #[test]

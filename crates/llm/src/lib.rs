@@ -240,12 +240,12 @@ impl LlmConfig {
         if !self.api_key_env.is_empty() {
             return match self.api_key() {
                 None => Some(format!(
-                    "agent.llm.api_key_env: the environment variable {} is not set or is empty: expected the {name} API key in it",
+                    "agent.llm.api_key_env (CAIRN_AGENT_LLM_API_KEY_ENV or the config file): the environment variable {} is not set or is empty: expected the {name} API key in it",
                     shown_briefly(&self.api_key_env)
                 )),
                 Some(key) if key.chars().any(|c| c.is_whitespace() || c.is_control()) => {
                     Some(format!(
-                        "agent.llm.api_key_env: the key in `{}` holds a space, a line break or \
+                        "agent.llm.api_key_env (CAIRN_AGENT_LLM_API_KEY_ENV or the config file): the key in `{}` holds a space, a line break or \
                          another control character inside it: expected the key alone",
                         self.api_key_env
                     ))

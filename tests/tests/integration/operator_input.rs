@@ -298,7 +298,8 @@ fn mistaken_arguments_exit_2_naming_them_and_write_nothing() {
                 ("CAIRN_AGENT_LLM_API_KEY_ENV", "CAIRN_TEST_ANTHROPIC_KY"),
                 ("CAIRN_TEST_ANTHROPIC_KEY", "sk-test"),
             ][..],
-            "the environment variable `CAIRN_TEST_ANTHROPIC_KY` is not set or is empty: \
+            "agent.llm.api_key_env (CAIRN_AGENT_LLM_API_KEY_ENV or the config file): \
+             the environment variable `CAIRN_TEST_ANTHROPIC_KY` is not set or is empty: \
              expected the anthropic API key in it (did you mean `CAIRN_TEST_ANTHROPIC_KEY`, \
              which is set?)",
         ),
