@@ -32,7 +32,11 @@ impl Summary {
     pub fn from_answer(value: &serde_json::Value) -> Result<Self, String> {
         let mut key_points = string_list(value, "key_points")?;
         key_points.truncate(5);
-        let mut topics = string_list(value, "topics")?;
+        let mut topics: Vec<String> = string_list(value, "topics")?
+            .into_iter()
+            .map(|topic| topic.trim().to_string())
+            .filter(|topic| is_tag(topic))
+            .collect();
         topics.truncate(5);
         let outcome = match value.get("outcome") {
             None | Some(serde_json::Value::Null) => String::new(),
@@ -120,6 +124,16 @@ pub fn transcript_text(lines: &[Line]) -> String {
     crate::text::clip_head_tail(&text.join("\n"), MAX_TRANSCRIPT_CHARS)
 }
 
+/// Longest tag memory keeps, in bytes.
+const MAX_TAG_BYTES: usize = 100;
+
+/// Whether `topic` can be a memory's tag: not blank, at most [`MAX_TAG_BYTES`]. A topic
+/// that cannot (a model naming a 101-byte token from the chat as the topic) is left out:
+/// memory would refuse the whole summary for it, on every attempt.
+fn is_tag(topic: &str) -> bool {
+    !topic.is_empty() && topic.len() <= MAX_TAG_BYTES
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +151,13 @@ mod tests {
         );
         assert!(
             Summary::from_answer(&json!({"title": "x", "summary": "y", "topics": "z"})).is_err()
+        );
+        let long = "b".repeat(101);
+        let topics = json!({"title": "x", "summary": "y", "topics": [long, " code ", "", "  "]});
+        assert_eq!(
+            Summary::from_answer(&topics).expect("reads").topics,
+            ["code"],
+            "topics memory cannot keep as tags are left out"
         );
     }
 

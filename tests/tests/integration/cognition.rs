@@ -180,6 +180,33 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
 }
 
 #[test]
+fn a_session_with_a_word_too_long_for_a_tag_is_summarised_and_consolidated() {
+    let plugins = cognitive_host_plugins();
+    let data = tempfile::tempdir().expect("data dir");
+    let data = data.path();
+    let mut host = Host::start(plugins.path(), data, QUICK);
+    host.wait_for("cairn is running", LONG);
+    let token = "b".repeat(101);
+    say(
+        &mut host,
+        &format!("Please remember the code {token} for the garage door."),
+    );
+    let summary = wait_for_event(&mut host, data, "episode.summarized", "cli:cli");
+    assert!(
+        summary["topics"]
+            .as_array()
+            .is_some_and(|topics| topics.iter().all(|t| t.as_str().is_some_and(|t| t.len() <= 100))),
+        "{summary}"
+    );
+    let summaries = memory_json(data, &["--kind", "reflection"]);
+    assert_eq!(summaries.len(), 1, "the summary is stored: {summaries:?}");
+    host.stop();
+    let out = cairn(&["journal", "dead-letters", "--json", "--data", &data.display().to_string()]);
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert!(!listed.contains("episode-summarizer"), "{listed}");
+}
+
+#[test]
 fn history_replayed_out_of_order_leaves_the_newest_statement_current() {
     let plugins = cognitive_host_plugins();
     let data = tempfile::tempdir().expect("data dir");
