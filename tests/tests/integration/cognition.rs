@@ -180,7 +180,7 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
 }
 
 #[test]
-fn a_session_with_a_word_too_long_for_a_tag_is_summarised_and_consolidated() {
+fn a_session_with_a_word_too_long_for_a_tag_is_summarised() {
     let plugins = cognitive_host_plugins();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
