@@ -321,7 +321,7 @@ pub fn verify_data_dir(data_dir: &Path) -> Result<(), StorageError> {
         let (had_wal, had_shm) = (wal.exists(), shm.exists());
         let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|e| StorageError::open(&path, e))?;
-        let checked = check_integrity(&conn, &path);
+        let checked = check_integrity(&conn, &path).and_then(|()| check_not_newer(&conn, &path, file));
         drop(conn);
         // A read-only look at a WAL database leaves an empty log and a shared-memory index
         // beside it: a check writes nothing, so what it made goes again (a store that opens
@@ -442,6 +442,32 @@ fn plan_stably(conn: &Connection) -> rusqlite::Result<()> {
         .map(|_| ())
 }
 
+/// Refuse a data dir file written by a newer Cairn (a schema version past the migrations
+/// this build has), so a start is refused before any store opens and writes (until
+/// 2026-12-02 a newer `journal.db` was found only after `host.db` recorded the run).
+fn check_not_newer(conn: &Connection, path: &Path, file: &str) -> Result<(), StorageError> {
+    let known = match file {
+        buffer::FILE => buffer::MIGRATIONS.scripts.len(),
+        memory::FILE => memory::MIGRATIONS.scripts.len(),
+        host::FILE => host::MIGRATIONS.scripts.len(),
+        journal::FILE => journal::MIGRATIONS.scripts.len(),
+        cache::FILE => cache::MIGRATIONS.scripts.len(),
+        _ => return Ok(()),
+    };
+    let found: usize = schema_version(conn)
+        .map_err(|e| StorageError::open(path, e))?
+        .try_into()
+        .unwrap_or(0);
+    if found > known {
+        return Err(StorageError::TooNew {
+            path: path.to_path_buf(),
+            found,
+            known,
+        });
+    }
+    Ok(())
+}
+
 /// The schema version a database was migrated to (0 before its first migration).
 fn schema_version(conn: &Connection) -> rusqlite::Result<i64> {
     conn.pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
@@ -559,6 +585,18 @@ mod tests {
         drop(conn);
         let err = open(&path, &host::MIGRATIONS).expect_err("too new");
         assert!(matches!(err, StorageError::TooNew { found: 99, .. }));
+        // The data dir's check finds it before any store opens, for every file.
+        let journal = dir.path().join(journal::FILE);
+        drop(open(&journal, &journal::MIGRATIONS).expect("open"));
+        let err = verify_data_dir(dir.path()).expect_err("host.db too new");
+        assert!(matches!(&err, StorageError::TooNew { path, .. } if path.ends_with("host.db")), "{err}");
+        std::fs::remove_file(&path).expect("remove host.db");
+        verify_data_dir(dir.path()).expect("a current journal passes");
+        let conn = Connection::open(&journal).expect("open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let err = verify_data_dir(dir.path()).expect_err("journal.db too new");
+        assert!(matches!(&err, StorageError::TooNew { path, found: 99, .. } if path.ends_with("journal.db")), "{err}");
     }
 
     #[test]

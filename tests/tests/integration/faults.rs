@@ -110,18 +110,7 @@ fn a_damaged_database_is_refused_at_start_naming_it_and_left_as_it_was() {
                 stderr.contains("move it aside"),
                 "{case}: and says what to do"
             );
-            let after = all_files(data.path());
-            // A shared-memory index (`-shm`) that was there is rewritten by any reader, the
-            // check's too; one that was not must not appear. Every other file is compared
-            // byte for byte.
-            let changed: Vec<_> = before
-                .keys()
-                .chain(after.keys())
-                .filter(|file| match file.to_string_lossy().ends_with("-shm") {
-                    true => before.contains_key(*file) != after.contains_key(*file),
-                    false => before.get(*file) != after.get(*file),
-                })
-                .collect();
+            let changed = changed_files(&before, &all_files(data.path()));
             assert!(
                 changed.is_empty(),
                 "{case}: the refusal changed {changed:?}"
@@ -134,12 +123,54 @@ fn a_damaged_database_is_refused_at_start_naming_it_and_left_as_it_was() {
             }
         }
     }
+    // A file a newer Cairn wrote is refused before any store opens: until 2026-12-02 a
+    // newer journal.db was found after host.db had recorded the refused run.
+    for db in ["buffer.db", "journal.db", "memory.db", "host.db"] {
+        let data = tempfile::tempdir().expect("data");
+        copy_dir(sound.path(), data.path());
+        checkpoint(&data.path().join(db));
+        let conn = rusqlite::Connection::open(data.path().join(db)).expect("open");
+        conn.pragma_update(None, "user_version", 99).expect("bump");
+        drop(conn);
+        let before = all_files(data.path());
+        let data_arg = data.path().display().to_string();
+        let run = cairn(&["run", "--plugins", &plugins, "--data", &data_arg]);
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "{db}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "{}: schema version 99 is newer than this cairn supports",
+                data.path().join(db).display()
+            )),
+            "{db}: {stderr}"
+        );
+        let changed = changed_files(&before, &all_files(data.path()));
+        assert!(changed.is_empty(), "{db}: the refusal changed {changed:?}");
+    }
     // The sound copy still starts and holds what it was given.
     let mut host = Host::start(dir.path(), sound.path(), &[]);
     host.wait_for("cairn is running", LONG);
     let (exit, _) = host.stop();
     assert!(exit.success());
     assert_eq!(status_json(sound.path())["buffer"]["stored"], 1);
+}
+
+/// The files that differ between two looks at a data dir. A shared-memory index (`-shm`)
+/// that was there is rewritten by any reader, a check's too; one that was not must not
+/// appear. Every other file is compared byte for byte.
+fn changed_files(
+    before: &BTreeMap<PathBuf, Vec<u8>>,
+    after: &BTreeMap<PathBuf, Vec<u8>>,
+) -> Vec<PathBuf> {
+    before
+        .keys()
+        .chain(after.keys())
+        .filter(|file| match file.to_string_lossy().ends_with("-shm") {
+            true => before.contains_key(*file) != after.contains_key(*file),
+            false => before.get(*file) != after.get(*file),
+        })
+        .cloned()
+        .collect()
 }
 
 /// A small tmpfs mounted on a temp dir for one test, unmounted when dropped.
