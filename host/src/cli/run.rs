@@ -298,10 +298,6 @@ fn open_stores(
     let host_db = storage.host(data_dir).map_err(storage_unusable)?;
     let kv = Arc::new(PluginKv::new(host_db.kv, config.kv.clone()));
     let status = Arc::new(StatusLog::new(host_db.status.clone()));
-    // Recorded absolute: `cairn status` and the memory commands read it from anywhere.
-    let plugins_dir =
-        std::path::absolute(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
-    status.begin_run(&plugins_dir)?;
     let journal_store = storage
         .journal(data_dir, &config.journal)
         .map_err(storage_unusable)?;
@@ -320,6 +316,12 @@ fn open_stores(
     ));
     let llm = llm_provider(config, &storage)?;
     let llm_gate = Arc::new(LlmGate::new(llm.clone(), host_db.status));
+    // The run is recorded once every store opened: a start refused by one (a schema too
+    // new on a shared database) leaves the last run's record as it was. Recorded absolute:
+    // `cairn status` and the memory commands read it from anywhere.
+    let plugins_dir =
+        std::path::absolute(plugins_dir).unwrap_or_else(|_| plugins_dir.to_path_buf());
+    status.begin_run(&plugins_dir)?;
     Ok(Stores {
         buffer,
         journal,
