@@ -87,6 +87,14 @@ pub enum StorageError {
         /// What SQLite found.
         detail: String,
     },
+    /// Something other than a file (a directory) stands where a database file belongs.
+    #[error(
+        "{path}: a directory, not a database file; cairn will not open it. Move it aside: a host makes the database anew where nothing is"
+    )]
+    NotAFile {
+        /// Where the database file belongs.
+        path: PathBuf,
+    },
     /// The `storage:` URL is not a PostgreSQL connection string.
     #[error(
         "storage: `{url}` is not a PostgreSQL URL: {message}; expected `sqlite` (the default) or `postgres://USER:PASSWORD@HOST/DATABASE`"
@@ -167,11 +175,47 @@ impl StorageError {
                 detail: error.to_string(),
             };
         }
+        let mut message = error.to_string();
+        if is_unwritable(path, &error) {
+            message.push_str(
+                " (the data dir is not writable: SQLite makes its -wal and -shm files beside a \
+                 database even to read it; copy a read-only data dir, a mounted backup say, \
+                 somewhere writable)",
+            );
+        }
         StorageError::Open {
             path: path.to_path_buf(),
-            message: error.to_string(),
+            message,
         }
     }
+}
+
+/// Whether `error` opening `path` comes of a directory this process cannot write to.
+fn is_unwritable(path: &Path, error: &rusqlite::Error) -> bool {
+    let cannot = matches!(
+        error.sqlite_error_code(),
+        Some(
+            rusqlite::ErrorCode::CannotOpen
+                | rusqlite::ErrorCode::ReadOnly
+                | rusqlite::ErrorCode::PermissionDenied
+        )
+    );
+    cannot && !can_write_in(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Whether a file can be made in `dir` (its mode bits do not tell: a read-only mount keeps
+/// them); the probe is removed at once.
+fn can_write_in(dir: &Path) -> bool {
+    let probe = dir.join(format!(".cairn-write-probe-{}", std::process::id()));
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .is_ok();
+    if made {
+        let _ = std::fs::remove_file(&probe);
+    }
+    made
 }
 
 impl StorageError {
@@ -348,8 +392,14 @@ fn checked_files() -> &'static std::sync::Mutex<std::collections::HashSet<PathBu
 /// Refuse a database file that exists but is empty with no write-ahead log beside it.
 /// SQLite would take it for a new database and the store would start afresh over whatever
 /// was lost. A database this code creates is empty only for the instant before its first
-/// write reaches the WAL (which holds everything until the first checkpoint).
+/// write reaches the WAL (which holds everything until the first checkpoint). A directory
+/// where the file belongs is refused too, by name, rather than as SQLite's "disk I/O error".
 fn refuse_emptied(path: &Path) -> Result<(), StorageError> {
+    if path.is_dir() {
+        return Err(StorageError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
     if is_emptied(path) {
         return Err(StorageError::Damaged {
             path: path.to_path_buf(),
@@ -428,7 +478,7 @@ pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
     plan_stably(&conn).map_err(|e| StorageError::open(path, e))?;
     match schema_version(&conn) {
         Ok(version) => Ok(Some(conn).filter(|_| version > 0)),
-        Err(e) if is_damage(&e) => Err(StorageError::open(path, e)),
+        Err(e) if is_damage(&e) || is_unwritable(path, &e) => Err(StorageError::open(path, e)),
         Err(_) => Ok(None),
     }
 }

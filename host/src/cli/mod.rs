@@ -178,7 +178,8 @@ pub(crate) fn storage_unusable(error: StorageError) -> anyhow::Error {
         | StorageError::Unreachable { .. }
         | StorageError::SchemaTooNew { .. }
         | StorageError::TooNew { .. }
-        | StorageError::Damaged { .. } => BadInput(error.to_string()).into(),
+        | StorageError::Damaged { .. }
+        | StorageError::NotAFile { .. } => BadInput(error.to_string()).into(),
         other => other.into(),
     }
 }
