@@ -365,7 +365,8 @@ pub fn verify_data_dir(data_dir: &Path) -> Result<(), StorageError> {
         let (had_wal, had_shm) = (wal.exists(), shm.exists());
         let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .map_err(|e| StorageError::open(&path, e))?;
-        let checked = check_integrity(&conn, &path).and_then(|()| check_not_newer(&conn, &path, file));
+        let checked =
+            check_integrity(&conn, &path).and_then(|()| check_not_newer(&conn, &path, file));
         drop(conn);
         // A read-only look at a WAL database leaves an empty log and a shared-memory index
         // beside it: a check writes nothing, so what it made goes again (a store that opens
@@ -639,14 +640,20 @@ mod tests {
         let journal = dir.path().join(journal::FILE);
         drop(open(&journal, &journal::MIGRATIONS).expect("open"));
         let err = verify_data_dir(dir.path()).expect_err("host.db too new");
-        assert!(matches!(&err, StorageError::TooNew { path, .. } if path.ends_with("host.db")), "{err}");
+        assert!(
+            matches!(&err, StorageError::TooNew { path, .. } if path.ends_with("host.db")),
+            "{err}"
+        );
         std::fs::remove_file(&path).expect("remove host.db");
         verify_data_dir(dir.path()).expect("a current journal passes");
         let conn = Connection::open(&journal).expect("open");
         conn.pragma_update(None, "user_version", 99).expect("bump");
         drop(conn);
         let err = verify_data_dir(dir.path()).expect_err("journal.db too new");
-        assert!(matches!(&err, StorageError::TooNew { path, found: 99, .. } if path.ends_with("journal.db")), "{err}");
+        assert!(
+            matches!(&err, StorageError::TooNew { path, found: 99, .. } if path.ends_with("journal.db")),
+            "{err}"
+        );
     }
 
     #[test]

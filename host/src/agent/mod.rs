@@ -765,14 +765,12 @@ impl Agent {
             user.and_then(|user| self.episode(id, session_id, user, "assistant", text.to_string()));
         let response = async {
             if let Some(journal) = &self.journal {
-                let fields = response_event::batch_fields(batch.id, &batch.channel, &batch.conversation);
+                let fields =
+                    response_event::batch_fields(batch.id, &batch.channel, &batch.conversation);
                 // Cut to fit: unjournaled, a delivered reply would be asked and sent again
                 // after a crash.
-                let payload = response_event::payload(
-                    &fields,
-                    reply,
-                    journal.config().max_payload_bytes,
-                );
+                let payload =
+                    response_event::payload(&fields, reply, journal.config().max_payload_bytes);
                 journal
                     .emit(
                         "agent.response",

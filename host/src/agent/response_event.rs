@@ -66,7 +66,11 @@ mod tests {
     fn a_reply_too_long_for_the_journal_is_cut_to_fit_and_says_so() {
         let batch = batch_fields(7, "cli", "cli");
         let short = json!({"text": "hello", "model": "m"});
-        assert_eq!(payload(&batch, &short, 1000)["reply"], short, "whole when it fits");
+        assert_eq!(
+            payload(&batch, &short, 1000)["reply"],
+            short,
+            "whole when it fits"
+        );
 
         for text in ["x".repeat(5000), "\"é\n".repeat(2000), "🙂".repeat(1500)] {
             let reply = json!({"text": text, "model": "m"});

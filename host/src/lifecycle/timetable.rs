@@ -99,10 +99,7 @@ impl Entry {
     /// The ticks after `last` and by `now` that were missed, if any.
     pub(super) fn missed(&self, last: DateTime<Utc>, now: DateTime<Utc>) -> Option<Missed> {
         let first = next_after(&self.cron, last).filter(|at| *at <= now)?;
-        let latest = self
-            .last_by(now)
-            .filter(|at| *at >= first)
-            .unwrap_or(first);
+        let latest = self.last_by(now).filter(|at| *at >= first).unwrap_or(first);
         let mut count = 1;
         let mut at = first;
         while at < latest && count < MOST_COUNTED {
@@ -123,9 +120,7 @@ impl Entry {
 
     /// The schedule's last tick by `now`, looked for backwards from it.
     fn last_by(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        self.cron
-            .find_previous_occurrence(&now, true)
-            .ok()
+        self.cron.find_previous_occurrence(&now, true).ok()
     }
 }
 
@@ -170,7 +165,11 @@ mod tests {
     fn ticks_missed_while_down_are_counted_and_the_last_is_the_one_fired() {
         let timetable = Timetable::new(vec![schedule("a", "even", "*/2 * * * *")], |_| at(9, 0, 0));
         let entry = &timetable.entries()[0];
-        assert_eq!(entry.missed(at(10, 0, 30), at(10, 1, 59)), None, "none due yet");
+        assert_eq!(
+            entry.missed(at(10, 0, 30), at(10, 1, 59)),
+            None,
+            "none due yet"
+        );
         assert_eq!(
             entry.missed(at(10, 0, 30), at(10, 9, 10)),
             Some(Missed {

@@ -570,7 +570,12 @@ mod tests {
                 .contains("match.sender")
         );
         // A `match:` left empty (its lines commented out) would drop every message.
-        for empty in ["  match:\n", "  match: {}\n", "  match: {payload: {}}\n", ""] {
+        for empty in [
+            "  match:\n",
+            "  match: {}\n",
+            "  match: {payload: {}}\n",
+            "",
+        ] {
             let yaml = format!("- name: bots\n{empty}  route: drop\n");
             let rules: Vec<RoutingRule> = serde_yaml::from_str(&yaml).expect("parse");
             let error = validate_rules(&rules).expect_err(&yaml).to_string();

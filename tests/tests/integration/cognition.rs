@@ -193,15 +193,21 @@ fn a_session_with_a_word_too_long_for_a_tag_is_summarised() {
     );
     let summary = wait_for_event(&mut host, data, "episode.summarized", "cli:cli");
     assert!(
-        summary["topics"]
-            .as_array()
-            .is_some_and(|topics| topics.iter().all(|t| t.as_str().is_some_and(|t| t.len() <= 100))),
+        summary["topics"].as_array().is_some_and(|topics| topics
+            .iter()
+            .all(|t| t.as_str().is_some_and(|t| t.len() <= 100))),
         "{summary}"
     );
     let summaries = memory_json(data, &["--kind", "reflection"]);
     assert_eq!(summaries.len(), 1, "the summary is stored: {summaries:?}");
     host.stop();
-    let out = cairn(&["journal", "dead-letters", "--json", "--data", &data.display().to_string()]);
+    let out = cairn(&[
+        "journal",
+        "dead-letters",
+        "--json",
+        "--data",
+        &data.display().to_string(),
+    ]);
     let listed = String::from_utf8_lossy(&out.stdout);
     assert!(!listed.contains("episode-summarizer"), "{listed}");
 }
