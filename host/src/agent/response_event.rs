@@ -7,43 +7,47 @@
 
 use serde_json::{Value, json};
 
-/// Room kept for the cut's marker and the escapes JSON may add to the text.
-const MARGIN: usize = 256;
-
 /// The `agent.response` payload for `reply` (`{"text", "model"}`), at most `max_bytes`
-/// serialised: whole when it fits, else its text cut at a character boundary and ended
-/// with `… [N bytes more not journaled]`, with `text_bytes` saying how long it was.
+/// serialised: whole when it fits, else its text cut at a character boundary — the longest
+/// start that fits, found by halving — and ended with `… [N bytes more not journaled]`,
+/// with `text_bytes` saying how long it was.
 pub fn payload(batch: &Value, reply: &Value, max_bytes: usize) -> Value {
     let whole = with_reply(batch, reply.clone());
-    let over = whole.to_string().len().saturating_sub(max_bytes);
-    let Some(text) = reply.get("text").and_then(Value::as_str) else {
-        return whole;
+    let text = match reply.get("text").and_then(Value::as_str) {
+        Some(text) if whole.to_string().len() > max_bytes => text,
+        _ => return whole,
     };
-    if over == 0 {
-        return whole;
-    }
-    let mut keep = text.len().saturating_sub(over + MARGIN);
-    loop {
-        let cut_at = (0..=keep)
-            .rev()
-            .find(|&at| text.is_char_boundary(at))
-            .unwrap_or(0);
+    let cut = |at: usize| {
         let mut cut = reply.clone();
         cut["text"] = format!(
             "{}… [{} bytes more not journaled]",
-            &text[..cut_at],
-            text.len() - cut_at
+            &text[..at],
+            text.len() - at
         )
         .into();
         cut["text_bytes"] = text.len().into();
-        let payload = with_reply(batch, cut);
-        let size = payload.to_string().len();
-        if size <= max_bytes || cut_at == 0 {
-            return payload;
+        with_reply(batch, cut)
+    };
+    // The longest start of the text whose payload fits: `fits` always does (0 bytes kept
+    // fits any limit a journal can have), `over` never does.
+    let (mut fits, mut over) = (0, text.len());
+    while over - fits > 1 {
+        let middle = boundary_at_or_before(text, fits + (over - fits) / 2);
+        if middle <= fits {
+            break;
         }
-        // Escaped characters took more room than their bytes: cut further.
-        keep = cut_at.saturating_sub(size - max_bytes);
+        if cut(middle).to_string().len() <= max_bytes {
+            fits = middle;
+        } else {
+            over = middle;
+        }
     }
+    cut(fits)
+}
+
+/// The last character boundary of `text` at or before `at`.
+fn boundary_at_or_before(text: &str, at: usize) -> usize {
+    (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
 }
 
 /// `batch` (the batch's id, channel and conversation) with `reply` under `reply`.

@@ -159,7 +159,7 @@ async fn a_reply_longer_than_the_journal_takes_is_journaled_cut_so_a_retry_finds
         .expect("read the journal")
         .expect("the reply is journaled: a retry after a crash would answer again without it");
     let payload: serde_json::Value = serde_json::from_str(&answered.payload).expect("json");
-    assert_eq!(payload["reply"]["text_bytes"], 15_000, "{payload}");
+    assert_eq!(payload["reply"]["text_bytes"], 14_000, "{payload}");
     assert!(answered.payload.len() <= 4096, "{}", answered.payload.len());
 }
 
