@@ -177,11 +177,7 @@ impl StorageError {
         }
         let mut message = error.to_string();
         if is_unwritable(path, &error) {
-            message.push_str(
-                " (the data dir is not writable: SQLite makes its -wal and -shm files beside a \
-                 database even to read it; copy a read-only data dir, a mounted backup say, \
-                 somewhere writable)",
-            );
+            message = format!("{message} ({UNWRITABLE})");
         }
         StorageError::Open {
             path: path.to_path_buf(),
@@ -189,6 +185,11 @@ impl StorageError {
         }
     }
 }
+
+/// Why a database in a directory this process cannot write to cannot be opened.
+const UNWRITABLE: &str = "the data dir is not writable: SQLite makes its -wal and -shm files \
+     beside a database even to read it; copy a read-only data dir, a mounted backup say, \
+     somewhere writable";
 
 /// Whether `error` opening `path` comes of a directory this process cannot write to.
 fn is_unwritable(path: &Path, error: &rusqlite::Error) -> bool {
@@ -285,6 +286,15 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
     let open_err = |e| StorageError::open(path, e);
     refuse_emptied(path)?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    if dir.is_dir() && !can_write_in(dir) {
+        // SQLite would open it read-only and fail later, on a migration or a write, with
+        // words that do not say why.
+        return Err(StorageError::Open {
+            path: path.to_path_buf(),
+            message: UNWRITABLE.to_string(),
+        });
+    }
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
@@ -472,6 +482,11 @@ pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
     if !path.exists() || is_emptied(path) {
         return Ok(None);
     }
+    if path.is_dir() {
+        return Err(StorageError::NotAFile {
+            path: path.to_path_buf(),
+        });
+    }
     let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .map_err(|e| StorageError::open(path, e))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
@@ -653,6 +668,34 @@ mod tests {
         assert!(
             matches!(&err, StorageError::TooNew { path, found: 99, .. } if path.ends_with("journal.db")),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_directory_where_a_database_belongs_is_refused_by_name() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(buffer::FILE);
+        std::fs::create_dir(&path).expect("a directory in its place");
+        for refused in [
+            verify_data_dir(dir.path()).expect_err("the check"),
+            open(&path, &buffer::MIGRATIONS).expect_err("a store's open"),
+            open_read_only(&path).expect_err("a reader's open"),
+        ] {
+            assert!(
+                matches!(&refused, StorageError::NotAFile { path: at } if *at == path),
+                "{refused}"
+            );
+            assert!(
+                refused
+                    .to_string()
+                    .contains("a directory, not a database file")
+            );
+        }
+        assert!(can_write_in(dir.path()), "a temp dir is writable");
+        assert_eq!(
+            std::fs::read_dir(dir.path()).expect("list").count(),
+            1,
+            "the probe is gone"
         );
     }
 

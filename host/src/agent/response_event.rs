@@ -47,7 +47,10 @@ pub fn payload(batch: &Value, reply: &Value, max_bytes: usize) -> Value {
 
 /// The last character boundary of `text` at or before `at`.
 fn boundary_at_or_before(text: &str, at: usize) -> usize {
-    (0..=at).rev().find(|&i| text.is_char_boundary(i)).unwrap_or(0)
+    (0..=at)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
 }
 
 /// `batch` (the batch's id, channel and conversation) with `reply` under `reply`.

@@ -218,6 +218,74 @@ impl Drop for SmallDisk {
     }
 }
 
+/// A read-only view of a directory (a bind mount), unmounted when dropped.
+struct ReadOnlyView {
+    dir: tempfile::TempDir,
+}
+
+impl ReadOnlyView {
+    /// `of` seen read-only; `None` where this process may not mount (not root).
+    fn mount(of: &Path) -> Option<Self> {
+        let dir = tempfile::tempdir().expect("mount point");
+        let run = |args: &[&str]| {
+            std::process::Command::new("mount")
+                .args(args)
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let target = dir.path().display().to_string();
+        let bound = run(&["--bind", &of.display().to_string(), &target]);
+        let view = Self { dir };
+        (bound && run(&["-o", "remount,ro,bind", &target])).then_some(view)
+    }
+}
+
+impl Drop for ReadOnlyView {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_read_only_data_dir_is_said_to_be_one_not_taken_for_an_empty_one() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_read_only_data_dir_is_said_to_be_one_not_taken_for_an_empty_one",
+    ) {
+        return;
+    }
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("cairn is running", LONG);
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+    let Some(view) = ReadOnlyView::mount(data.path()) else {
+        eprintln!("*** SKIPPED: cannot bind-mount read-only here (needs root) ***");
+        return;
+    };
+    let at = view.dir.path().display().to_string();
+    for command in [
+        &["status"][..],
+        &["journal", "tail"],
+        &["buffer", "failed"],
+        &["memory", "list"],
+    ] {
+        let mut args = command.to_vec();
+        args.extend(["--data", &at]);
+        let out = cairn(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("the data dir is not writable"),
+            "{command:?}: {stderr}"
+        );
+    }
+}
+
 /// Write `file` in 64 KiB chunks until `disk` has at most `leave` bytes free; a full disk
 /// ends it early (the host writes beside it).
 fn fill(file: &Path, disk: &SmallDisk, leave: u64) {
