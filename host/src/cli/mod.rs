@@ -143,6 +143,22 @@ pub(crate) fn shown_time(ms: i64) -> String {
         .map_or_else(|| format!("{ms} ms"), |t| t.to_rfc3339())
 }
 
+/// `error` and its causes, each cause said once: most of our errors already hold their
+/// cause's words (`buffer: the disk is full …`), which anyhow's `{:#}` would repeat.
+fn in_full(error: &anyhow::Error) -> String {
+    error
+        .chain()
+        .skip(1)
+        .fold(error.to_string(), |said, cause| {
+            let cause = cause.to_string();
+            if said.contains(&cause) {
+                said
+            } else {
+                format!("{said}: {cause}")
+            }
+        })
+}
+
 /// Parse arguments, run the command and map the outcome to an exit code.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -159,7 +175,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", in_full(&error));
             if error.downcast_ref::<BadInput>().is_some() {
                 ExitCode::from(2)
             } else {
@@ -287,4 +303,25 @@ fn init_tracing(filter: &str) {
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_says_each_cause_once() {
+        let full = crate::buffer::BufferError::Storage(StorageError::DiskFull(
+            "commit failed: database or disk is full".into(),
+        ));
+        let said = in_full(&anyhow::Error::new(full));
+        assert_eq!(said.matches("commit failed").count(), 1, "{said}");
+        assert!(said.starts_with("buffer: the disk is full"), "{said}");
+        let wrapped = anyhow::Error::new(std::io::Error::other("no such file"))
+            .context("--json f.json: cannot read");
+        assert_eq!(
+            in_full(&wrapped),
+            "--json f.json: cannot read: no such file"
+        );
+    }
 }

@@ -156,6 +156,49 @@ fn compile(rules: &[RoutingRule]) -> Result<Vec<CompiledRule>, RuleError> {
         .collect()
 }
 
+/// How often a tick that keeps failing (a full disk, a database outage: ten times a
+/// second) is logged again.
+const TICK_FAILURE_REPORT_EVERY: Duration = Duration::from_secs(30);
+
+/// What the log was told of failing ticks: the first failure, then one line every
+/// [`TICK_FAILURE_REPORT_EVERY`] with how many failed meanwhile, and when routing works
+/// again — not a line per tick on a full disk, which the log may share.
+#[derive(Default)]
+struct TickFailures {
+    /// When the last failure was reported, while ticks fail.
+    reported_at: Option<std::time::Instant>,
+    /// Failed ticks since that report.
+    unreported: u64,
+}
+
+impl TickFailures {
+    fn failed(&mut self, error: &crate::buffer::BufferError) {
+        match self.reported_at {
+            None => tracing::error!("router tick failed: {error}"),
+            Some(at) if at.elapsed() >= TICK_FAILURE_REPORT_EVERY => tracing::error!(
+                "router tick failed: {error} ({} more failed ticks since the last report)",
+                self.unreported
+            ),
+            Some(_) => {
+                self.unreported += 1;
+                return;
+            }
+        }
+        self.reported_at = Some(std::time::Instant::now());
+        self.unreported = 0;
+    }
+
+    fn succeeded(&mut self) {
+        if self.reported_at.take().is_some() {
+            tracing::info!(
+                failed_since_report = self.unreported,
+                "router ticks work again"
+            );
+            self.unreported = 0;
+        }
+    }
+}
+
 /// Check routing rules without running them (config validation).
 pub fn validate_rules(rules: &[RoutingRule]) -> Result<(), RuleError> {
     compile(rules).map(|_| ())
@@ -375,14 +418,16 @@ impl Router {
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         let look_again = Duration::from_millis(self.config.batch_window_ms).max(MIN_LOOK_AGAIN);
         let mut warned_depth = false;
+        let mut failures = TickFailures::default();
         loop {
             let next_due = match self.tick(false).await {
                 Ok(tick) => {
+                    failures.succeeded();
                     warned_depth = self.warn_depth(&tick, warned_depth);
                     tick.next_due
                 }
                 Err(e) => {
-                    tracing::error!("router tick failed: {e}");
+                    failures.failed(&e);
                     None
                 }
             };
@@ -547,6 +592,19 @@ mod tests {
                 (Route::Drop, Some("bots".into()), vec![2]),
             ]
         );
+    }
+
+    #[test]
+    fn a_tick_failing_again_and_again_is_counted_not_logged_each_time() {
+        let mut failures = TickFailures::default();
+        let full = crate::buffer::BufferError::InvalidInput("the disk is full".into());
+        failures.failed(&full);
+        for _ in 0..100 {
+            failures.failed(&full);
+        }
+        assert_eq!(failures.unreported, 100, "counted, not logged");
+        failures.succeeded();
+        assert!(failures.reported_at.is_none() && failures.unreported == 0);
     }
 
     #[test]
