@@ -132,7 +132,18 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
         Some(rest) => rest.to_string(),
         None => payload,
     };
-    let fields = serde_json::from_str::<serde_json::Value>(&payload).unwrap_or_default();
+    let fields = match serde_json::from_str::<serde_json::Value>(&payload) {
+        Ok(fields) => fields,
+        // The file's own syntax, named with the file: not the buffer's "expected a JSON
+        // object" for what may be a cut-short object.
+        Err(e) => {
+            let from = args.json.as_ref().map_or_else(
+                || "TEXT".to_string(),
+                |path| format!("--json {}", path.display()),
+            );
+            return Err(BadInput(format!("{from}: not JSON: {e}")).into());
+        }
+    };
     let text = match fields.get("text") {
         None => None,
         Some(serde_json::Value::String(text)) => Some(text.as_str()),

@@ -1054,6 +1054,29 @@ fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
             "{payload}: {stderr}"
         );
     }
+    // A file cut short is named, with where its JSON breaks off.
+    let file = data.path().join("cut.json");
+    std::fs::write(&file, "{\"text\": \"hel").expect("write");
+    let (code, stderr) = send(
+        data.path(),
+        &[
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--json",
+            &file.display().to_string(),
+        ],
+    )
+    .expect_err("refused");
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "--json {}: not JSON: EOF while parsing",
+            file.display()
+        )),
+        "{stderr}"
+    );
     assert!(
         !data.path().join("buffer.db").exists() || {
             let stored: i64 = buffer_db(data.path())
