@@ -69,6 +69,17 @@ pub enum LlmError {
         /// An excerpt of the answer.
         message: String,
     },
+    /// The provider kept failing one request as if it were down (5xx, no answer in time)
+    /// while it answered another one: the failure is that request's own — a proxy or a
+    /// model server refusing its content — not an outage, and waiting for it would hold
+    /// back every later batch.
+    #[error("{provider} keeps failing this request while it answers others: {last}")]
+    FailsAlone {
+        /// The provider.
+        provider: String,
+        /// The request's last failure.
+        last: String,
+    },
     /// The answer was not what the API promises (malformed JSON, no text).
     #[error("{provider} answered with something unexpected: {message}")]
     InvalidResponse {
@@ -100,13 +111,25 @@ impl LlmError {
             LlmError::Refused {
                 status: 401 | 403, ..
             } => ErrorKind::Denied,
-            LlmError::Refused { .. } | LlmError::InvalidResponse { .. } => ErrorKind::Internal,
+            LlmError::Refused { .. }
+            | LlmError::InvalidResponse { .. }
+            | LlmError::FailsAlone { .. } => ErrorKind::Internal,
         }
     }
 
     /// Whether trying again later may succeed (the provider was down, slow or busy).
     pub fn is_transient(&self) -> bool {
         self.kind() == ErrorKind::Unavailable
+    }
+
+    /// Whether this transient failure may be the request's own rather than the provider's
+    /// state: a server error or no answer in time may come of what was asked, while a rate
+    /// limit (which may count a large request's tokens) says only to wait.
+    pub fn may_be_the_requests_own(&self) -> bool {
+        matches!(
+            self,
+            LlmError::Unavailable { .. } | LlmError::Timeout { .. }
+        )
     }
 }
 

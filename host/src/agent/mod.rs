@@ -618,9 +618,22 @@ impl Agent {
         let llm = &self.config.llm;
         let most = Duration::from_millis(llm.outage_wait_max_ms);
         let mut wait = Duration::from_millis(llm.backoff_max_ms).min(most);
+        let mut failed = 0u32;
         loop {
             match self.complete_unless_stopped(system, prompt, stop).await? {
                 Err(error) if error.is_transient() => {
+                    failed += 1;
+                    // Failing again: is the provider down, or does it fail only this?
+                    if failed >= 2 && error.may_be_the_requests_own() && self.answers_others().await
+                    {
+                        tracing::warn!(
+                            "{work} fails alone: the LLM provider answers other requests but failed this one {failed} times ({error}); it is failed, not waited for, so later work goes on (`cairn buffer retry` asks again)"
+                        );
+                        return Some(Err(llm::LlmError::FailsAlone {
+                            provider: self.llm.name().to_string(),
+                            last: error.to_string(),
+                        }));
+                    }
                     tracing::warn!(
                         "{work} waits for the LLM provider: {error}; its messages stay in the buffer, asking again in {:.1}s",
                         wait.as_secs_f64()
@@ -633,6 +646,25 @@ impl Agent {
                 answer => return Some(answer),
             }
         }
+    }
+
+    /// Whether the LLM provider answers a request other than the one failing: a one-word
+    /// question, worded anew each time so no response cache answers it. A provider that is
+    /// down fails it too, and the failing work goes on waiting.
+    async fn answers_others(&self) -> bool {
+        let request = CompletionRequest {
+            messages: vec![
+                ChatMessage::new("system", "Answer with one word."),
+                ChatMessage::new("user", format!("Say ok ({}).", crate::store::now_ms())),
+            ],
+            // Room for a model that says more than asked, so the answer is not cut short.
+            max_tokens: Some(16),
+            ..CompletionRequest::default()
+        };
+        let llm = self.llm.clone();
+        tokio::task::spawn_blocking(move || llm.complete(&request).is_ok())
+            .await
+            .unwrap_or(false)
     }
 
     /// Deliver the model's reply while keeping it (its episode and `agent.response` are

@@ -587,6 +587,72 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
 }
 
 #[test]
+fn a_batch_the_provider_fails_alone_is_failed_and_the_next_conversations_are_answered() {
+    // A proxy answering 500 to one message's content, and everything else as usual.
+    let server = StubServer::answering(|seen| {
+        if seen.body.contains("poison") {
+            Reply::status(500, "upstream choked")
+        } else {
+            Reply::openai_chat("fine")
+        }
+    });
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let quick = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data.path(), &quick);
+    host.type_line("poison pill");
+    host.wait_for("fails alone", Duration::from_secs(30));
+    // Another conversation (this one's history holds the poison) is answered.
+    let d = data.path().display().to_string();
+    let sent = cairn_tests::cairn(&[
+        "send",
+        "--channel",
+        "cli",
+        "--conversation",
+        "other",
+        "--data",
+        &d,
+        "hello after it",
+    ]);
+    assert!(sent.status.success(), "{sent:?}");
+    host.wait_for("cairn> fine", Duration::from_secs(30));
+    let (_, log) = host.stop();
+    assert!(
+        log.contains("keeps failing this request while it answers others"),
+        "{log}"
+    );
+    let failed = cairn_tests::cairn(&["buffer", "failed", "--data", &d]);
+    let listed = String::from_utf8_lossy(&failed.stdout);
+    assert!(
+        listed.contains("batch 1: channel cli conversation cli")
+            && listed.contains("keeps failing this request while it answers others"),
+        "listed for a retry: {listed}"
+    );
+
+    // A provider that is down fails every request: that is an outage, waited out.
+    let down = StubServer::start(vec![Reply::status(503, "down")]);
+    let data = tempfile::tempdir().expect("data");
+    let mut host = host_answered_by(&down, &plugins, data.path(), &quick);
+    host.type_line("is anyone there?");
+    host.wait_until(Duration::from_secs(30), "a probe of the provider", |_| {
+        down.seen()
+            .iter()
+            .any(|seen| seen.body.contains("Answer with one word."))
+    });
+    let (_, log) = host.stop();
+    assert!(!log.contains("fails alone"), "{log}");
+    assert!(
+        log.contains("the batch is answered after the next start"),
+        "{log}"
+    );
+}
+
+#[test]
 fn a_batch_cut_short_by_a_stop_and_by_a_crash_is_received_and_remembered_once() {
     let plugins = PluginDir::new();
     plugins.bundled("cli");
