@@ -1028,13 +1028,8 @@ fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
         return;
     }
     let data = tempfile::tempdir().expect("data");
-    for (payload, kind) in [
-        ("\"just a string\"", "a string"),
-        ("[1,2]", "an array"),
-        ("42", "a number"),
-        ("null", "null"),
-    ] {
-        let file = data.path().join("payload.json");
+    let file = data.path().join("payload.json");
+    let refusal = |payload: &str| {
         std::fs::write(&file, payload).expect("write");
         let (code, stderr) = send(
             data.path(),
@@ -1049,34 +1044,24 @@ fn payloads_that_are_not_json_objects_are_refused_at_the_edge() {
         )
         .expect_err("refused");
         assert_eq!(code, Some(2), "{payload}: {stderr}");
+        stderr
+    };
+    for (payload, kind) in [
+        ("\"just a string\"", "a string"),
+        ("[1,2]", "an array"),
+        ("42", "a number"),
+        ("null", "null"),
+    ] {
+        let stderr = refusal(payload);
         assert!(
             stderr.contains("payload: expected a JSON object") && stderr.contains(kind),
             "{payload}: {stderr}"
         );
     }
     // A file cut short is named, with where its JSON breaks off.
-    let file = data.path().join("cut.json");
-    std::fs::write(&file, "{\"text\": \"hel").expect("write");
-    let (code, stderr) = send(
-        data.path(),
-        &[
-            "--channel",
-            "cli",
-            "--conversation",
-            "c",
-            "--json",
-            &file.display().to_string(),
-        ],
-    )
-    .expect_err("refused");
-    assert_eq!(code, Some(2), "{stderr}");
-    assert!(
-        stderr.contains(&format!(
-            "--json {}: not JSON: EOF while parsing",
-            file.display()
-        )),
-        "{stderr}"
-    );
+    let stderr = refusal("{\"text\": \"hel");
+    let named = format!("--json {}: not JSON: EOF while parsing", file.display());
+    assert!(stderr.contains(&named), "{stderr}");
     assert!(
         !data.path().join("buffer.db").exists() || {
             let stored: i64 = buffer_db(data.path())

@@ -57,38 +57,75 @@ impl KvStore for FillingKv {
     }
 }
 
+/// The `counter` plugin (`extra` added to its manifest) started over host.db's kv, which
+/// fails writes as on a full disk while its `full` is set (from the start when `full`).
+struct CounterOverFillingKv {
+    /// The plugin host running the counter.
+    host: PluginHost,
+    /// The counter's handle.
+    counter: cairn::plugin::supervisor::PluginHandle,
+    /// Its kv.
+    kv: Arc<FillingKv>,
+    /// host.db, where the kv is kept.
+    host_db: Arc<SqliteHost>,
+    _dir: PluginDir,
+    data: tempfile::TempDir,
+}
+
+impl CounterOverFillingKv {
+    async fn start(extra: &str, full: bool, edit: impl FnOnce(&mut HostConfig)) -> Self {
+        let dir = PluginDir::new();
+        dir.plugin("counter", "handler", "counter", extra);
+        let data = tempfile::tempdir().expect("data");
+        let mut config = HostConfig {
+            data_dir: data.path().to_path_buf(),
+            ..HostConfig::default()
+        };
+        config.runtime.cache_dir = shared_cache_dir();
+        edit(&mut config);
+        let host_db = Arc::new(SqliteHost::open(data.path()).expect("host.db"));
+        let kv = Arc::new(FillingKv {
+            inner: host_db.clone(),
+            full: AtomicBool::new(full),
+        });
+        let services = Arc::new(HostServices {
+            kv: Arc::new(PluginKv::new(kv.clone(), config.kv.clone())),
+            inbox: None,
+            events: None,
+            interrupt: None,
+            stop: None,
+            memory: None,
+            llm: None,
+            memory_writes: Default::default(),
+        });
+        let status = Arc::new(StatusLog::new(host_db.clone()));
+        let set = resolve::load(dir.path()).expect("valid plugin dir");
+        let host = PluginHost::start(&set, &config.plugin_host(), services, status)
+            .await
+            .expect("host starts");
+        let counter = host.handle("counter").expect("counter").clone();
+        Self {
+            host,
+            counter,
+            kv,
+            host_db,
+            _dir: dir,
+            data,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_plugin_failing_on_a_full_disk_waits_for_space_and_nothing_is_dead_lettered() {
-    let dir = PluginDir::new();
     let subscribes = "events: {subscribes: ['test.*']}\ncapabilities: {kv: true}\n";
-    dir.plugin("counter", "handler", "counter", subscribes);
-    let data = tempfile::tempdir().expect("data");
-    let mut config = HostConfig {
-        data_dir: data.path().to_path_buf(),
-        ..HostConfig::default()
-    };
-    config.runtime.cache_dir = shared_cache_dir();
-    let host_db = Arc::new(SqliteHost::open(data.path()).expect("host.db"));
-    let kv = Arc::new(FillingKv {
-        inner: host_db.clone(),
-        full: AtomicBool::new(false),
-    });
-    let services = Arc::new(HostServices {
-        kv: Arc::new(PluginKv::new(kv.clone(), config.kv.clone())),
-        inbox: None,
-        events: None,
-        interrupt: None,
-        stop: None,
-        memory: None,
-        llm: None,
-        memory_writes: Default::default(),
-    });
-    let status = Arc::new(StatusLog::new(host_db.clone()));
-    let set = resolve::load(dir.path()).expect("valid plugin dir");
-    let host = PluginHost::start(&set, &config.plugin_host(), services, status)
-        .await
-        .expect("host starts");
-    let counter = host.handle("counter").expect("counter").clone();
+    let CounterOverFillingKv {
+        host,
+        counter,
+        kv,
+        host_db,
+        data,
+        _dir,
+    } = CounterOverFillingKv::start(subscribes, false, |_| {}).await;
 
     // The call says whose failure it was.
     kv.full.store(true, Ordering::SeqCst);
@@ -164,45 +201,21 @@ async fn a_plugin_failing_on_a_full_disk_waits_for_space_and_nothing_is_dead_let
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_init_failing_on_a_full_disk_waits_for_space_without_spending_the_restart_budget() {
-    let dir = PluginDir::new();
-    dir.plugin(
-        "counter",
-        "handler",
-        "counter",
-        "capabilities: {kv: true}\n",
-    );
-    let data = tempfile::tempdir().expect("data");
-    let mut config = HostConfig {
-        data_dir: data.path().to_path_buf(),
-        ..HostConfig::default()
-    };
-    config.runtime.cache_dir = shared_cache_dir();
-    // One restart allowed a minute: a second failed start counted as a fault quarantines.
-    config.supervisor.restart_budget = 1;
-    config.supervisor.backoff_initial_ms = 10;
-    config.supervisor.backoff_max_ms = 40;
-    let host_db = Arc::new(SqliteHost::open(data.path()).expect("host.db"));
-    // The disk is full before the plugin starts: its `init` counts the start in kv.
-    let kv = Arc::new(FillingKv {
-        inner: host_db.clone(),
-        full: AtomicBool::new(true),
-    });
-    let services = Arc::new(HostServices {
-        kv: Arc::new(PluginKv::new(kv.clone(), config.kv.clone())),
-        inbox: None,
-        events: None,
-        interrupt: None,
-        stop: None,
-        memory: None,
-        llm: None,
-        memory_writes: Default::default(),
-    });
-    let status = Arc::new(StatusLog::new(host_db.clone()));
-    let set = resolve::load(dir.path()).expect("valid plugin dir");
-    let host = PluginHost::start(&set, &config.plugin_host(), services, status)
-        .await
-        .expect("host starts");
-    let counter = host.handle("counter").expect("counter").clone();
+    // The disk is full before the plugin starts: its `init` counts the start in kv. One
+    // restart is allowed a minute: a second failed start counted as a fault quarantines.
+    let CounterOverFillingKv {
+        host,
+        counter,
+        kv,
+        host_db,
+        data: _data,
+        _dir,
+    } = CounterOverFillingKv::start("capabilities: {kv: true}\n", true, |config| {
+        config.supervisor.restart_budget = 1;
+        config.supervisor.backoff_initial_ms = 10;
+        config.supervisor.backoff_max_ms = 40;
+    })
+    .await;
 
     // Many times what the budget allows at 10–40 ms a wait.
     tokio::time::sleep(Duration::from_millis(800)).await;
