@@ -305,28 +305,67 @@ impl Agent {
 
     /// Finish a batch an earlier attempt already answered — its host died or stopped after
     /// journaling `agent.response` and before finishing the batch — with that reply, rather
-    /// than answer it a second time; whether it did. Only a retried batch is looked up.
+    /// than answer it a second time; whether it did. Only a retried batch is looked up. What
+    /// the earlier attempt may not have lived to do is done here: the reply's episode is
+    /// saved (under the id it had, so it is stored once) and `turn.completed` journaled.
     async fn finish_if_answered(&self, batch: &Batch) -> bool {
         let Some(earlier) = self.earlier_event(batch, "agent.response").await else {
             return false;
         };
+        let started = std::time::Instant::now();
         let reply = serde_json::from_str::<serde_json::Value>(&earlier.payload)
             .ok()
-            .and_then(|payload| payload.get("reply").map(ToString::to_string));
+            .and_then(|payload| payload.get("reply").cloned());
         tracing::info!(
             batch = batch.id,
             attempt = batch.attempt,
             seq = earlier.seq,
             "an earlier attempt answered this batch; finishing it with that reply"
         );
-        if let Err(e) = self
-            .buffer
-            .finish_batch(batch.id, BatchStatus::Done, reply, None)
-            .await
+        let session = earlier.session_id.as_deref();
+        if let (Some(reply), Some(session), Some(user)) =
+            (&reply, session, earlier.user_id.as_deref())
         {
-            tracing::error!(batch = batch.id, "cannot record the earlier reply: {e}");
+            self.remember_earlier_reply(batch, session, user, reply)
+                .await;
         }
+        let outcome = TurnOutcome {
+            status: BatchStatus::Done,
+            reply: reply.as_ref().map(ToString::to_string),
+            error: None,
+            usage: None,
+            llm_time: Duration::ZERO,
+            deliver_time: Duration::ZERO,
+        };
+        let turn = Turn {
+            batch,
+            session_id: session,
+            user: earlier.user_id.clone(),
+            started,
+            timings: TurnTimings::default(),
+        };
+        self.record(turn, &[], outcome).await;
         true
+    }
+
+    /// Save the reply an earlier attempt journaled as its episode, under the id it had then
+    /// (stored once if that attempt saved it). A text the journal holds cut to fit is not
+    /// the reply's whole text, and would be saved a second time under another id: left.
+    async fn remember_earlier_reply(
+        &self,
+        batch: &Batch,
+        session: &str,
+        user: &str,
+        reply: &serde_json::Value,
+    ) {
+        let whole = reply.get("text_bytes").is_none();
+        let Some(text) = reply.get("text").and_then(serde_json::Value::as_str).filter(|_| whole)
+        else {
+            return;
+        };
+        let id = episode_id(batch, &format!("assistant {text}"));
+        let episode = self.episode(id, session, user, "assistant", text.to_string());
+        self.remember(session, episode.into_iter().collect()).await;
     }
 
     /// The earlier attempt that received this batch, if one did: it is marked so, or its

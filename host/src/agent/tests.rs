@@ -238,3 +238,71 @@ async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is
     let batches = buffer.stats().expect("stats").batches;
     assert_eq!(batches.get("main/done"), Some(&1), "{batches:?}");
 }
+
+#[tokio::test]
+async fn a_batch_finished_with_an_earlier_reply_saves_its_episode_and_journals_the_turn() {
+    let data = tempfile::tempdir().expect("data dir");
+    let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
+    let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
+    let stores = crate::storage::Storage::Sqlite
+        .memory(data.path())
+        .expect("memory.db");
+    let mut config = crate::memory::MemoryConfig::default();
+    config.embeddings.provider = crate::memory::embed::ProviderKind::Hash;
+    let local = crate::memory::LocalMemory::over(data.path(), config, stores.entries)
+        .expect("memory");
+    let memory = Arc::new(MemoryService::new(local.clone(), stores.sessions));
+    let id = routed_batch(&buffer).await;
+    // The first attempt answered, journaled its reply and died before saving the reply's
+    // episode or finishing the batch.
+    buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("a batch");
+    let reply = serde_json::json!({"text": "The boat is at pier seven.", "model": "m"});
+    let answered = NewEvent {
+        topic: "agent.response".into(),
+        payload: serde_json::json!({ "batch_id": id, "reply": reply }).to_string(),
+        source: "host".into(),
+        session_id: Some("cli:cli".into()),
+        user_id: Some("ada".into()),
+        ..NewEvent::default()
+    };
+    journal.append(answered).await.expect("journal the reply");
+    buffer.requeue_interrupted().await.expect("requeue");
+    let retried = buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("again");
+    let model = Arc::new(CountingModel::default());
+    let agent = Agent::new(
+        buffer.clone(),
+        Some(journal.clone()),
+        Some(memory),
+        model.clone(),
+        BTreeMap::new(),
+        AgentConfig::default(),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    agent.main_turn(retried, stopped).await;
+
+    assert_eq!(model.asked.load(Ordering::SeqCst), 0, "asked again");
+    let completed = journal
+        .find_event("turn.completed", 0, "batch_id", id)
+        .expect("read the journal");
+    assert!(completed.is_some(), "the turn is journaled");
+    let episodes = local
+        .list(&cairn_vocab::memory::ListFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .expect("list");
+    assert!(
+        episodes
+            .iter()
+            .any(|e| e.content == "The boat is at pier seven." && e.tags.iter().any(|t| t == "assistant")),
+        "the reply's episode is saved: {episodes:?}"
+    );
+}
