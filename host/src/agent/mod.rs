@@ -359,7 +359,10 @@ impl Agent {
         reply: &serde_json::Value,
     ) {
         let whole = reply.get("text_bytes").is_none();
-        let Some(text) = reply.get("text").and_then(serde_json::Value::as_str).filter(|_| whole)
+        let Some(text) = reply
+            .get("text")
+            .and_then(serde_json::Value::as_str)
+            .filter(|_| whole)
         else {
             return;
         };

@@ -244,13 +244,13 @@ async fn a_batch_finished_with_an_earlier_reply_saves_its_episode_and_journals_t
     let data = tempfile::tempdir().expect("data dir");
     let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
     let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
-    let stores = crate::storage::Storage::Sqlite
+    let stores = crate::config::Storage::Sqlite
         .memory(data.path())
         .expect("memory.db");
     let mut config = crate::memory::MemoryConfig::default();
     config.embeddings.provider = crate::memory::embed::ProviderKind::Hash;
-    let local = crate::memory::LocalMemory::over(data.path(), config, stores.entries)
-        .expect("memory");
+    let local =
+        crate::memory::LocalMemory::over(data.path(), config, stores.entries).expect("memory");
     let memory = Arc::new(MemoryService::new(local.clone(), stores.sessions));
     let id = routed_batch(&buffer).await;
     // The first attempt answered, journaled its reply and died before saving the reply's
@@ -302,7 +302,8 @@ async fn a_batch_finished_with_an_earlier_reply_saves_its_episode_and_journals_t
     assert!(
         episodes
             .iter()
-            .any(|e| e.content == "The boat is at pier seven." && e.tags.iter().any(|t| t == "assistant")),
+            .any(|e| e.content == "The boat is at pier seven."
+                && e.tags.iter().any(|t| t == "assistant")),
         "the reply's episode is saved: {episodes:?}"
     );
 }
