@@ -75,7 +75,8 @@ impl Endpoint {
             let backoff = crate::backoff(self.backoff_initial, self.backoff_max, retries);
             let wait = asked_wait.map_or(backoff, |asked| asked.min(self.backoff_max));
             retries += 1;
-            tracing::warn!(provider = %self.label, retry = retries, wait_ms = wait.as_millis() as u64, "{error}; retrying");
+            let why = waited_because(asked_wait, self.backoff_max);
+            tracing::warn!(provider = %self.label, retry = retries, wait_ms = wait.as_millis() as u64, "{error}; retrying{why}");
             std::thread::sleep(wait);
         }
     }
@@ -179,6 +180,22 @@ impl Endpoint {
                 message: other.to_string(),
             },
         }
+    }
+}
+
+/// What a retry's log line says of its wait: what the provider's `retry-after` asked, and
+/// when that was more than `backoff_max_ms` allows, that it was cut to it.
+fn waited_because(asked: Option<Duration>, cap: Duration) -> String {
+    match asked {
+        None => String::new(),
+        Some(asked) if asked > cap => format!(
+            " after the {} ms it asked for (retry-after), cut to agent.llm.backoff_max_ms",
+            asked.as_millis()
+        ),
+        Some(asked) => format!(
+            " after the {} ms it asked for (retry-after)",
+            asked.as_millis()
+        ),
     }
 }
 
@@ -294,5 +311,24 @@ impl Target {
             api_key,
             max_tokens: config.max_tokens,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_retry_says_what_wait_the_provider_asked_and_whether_it_was_cut() {
+        let cap = Duration::from_secs(10);
+        assert_eq!(waited_because(None, cap), "");
+        assert_eq!(
+            waited_because(Some(Duration::from_secs(1)), cap),
+            " after the 1000 ms it asked for (retry-after)"
+        );
+        assert_eq!(
+            waited_because(Some(Duration::from_secs(100)), cap),
+            " after the 100000 ms it asked for (retry-after), cut to agent.llm.backoff_max_ms"
+        );
     }
 }

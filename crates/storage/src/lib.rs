@@ -492,11 +492,20 @@ pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))
         .map_err(|e| StorageError::open(path, e))?;
     plan_stably(&conn).map_err(|e| StorageError::open(path, e))?;
-    match schema_version(&conn) {
-        Ok(version) => Ok(Some(conn).filter(|_| version > 0)),
-        Err(e) if is_damage(&e) || is_unwritable(path, &e) => Err(StorageError::open(path, e)),
-        Err(_) => Ok(None),
-    }
+    let version = match schema_version(&conn) {
+        Ok(version) => version,
+        Err(e) if is_damage(&e) || is_unwritable(path, &e) => {
+            return Err(StorageError::open(path, e));
+        }
+        Err(_) => return Ok(None),
+    };
+    // A file a newer Cairn wrote is not read as if this one knew its tables.
+    let file = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default();
+    check_not_newer(&conn, path, file)?;
+    Ok(Some(conn).filter(|_| version > 0))
 }
 
 /// Ask for stable query plans. Without them, a bound `LIMIT`, `LIKE` pattern or equality
@@ -664,6 +673,11 @@ mod tests {
         let conn = Connection::open(&journal).expect("open");
         conn.pragma_update(None, "user_version", 99).expect("bump");
         drop(conn);
+        let read = open_read_only(&journal).expect_err("a reader refuses it too");
+        assert!(
+            matches!(read, StorageError::TooNew { found: 99, .. }),
+            "{read}"
+        );
         let err = verify_data_dir(dir.path()).expect_err("journal.db too new");
         assert!(
             matches!(&err, StorageError::TooNew { path, found: 99, .. } if path.ends_with("journal.db")),
