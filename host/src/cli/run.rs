@@ -143,7 +143,7 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     }
     release_claims(&stores.buffer).await;
     stores.local_memory.stop_embedder();
-    stores.status.end_run()?;
+    record_clean_stop(&stores.status).await?;
     tracing::info!("stopped");
     match shutdown {
         Shutdown::Asked(channel) => unanswered_since(&stores.buffer, &channel, started_at),
@@ -151,6 +151,32 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
         Shutdown::InputLost(why) => Err(anyhow::anyhow!(
             "{why}, so what was piped into cairn's standard input was not read"
         )),
+    }
+}
+
+/// How long a stop waits for a database that is away to record it (the last write of a
+/// run: what `cairn status` shows as a clean stop).
+const CLEAN_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Record the clean stop, waiting up to [`CLEAN_STOP_WAIT`] for a store that is away for
+/// a moment (a database coming back from an outage, its connection not yet made anew).
+/// Still away then, the stop is only logged as not recorded: nothing of the run is lost,
+/// and the next `cairn status` says the run ended without a clean stop. Until 2026-12-02
+/// the stop failed (exit 1) when the connection was not back yet.
+async fn record_clean_stop(status: &StatusLog) -> Result<()> {
+    let given_up_at = std::time::Instant::now() + CLEAN_STOP_WAIT;
+    loop {
+        match status.end_run() {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_passing() && std::time::Instant::now() < given_up_at => {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            Err(e) if e.is_passing() => {
+                tracing::warn!("cannot record the clean stop: {e}; the run's work is kept");
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
