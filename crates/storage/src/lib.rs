@@ -283,18 +283,26 @@ pub struct Migrations {
 const STATEMENT_CACHE_CAPACITY: usize = 64;
 
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
+/// In a directory this process cannot write to, SQLite opens the file read-only and fails
+/// later (a pragma, a migration) in words that do not say why: a failure there says so.
 pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
-    let open_err = |e| StorageError::open(path, e);
     refuse_emptied(path)?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    if dir.is_dir() && !can_write_in(dir) {
-        // SQLite would open it read-only and fail later, on a migration or a write, with
-        // words that do not say why.
-        return Err(StorageError::Open {
-            path: path.to_path_buf(),
-            message: UNWRITABLE.to_string(),
-        });
-    }
+    open_and_migrate(path, migrations).map_err(|error| {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        if dir.is_dir() && !can_write_in(dir) {
+            StorageError::Open {
+                path: path.to_path_buf(),
+                message: UNWRITABLE.to_string(),
+            }
+        } else {
+            error
+        }
+    })
+}
+
+/// [`open`]'s work once the file is known not to be emptied.
+fn open_and_migrate(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
+    let open_err = |e| StorageError::open(path, e);
     let mut conn = Connection::open(path).map_err(open_err)?;
     conn.pragma_update(None, "journal_mode", "WAL")
         .map_err(open_err)?;
