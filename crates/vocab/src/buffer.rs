@@ -200,8 +200,9 @@ pub struct Batch {
     /// retry) only asks and answers, so nothing is received twice, and reads the
     /// conversation's history as it stood then, without the batch's own messages.
     pub received_at: Option<i64>,
-    /// The reply an earlier attempt made and could not deliver (the JSON the channel is
-    /// given): a retried batch delivers it rather than asking the model again.
+    /// The reply an earlier attempt made (the JSON the channel is given), kept before that
+    /// attempt tried to deliver it: a later attempt — after a crash, a stop or `cairn buffer
+    /// retry` — delivers it again rather than asking the model for another answer.
     pub kept_reply: Option<String>,
     /// The messages.
     pub messages: Vec<BufferedMessage>,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 
 use crate::buffer::{Batch, BatchStatus, Buffer, BufferError, BufferedMessage, TaskStatus};
-use crate::journal::{Event, Journal, JournalError, host_event};
+use crate::journal::{Journal, host_event};
 use crate::lifecycle::Lifecycle;
 use crate::llm::{self, ChatMessage, CompletionRequest, LlmConfig, LlmProvider, Usage};
 use crate::memory::local::MAX_CONTENT_BYTES;
@@ -22,10 +22,12 @@ use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::channel::OutboundMessage;
 
 pub mod context;
+mod earlier;
 mod response_event;
 
 use crate::store::memory::SessionChoice;
 use context::{Assembled, ContextChain, QueryEmbedding, TurnInput};
+use earlier::EarlierReceipt;
 
 /// How a turn ended: the batch's status, the reply (even when its delivery failed) and
 /// the error, if any.
@@ -50,13 +52,6 @@ struct Turn<'a> {
     user: Option<String>,
     started: std::time::Instant,
     timings: TurnTimings,
-}
-
-/// What an earlier attempt that received a batch left: when it began (the batch's history
-/// ends there) and the session its messages went to, when the journal says.
-struct EarlierReceipt {
-    began: i64,
-    session: Option<String>,
 }
 
 /// What the model answered a turn, and how long it took.
@@ -231,15 +226,10 @@ impl Agent {
     /// Answer one main batch and deliver the reply; records the outcome on the batch and
     /// journals `message.received` (per message), `agent.response` and `turn.completed`.
     /// A batch an earlier attempt received (see [`Batch::received_at`]) is not received again;
-    /// one queued again by `cairn buffer retry` delivers the reply it kept, if any.
+    /// one an earlier attempt answered delivers that reply (see [`earlier`]).
     pub async fn main_turn(&self, batch: Batch, mut stop: watch::Receiver<bool>) {
-        if batch.retried > 0
-            && let Some(reply) = &batch.kept_reply
-        {
-            self.deliver_kept_reply(&batch, reply).await;
-            return;
-        }
-        if self.finish_if_answered(&batch).await {
+        if let Some(earlier) = self.earlier_reply(&batch).await {
+            self.deliver_earlier_reply(&batch, earlier).await;
             return;
         }
         let started = std::time::Instant::now();
@@ -301,143 +291,6 @@ impl Agent {
             timings,
         };
         self.record(turn, &context.memories, outcome).await;
-    }
-
-    /// Finish a batch an earlier attempt already answered — its host died or stopped after
-    /// journaling `agent.response` and before finishing the batch — with that reply, rather
-    /// than answer it a second time; whether it did. Only a retried batch is looked up. What
-    /// the earlier attempt may not have lived to do is done here: the reply's episode is
-    /// saved (under the id it had, so it is stored once) and `turn.completed` journaled.
-    async fn finish_if_answered(&self, batch: &Batch) -> bool {
-        let Some(earlier) = self.earlier_event(batch, "agent.response").await else {
-            return false;
-        };
-        let started = std::time::Instant::now();
-        let reply = serde_json::from_str::<serde_json::Value>(&earlier.payload)
-            .ok()
-            .and_then(|payload| payload.get("reply").cloned());
-        tracing::info!(
-            batch = batch.id,
-            attempt = batch.attempt,
-            seq = earlier.seq,
-            "an earlier attempt answered this batch; finishing it with that reply"
-        );
-        let session = earlier.session_id.as_deref();
-        if let (Some(reply), Some(session), Some(user)) =
-            (&reply, session, earlier.user_id.as_deref())
-        {
-            self.remember_earlier_reply(batch, session, user, reply)
-                .await;
-        }
-        let outcome = TurnOutcome {
-            status: BatchStatus::Done,
-            reply: reply.as_ref().map(ToString::to_string),
-            error: None,
-            usage: None,
-            llm_time: Duration::ZERO,
-            deliver_time: Duration::ZERO,
-        };
-        let turn = Turn {
-            batch,
-            session_id: session,
-            user: earlier.user_id.clone(),
-            started,
-            timings: TurnTimings::default(),
-        };
-        self.record(turn, &[], outcome).await;
-        true
-    }
-
-    /// Save the reply an earlier attempt journaled as its episode, under the id it had then
-    /// (stored once if that attempt saved it). A text the journal holds cut to fit is not
-    /// the reply's whole text, and would be saved a second time under another id: left.
-    async fn remember_earlier_reply(
-        &self,
-        batch: &Batch,
-        session: &str,
-        user: &str,
-        reply: &serde_json::Value,
-    ) {
-        let whole = reply.get("text_bytes").is_none();
-        let Some(text) = reply
-            .get("text")
-            .and_then(serde_json::Value::as_str)
-            .filter(|_| whole)
-        else {
-            return;
-        };
-        let id = episode_id(batch, &format!("assistant {text}"));
-        let episode = self.episode(id, session, user, "assistant", text.to_string());
-        self.remember(session, episode.into_iter().collect()).await;
-    }
-
-    /// The earlier attempt that received this batch, if one did: it is marked so, or its
-    /// host ended after journaling `message.received` (which follows the episodes) and
-    /// before marking — then the batch's first arrival stands in for when it began.
-    async fn received_earlier(&self, batch: &Batch) -> Option<EarlierReceipt> {
-        let event = self.earlier_event(batch, "message.received").await;
-        let began = match (batch.received_at, &event) {
-            (Some(at), _) => at,
-            (None, Some(_)) => batch.first_arrival()?,
-            (None, None) => return None,
-        };
-        Some(EarlierReceipt {
-            began,
-            session: event.and_then(|event| event.session_id),
-        })
-    }
-
-    /// The first `topic` event an earlier attempt at `batch` journaled about it; none for a
-    /// first attempt. A journal that cannot be read for a while (a full disk, a database
-    /// outage) is waited out: taking "cannot tell" for "no" would ask the model again and
-    /// answer twice, or save the batch's episodes twice. Any other failure is logged and
-    /// taken for none.
-    async fn earlier_event(&self, batch: &Batch, topic: &str) -> Option<Event> {
-        let (Some(journal), true) = (&self.journal, batch.attempt > 1) else {
-            return None;
-        };
-        let since = batch.first_arrival().unwrap_or(0);
-        let what = format!("look for an earlier {topic} of batch {}", batch.id);
-        crate::retry::while_passing(&what, JournalError::is_passing, || async {
-            journal.find_event(topic, since, "batch_id", batch.id)
-        })
-        .await
-        .unwrap_or_else(|e| {
-            tracing::warn!(batch = batch.id, "cannot look for an earlier {topic}: {e}");
-            None
-        })
-    }
-
-    /// Deliver the reply an earlier attempt made and could not deliver, without asking the
-    /// model again, and record how it went: `turn.completed` (no usage, no LLM time) in the
-    /// session the reply was made in.
-    async fn deliver_kept_reply(&self, batch: &Batch, reply: &str) {
-        let started = std::time::Instant::now();
-        let earlier = self.earlier_event(batch, "agent.response").await;
-        let delivered = self.deliver(batch, reply).await;
-        if delivered.is_ok() {
-            tracing::info!(batch = batch.id, channel = %batch.channel, conversation = %batch.conversation, "delivered the reply kept from an earlier attempt");
-        }
-        let (status, error) = match delivered {
-            Ok(()) => (BatchStatus::Done, None),
-            Err(error) => (BatchStatus::Failed, Some(error)),
-        };
-        let outcome = TurnOutcome {
-            status,
-            reply: Some(reply.to_string()),
-            error,
-            usage: None,
-            llm_time: Duration::ZERO,
-            deliver_time: started.elapsed(),
-        };
-        let turn = Turn {
-            batch,
-            session_id: earlier.as_ref().and_then(|e| e.session_id.as_deref()),
-            user: batch.messages.last().map(|m| m.sender.clone()),
-            started,
-            timings: TurnTimings::default(),
-        };
-        self.record(turn, &[], outcome).await;
     }
 
     /// Record how a main batch ended, waiting out a full disk or a database outage: a batch
@@ -709,8 +562,9 @@ impl Agent {
             .unwrap_or(false)
     }
 
-    /// Deliver the model's reply while keeping it (its episode and `agent.response` are
-    /// written as the channel delivers it).
+    /// Deliver the model's reply while keeping it: first on its batch, so a host killed
+    /// while the channel delivers it delivers it again rather than ask for another answer;
+    /// then its episode and `agent.response` are written as the channel delivers it.
     async fn deliver_and_keep(
         &self,
         batch: &Batch,
@@ -745,7 +599,10 @@ impl Agent {
             reply: &reply_json,
             text: &completion.content,
         };
-        let (delivered, ()) = tokio::join!(self.deliver(batch, &payload), self.keep_reply(reply));
+        let delivered = match self.keep_for_redelivery(batch, &payload).await {
+            Ok(()) => tokio::join!(self.deliver(batch, &payload), self.keep_reply(reply)).0,
+            Err(not_ours) => Err(not_ours),
+        };
         let (status, error) = match delivered {
             Ok(()) => (BatchStatus::Done, None),
             Err(e) => (BatchStatus::Failed, Some(e)),
@@ -824,6 +681,27 @@ impl Agent {
         );
     }
 
+    /// Keep the reply on its batch before it is delivered (see [`Batch::kept_reply`]).
+    /// Refused because another host took the batch over (its lease lapsed), the reply is
+    /// not delivered: that host answers the batch. A buffer that is away (a full disk, a
+    /// database outage) or failing is not waited for: the person gets the answer now, the
+    /// batch's outcome records it once the buffer is back, and a host killed before then
+    /// could answer twice (logged).
+    async fn keep_for_redelivery(&self, batch: &Batch, payload: &str) -> Result<(), String> {
+        let Err(e) = self.buffer.keep_reply(batch.id, payload.to_string()).await else {
+            return Ok(());
+        };
+        let unkept = "the reply is delivered before it is kept on its batch, so a host killed before the batch is finished may answer it twice";
+        if e.is_taken() {
+            return Err(format!("not delivered: {e}"));
+        } else if e.is_passing() {
+            tracing::warn!(batch = batch.id, "{unkept}: {e}");
+        } else {
+            tracing::error!(batch = batch.id, "{unkept}: {e}");
+        }
+        Ok(())
+    }
+
     /// Save a reply as the session's episode while journaling `agent.response` (both
     /// acknowledged before the turn ends; the reply is kept even when its delivery fails).
     async fn keep_reply(&self, reply: Reply<'_>) {
@@ -834,31 +712,47 @@ impl Agent {
             reply,
             text,
         } = reply;
-        let id = episode_id(batch, &format!("assistant {text}"));
-        let episode =
-            user.and_then(|user| self.episode(id, session_id, user, "assistant", text.to_string()));
-        let response = async {
-            if let Some(journal) = &self.journal {
-                let fields =
-                    response_event::batch_fields(batch.id, &batch.channel, &batch.conversation);
-                // Cut to fit: unjournaled, a delivered reply would be asked and sent again
-                // after a crash.
-                let payload =
-                    response_event::payload(&fields, reply, journal.config().max_payload_bytes);
-                journal
-                    .emit(
-                        "agent.response",
-                        payload,
-                        Some(session_id.to_string()),
-                        user.map(str::to_string),
-                    )
-                    .await;
-            }
-        };
+        let episode = user.and_then(|user| self.reply_episode(batch, session_id, user, text));
         tokio::join!(
             self.remember(session_id, episode.into_iter().collect()),
-            response
+            self.journal_response(batch, Some(session_id), user, reply)
         );
+    }
+
+    /// The reply's episode, under an id made of its batch and text, so a save repeated by
+    /// a later attempt stores it once.
+    fn reply_episode(
+        &self,
+        batch: &Batch,
+        session_id: &str,
+        user: &str,
+        text: &str,
+    ) -> Option<NewMemory> {
+        let id = episode_id(batch, &format!("assistant {text}"));
+        self.episode(id, session_id, user, "assistant", text.to_string())
+    }
+
+    /// Journal `agent.response` for `reply` (`{"text", "model"}`), cut to fit the journal.
+    async fn journal_response(
+        &self,
+        batch: &Batch,
+        session_id: Option<&str>,
+        user: Option<&str>,
+        reply: &serde_json::Value,
+    ) {
+        let Some(journal) = &self.journal else {
+            return;
+        };
+        let fields = response_event::batch_fields(batch.id, &batch.channel, &batch.conversation);
+        let payload = response_event::payload(&fields, reply, journal.config().max_payload_bytes);
+        journal
+            .emit(
+                "agent.response",
+                payload,
+                session_id.map(str::to_string),
+                user.map(str::to_string),
+            )
+            .await;
     }
 
     /// One side of the conversation as an episode in the session's scope, tagged with the

@@ -8,7 +8,7 @@ use crate::store::writer::Receipt;
 
 use super::*;
 use crate::buffer::{BufferConfig, NewBatch, NewMessage, Route};
-use crate::journal::{JournalConfig, NewEvent};
+use crate::journal::{Event, JournalConfig, NewEvent};
 use crate::llm::{Completion, LlmError};
 use crate::store::StorageError;
 
@@ -202,7 +202,8 @@ async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is
         .await
         .expect("claim")
         .expect("a batch");
-    let payload = serde_json::json!({ "batch_id": id, "reply": "said before" }).to_string();
+    let reply = serde_json::json!({"text": "said before", "model": "m"});
+    let payload = serde_json::json!({ "batch_id": id, "reply": reply }).to_string();
     let answered = NewEvent {
         topic: "agent.response".into(),
         payload,
@@ -235,8 +236,92 @@ async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is
         0,
         "the model was asked a second time"
     );
-    let batches = buffer.stats().expect("stats").batches;
-    assert_eq!(batches.get("main/done"), Some(&1), "{batches:?}");
+    // No channel runs here: the earlier reply is the one kept for the next delivery.
+    let kept = buffer
+        .batch(id)
+        .expect("read")
+        .expect("the batch")
+        .kept_reply;
+    assert_eq!(kept, Some(reply.to_string()));
+}
+
+#[tokio::test]
+async fn a_reply_kept_before_its_delivery_is_journaled_and_remembered_by_the_next_attempt() {
+    let data = tempfile::tempdir().expect("data dir");
+    let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
+    let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
+    let (memory, local) = hash_memory(data.path());
+    let id = routed_batch(&buffer).await;
+    // The first attempt received the batch, kept its reply on it and died before
+    // journaling the reply.
+    buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("a batch");
+    let received = NewEvent {
+        topic: "message.received".into(),
+        payload: serde_json::json!({ "batch_id": id }).to_string(),
+        source: "host".into(),
+        session_id: Some("cli:cli".into()),
+        user_id: Some("ada".into()),
+        ..NewEvent::default()
+    };
+    journal.append(received).await.expect("journal the receipt");
+    let reply = serde_json::json!({"text": "The boat is at pier seven.", "model": "m"});
+    buffer
+        .keep_reply(id, reply.to_string())
+        .await
+        .expect("keep the reply");
+    buffer.requeue_interrupted().await.expect("requeue");
+    let retried = buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("again");
+    let model = Arc::new(CountingModel::default());
+    let agent = Agent::new(
+        buffer.clone(),
+        Some(journal.clone()),
+        Some(memory),
+        model.clone(),
+        BTreeMap::new(),
+        AgentConfig::default(),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    agent.main_turn(retried, stopped).await;
+
+    assert_eq!(model.asked.load(Ordering::SeqCst), 0, "asked again");
+    let answered = journal
+        .find_event("agent.response", 0, "batch_id", id)
+        .expect("read the journal")
+        .expect("the kept reply is journaled");
+    let payload: serde_json::Value = serde_json::from_str(&answered.payload).expect("json");
+    assert_eq!(payload["reply"], reply);
+    let episodes = local
+        .list(&cairn_vocab::memory::ListFilter {
+            limit: 10,
+            ..Default::default()
+        })
+        .expect("list");
+    assert!(
+        episodes
+            .iter()
+            .any(|e| e.content == "The boat is at pier seven."),
+        "the reply's episode is saved: {episodes:?}"
+    );
+}
+
+/// Memory over `data` with the lexical `hash` embedder: the service and its local store.
+fn hash_memory(data: &std::path::Path) -> (Arc<MemoryService>, Arc<crate::memory::LocalMemory>) {
+    let stores = crate::config::Storage::Sqlite
+        .memory(data)
+        .expect("memory.db");
+    let mut config = crate::memory::MemoryConfig::default();
+    config.embeddings.provider = crate::memory::embed::ProviderKind::Hash;
+    let local = crate::memory::LocalMemory::over(data, config, stores.entries).expect("memory");
+    let memory = Arc::new(MemoryService::new(local.clone(), stores.sessions));
+    (memory, local)
 }
 
 #[tokio::test]
@@ -244,14 +329,7 @@ async fn a_batch_finished_with_an_earlier_reply_saves_its_episode_and_journals_t
     let data = tempfile::tempdir().expect("data dir");
     let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
     let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
-    let stores = crate::config::Storage::Sqlite
-        .memory(data.path())
-        .expect("memory.db");
-    let mut config = crate::memory::MemoryConfig::default();
-    config.embeddings.provider = crate::memory::embed::ProviderKind::Hash;
-    let local =
-        crate::memory::LocalMemory::over(data.path(), config, stores.entries).expect("memory");
-    let memory = Arc::new(MemoryService::new(local.clone(), stores.sessions));
+    let (memory, local) = hash_memory(data.path());
     let id = routed_batch(&buffer).await;
     // The first attempt answered, journaled its reply and died before saving the reply's
     // episode or finishing the batch.

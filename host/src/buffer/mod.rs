@@ -74,6 +74,12 @@ impl BufferError {
         matches!(self, BufferError::Storage(e) if e.is_passing())
     }
 
+    /// Whether the store refused the write because another host took the work over (its
+    /// lease lapsed): this host must leave it to that one.
+    pub fn is_taken(&self) -> bool {
+        matches!(self, BufferError::Storage(StorageError::Taken(_)))
+    }
+
     /// What kind of failure this is, as callers across the plugin boundary see it.
     pub fn kind(&self) -> ErrorKind {
         match self {
@@ -345,6 +351,12 @@ impl Buffer {
         error: Option<String>,
     ) -> Result<(), BufferError> {
         Ok(self.store.finish_batch(id, status, reply, error).await?)
+    }
+
+    /// Keep the reply a main batch is about to deliver (the JSON its channel is given), so an
+    /// attempt after a crash delivers that reply rather than asking the model for another.
+    pub async fn keep_reply(&self, id: i64, reply: String) -> Result<(), BufferError> {
+        Ok(self.store.keep_reply(id, reply).await?)
     }
 
     /// Record that a batch's messages were journaled and remembered by the attempt that

@@ -4,6 +4,8 @@
 //! the model again.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use cairn_tests::stub_http::{Reply, StubServer};
@@ -222,7 +224,7 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         "{posted:?}"
     );
     assert_eq!(
-        count_lines(&log, "delivered the reply kept from an earlier attempt"),
+        count_lines(&log, "delivered the reply an earlier attempt made"),
         1,
         "{log}"
     );
@@ -248,6 +250,89 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
         String::from_utf8_lossy(&again.stdout).trim(),
         "nothing has failed"
     );
+}
+
+#[test]
+fn a_host_killed_while_its_reply_is_delivered_delivers_that_reply_again_not_another() {
+    let dir = tempfile::tempdir().expect("data");
+    let data = dir.path();
+    let at = data.display().to_string();
+    cairn_ok(&[
+        "send",
+        "--channel",
+        "webhook",
+        "--conversation",
+        "octo/repo#7",
+        "--sender",
+        "ann",
+        "--data",
+        &at,
+        "where did I park?",
+    ]);
+    let posts = Arc::new(AtomicUsize::new(0));
+    let counted = posts.clone();
+    let api = StubServer::answering(move |request| {
+        if request.line != "POST /repos/octo/repo/issues/7/comments" {
+            return Reply::status(404, r#"{"message": "Not Found"}"#);
+        }
+        let created = Reply::status(
+            201,
+            r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
+        );
+        if counted.fetch_add(1, Ordering::SeqCst) == 0 {
+            // The first host is killed while this post is on its way.
+            Reply::Slow(Duration::from_secs(60), Box::new(created))
+        } else {
+            created
+        }
+    });
+    let plugins = PluginDir::new();
+    let host_port = api.url().trim_start_matches("http://").to_string();
+    plugins.webhook_posting_to(&api.url(), &format!("http://{host_port}"));
+    let first = StubServer::start(vec![Reply::openai_chat("Level 3, row F.")]);
+    let host = host_with_webhook_answered_by(&first, plugins.path(), data);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while posts.load(Ordering::SeqCst) == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reply was never posted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    host.kill9();
+
+    let second = StubServer::start(vec![Reply::openai_chat("Asked again.")]);
+    let mut host = host_with_webhook_answered_by(&second, plugins.path(), data);
+    host.wait_for(
+        "webhook: reply posted to octo/repo#7",
+        Duration::from_secs(30),
+    );
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+    assert!(second.seen().is_empty(), "the model was asked again: {log}");
+    let bodies: Vec<Value> = api
+        .seen()
+        .iter()
+        .filter(|r| r.line.starts_with("POST"))
+        .map(|r| r.json()["body"].clone())
+        .collect();
+    assert_eq!(bodies.len(), 2, "posted, then posted again: {bodies:?}");
+    assert_eq!(bodies[0], bodies[1], "the same reply both times");
+    assert!(
+        bodies[0]
+            .as_str()
+            .is_some_and(|text| text.contains("Level 3, row F.")),
+        "{bodies:?}"
+    );
+    assert_eq!(
+        count_lines(&log, "delivered the reply an earlier attempt made"),
+        1,
+        "{log}"
+    );
+    assert_eq!(events(data, "message.received"), 1);
+    assert_eq!(events(data, "agent.response"), 1, "answered once");
+    let batches = &cairn_tests::status_json(data)["buffer"]["batches"];
+    assert_eq!(batches["main/done"], 1, "{batches}");
 }
 
 #[test]

@@ -94,6 +94,9 @@ pub trait BufferStore: Send + Sync {
         reply: Option<String>,
         error: Option<String>,
     ) -> Receipt<()>;
+    /// Keep the reply a main batch is about to deliver (see [`Batch::kept_reply`]): an
+    /// attempt after a crash delivers it again rather than asking the model for another.
+    fn keep_reply(&self, id: i64, reply: String) -> Receipt<()>;
     /// Record that a batch's messages were journaled and remembered by the attempt that
     /// began at `at` (see [`Batch::received_at`]); an earlier mark stays.
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()>;
@@ -201,6 +204,14 @@ impl BufferStore for SqliteBuffer {
     ) -> Receipt<()> {
         self.db
             .submit(move |conn| finish_batch(conn, id, status, reply.as_deref(), error.as_deref()))
+    }
+
+    fn keep_reply(&self, id: i64, reply: String) -> Receipt<()> {
+        self.db.submit(move |conn| {
+            conn.prepare_cached("UPDATE batches SET reply = ?2 WHERE id = ?1")?
+                .execute(params![id, reply])?;
+            Ok(())
+        })
     }
 
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()> {

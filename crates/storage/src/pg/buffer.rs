@@ -275,6 +275,18 @@ impl BufferStore for PgBuffer {
         self.finish(Work::Batch, id, status.as_str(), reply, error)
     }
 
+    fn keep_reply(&self, id: i64, reply: String) -> Receipt<()> {
+        let holder = self.holder.clone();
+        self.pool.submit(move |tx| {
+            let changed = tx.execute(
+                "UPDATE buffer_batches SET reply = $2
+                  WHERE id = $1 AND (claimed_by = $3 OR claimed_by IS NULL)",
+                &[&id, &reply, &holder],
+            )?;
+            taken_over(changed, "batch", id)
+        })
+    }
+
     fn mark_received(&self, id: i64, at: i64) -> Receipt<()> {
         self.pool.submit(move |tx| {
             tx.execute(
