@@ -186,6 +186,76 @@ async fn routed_batch(buffer: &Buffer) -> i64 {
     buffer.route(batch).await.expect("route")
 }
 
+/// A routed batch taken by a first attempt (whose host then dies): its id.
+async fn begun_batch(buffer: &Buffer) -> i64 {
+    let id = routed_batch(buffer).await;
+    buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("a batch");
+    id
+}
+
+/// The batch's next attempt after its host died: queued again, taken and answered by a
+/// model that counts how often it is asked (returned), without a channel.
+async fn next_attempt(
+    buffer: &Arc<Buffer>,
+    journal: Arc<Journal>,
+    memory: Option<Arc<MemoryService>>,
+) -> Arc<CountingModel> {
+    buffer.requeue_interrupted().await.expect("requeue");
+    let retried = buffer
+        .claim_main_batch(None)
+        .await
+        .expect("claim")
+        .expect("again");
+    assert_eq!(retried.attempt, 2);
+    let model = Arc::new(CountingModel::default());
+    let agent = Agent::new(
+        buffer.clone(),
+        Some(journal),
+        memory,
+        model.clone(),
+        BTreeMap::new(),
+        AgentConfig::default(),
+    );
+    let (_stop, stopped) = watch::channel(false);
+    agent.main_turn(retried, stopped).await;
+    model
+}
+
+/// An event about batch `id` in the session `cli:cli` of `ada`, `reply` in its payload
+/// when given.
+fn batch_event(topic: &str, id: i64, reply: Option<&serde_json::Value>) -> NewEvent {
+    let mut payload = serde_json::json!({ "batch_id": id });
+    if let Some(reply) = reply {
+        payload["reply"] = reply.clone();
+    }
+    NewEvent {
+        topic: topic.into(),
+        payload: payload.to_string(),
+        source: "host".into(),
+        session_id: Some("cli:cli".into()),
+        user_id: Some("ada".into()),
+        ..NewEvent::default()
+    }
+}
+
+/// The texts of the assistant's episodes `local` holds.
+fn assistant_episodes(local: &crate::memory::LocalMemory) -> Vec<String> {
+    let filter = cairn_vocab::memory::ListFilter {
+        limit: 10,
+        ..Default::default()
+    };
+    let listed = local.list(&filter).expect("list");
+    listed
+        .into_iter()
+        .filter(|e| e.tags.iter().any(|t| t == "assistant"))
+        .map(|e| e.content)
+        .collect()
+}
+
 #[tokio::test]
 async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is_away() {
     let data = tempfile::tempdir().expect("data dir");
@@ -195,42 +265,13 @@ async fn a_retried_batch_answered_before_is_not_asked_again_while_the_journal_is
         failures: AtomicUsize::new(3),
     };
     let journal = Arc::new(Journal::over(Box::new(store), JournalConfig::default()));
-    let id = routed_batch(&buffer).await;
     // The first attempt answered and its host died before finishing the batch.
-    buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("a batch");
+    let id = begun_batch(&buffer).await;
     let reply = serde_json::json!({"text": "said before", "model": "m"});
-    let payload = serde_json::json!({ "batch_id": id, "reply": reply }).to_string();
-    let answered = NewEvent {
-        topic: "agent.response".into(),
-        payload,
-        source: "host".into(),
-        ..NewEvent::default()
-    };
+    let answered = batch_event("agent.response", id, Some(&reply));
     journal.append(answered).await.expect("journal the reply");
-    buffer.requeue_interrupted().await.expect("requeue");
-    let retried = buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("again");
-    assert_eq!(retried.attempt, 2);
 
-    let model = Arc::new(CountingModel::default());
-    let agent = Agent::new(
-        buffer.clone(),
-        Some(journal),
-        None,
-        model.clone(),
-        BTreeMap::new(),
-        AgentConfig::default(),
-    );
-    let (_stop, stopped) = watch::channel(false);
-    agent.main_turn(retried, stopped).await;
-
+    let model = next_attempt(&buffer, journal, None).await;
     assert_eq!(
         model.asked.load(Ordering::SeqCst),
         0,
@@ -251,46 +292,18 @@ async fn a_reply_kept_before_its_delivery_is_journaled_and_remembered_by_the_nex
     let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
     let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
     let (memory, local) = hash_memory(data.path());
-    let id = routed_batch(&buffer).await;
     // The first attempt received the batch, kept its reply on it and died before
     // journaling the reply.
-    buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("a batch");
-    let received = NewEvent {
-        topic: "message.received".into(),
-        payload: serde_json::json!({ "batch_id": id }).to_string(),
-        source: "host".into(),
-        session_id: Some("cli:cli".into()),
-        user_id: Some("ada".into()),
-        ..NewEvent::default()
-    };
+    let id = begun_batch(&buffer).await;
+    let received = batch_event("message.received", id, None);
     journal.append(received).await.expect("journal the receipt");
     let reply = serde_json::json!({"text": "The boat is at pier seven.", "model": "m"});
     buffer
         .keep_reply(id, reply.to_string())
         .await
         .expect("keep the reply");
-    buffer.requeue_interrupted().await.expect("requeue");
-    let retried = buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("again");
-    let model = Arc::new(CountingModel::default());
-    let agent = Agent::new(
-        buffer.clone(),
-        Some(journal.clone()),
-        Some(memory),
-        model.clone(),
-        BTreeMap::new(),
-        AgentConfig::default(),
-    );
-    let (_stop, stopped) = watch::channel(false);
-    agent.main_turn(retried, stopped).await;
 
+    let model = next_attempt(&buffer, journal.clone(), Some(memory)).await;
     assert_eq!(model.asked.load(Ordering::SeqCst), 0, "asked again");
     let answered = journal
         .find_event("agent.response", 0, "batch_id", id)
@@ -298,16 +311,9 @@ async fn a_reply_kept_before_its_delivery_is_journaled_and_remembered_by_the_nex
         .expect("the kept reply is journaled");
     let payload: serde_json::Value = serde_json::from_str(&answered.payload).expect("json");
     assert_eq!(payload["reply"], reply);
-    let episodes = local
-        .list(&cairn_vocab::memory::ListFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .expect("list");
+    let episodes = assistant_episodes(&local);
     assert!(
-        episodes
-            .iter()
-            .any(|e| e.content == "The boat is at pier seven."),
+        episodes.iter().any(|e| e == "The boat is at pier seven."),
         "the reply's episode is saved: {episodes:?}"
     );
 }
@@ -330,58 +336,22 @@ async fn a_batch_finished_with_an_earlier_reply_saves_its_episode_and_journals_t
     let buffer = Arc::new(Buffer::open(data.path(), BufferConfig::default()).expect("buffer"));
     let journal = Arc::new(Journal::open(data.path(), JournalConfig::default()).expect("journal"));
     let (memory, local) = hash_memory(data.path());
-    let id = routed_batch(&buffer).await;
     // The first attempt answered, journaled its reply and died before saving the reply's
     // episode or finishing the batch.
-    buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("a batch");
+    let id = begun_batch(&buffer).await;
     let reply = serde_json::json!({"text": "The boat is at pier seven.", "model": "m"});
-    let answered = NewEvent {
-        topic: "agent.response".into(),
-        payload: serde_json::json!({ "batch_id": id, "reply": reply }).to_string(),
-        source: "host".into(),
-        session_id: Some("cli:cli".into()),
-        user_id: Some("ada".into()),
-        ..NewEvent::default()
-    };
+    let answered = batch_event("agent.response", id, Some(&reply));
     journal.append(answered).await.expect("journal the reply");
-    buffer.requeue_interrupted().await.expect("requeue");
-    let retried = buffer
-        .claim_main_batch(None)
-        .await
-        .expect("claim")
-        .expect("again");
-    let model = Arc::new(CountingModel::default());
-    let agent = Agent::new(
-        buffer.clone(),
-        Some(journal.clone()),
-        Some(memory),
-        model.clone(),
-        BTreeMap::new(),
-        AgentConfig::default(),
-    );
-    let (_stop, stopped) = watch::channel(false);
-    agent.main_turn(retried, stopped).await;
 
+    let model = next_attempt(&buffer, journal.clone(), Some(memory)).await;
     assert_eq!(model.asked.load(Ordering::SeqCst), 0, "asked again");
     let completed = journal
         .find_event("turn.completed", 0, "batch_id", id)
         .expect("read the journal");
     assert!(completed.is_some(), "the turn is journaled");
-    let episodes = local
-        .list(&cairn_vocab::memory::ListFilter {
-            limit: 10,
-            ..Default::default()
-        })
-        .expect("list");
+    let episodes = assistant_episodes(&local);
     assert!(
-        episodes
-            .iter()
-            .any(|e| e.content == "The boat is at pier seven."
-                && e.tags.iter().any(|t| t == "assistant")),
+        episodes.iter().any(|e| e == "The boat is at pier seven."),
         "the reply's episode is saved: {episodes:?}"
     );
 }

@@ -52,6 +52,36 @@ fn failed(data: &Path) -> Vec<Value> {
     serde_json::from_slice(&out.stdout).expect("buffer failed --json is JSON")
 }
 
+/// Queue a message on the GitHub thread `octo/repo#7` of data dir `at`: the webhook
+/// channel delivers its reply as a comment there.
+fn ask_on_a_github_thread(at: &str) {
+    cairn_ok(&[
+        "send",
+        "--channel",
+        "webhook",
+        "--conversation",
+        "octo/repo#7",
+        "--sender",
+        "ann",
+        "--data",
+        at,
+        "where did I park?",
+    ]);
+}
+
+/// GitHub's answer to a comment it created.
+fn comment_created() -> Reply {
+    Reply::status(
+        201,
+        r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
+    )
+}
+
+/// GitHub's answer to a request for what is not there.
+fn not_found() -> Reply {
+    Reply::status(404, r#"{"message": "Not Found"}"#)
+}
+
 /// How many of `data`'s journal events have `topic`.
 fn events(data: &Path, topic: &str) -> usize {
     journal_events(data)
@@ -147,27 +177,12 @@ fn a_reply_that_could_not_be_delivered_is_delivered_by_the_retry_without_asking_
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
     let at = data.display().to_string();
-    // A GitHub thread: the webhook channel delivers the reply as a comment on it.
-    cairn_ok(&[
-        "send",
-        "--channel",
-        "webhook",
-        "--conversation",
-        "octo/repo#7",
-        "--sender",
-        "ann",
-        "--data",
-        &at,
-        "where did I park?",
-    ]);
+    ask_on_a_github_thread(&at);
     let api = StubServer::answering(|request| {
         if request.line == "POST /repos/octo/repo/issues/7/comments" {
-            Reply::status(
-                201,
-                r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
-            )
+            comment_created()
         } else {
-            Reply::status(404, r#"{"message": "Not Found"}"#)
+            not_found()
         }
     });
     let host_port = api.url().trim_start_matches("http://").to_string();
@@ -257,28 +272,14 @@ fn a_host_killed_while_its_reply_is_delivered_delivers_that_reply_again_not_anot
     let dir = tempfile::tempdir().expect("data");
     let data = dir.path();
     let at = data.display().to_string();
-    cairn_ok(&[
-        "send",
-        "--channel",
-        "webhook",
-        "--conversation",
-        "octo/repo#7",
-        "--sender",
-        "ann",
-        "--data",
-        &at,
-        "where did I park?",
-    ]);
+    ask_on_a_github_thread(&at);
     let posts = Arc::new(AtomicUsize::new(0));
     let counted = posts.clone();
     let api = StubServer::answering(move |request| {
         if request.line != "POST /repos/octo/repo/issues/7/comments" {
-            return Reply::status(404, r#"{"message": "Not Found"}"#);
+            return not_found();
         }
-        let created = Reply::status(
-            201,
-            r#"{"html_url": "https://github.com/octo/repo/issues/7#issuecomment-1"}"#,
-        );
+        let created = comment_created();
         if counted.fetch_add(1, Ordering::SeqCst) == 0 {
             // The first host is killed while this post is on its way.
             Reply::Slow(Duration::from_secs(60), Box::new(created))
