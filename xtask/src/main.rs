@@ -258,19 +258,16 @@ fn run(root: &Path, extra: &[String]) -> Result<()> {
         eprintln!("warning: {e:#}; memory recall will be lexical");
     }
     let plugins = build_plugins(root)?;
-    status(
-        cargo()
-            .args(["build", "--quiet", "-p", "cairn"])
-            .current_dir(root),
-    )?;
-    // Become the host, so Ctrl-C reaches it alone and it stops cleanly.
-    let error = Command::new(root.join("target/debug/cairn"))
-        .arg("run")
-        .arg("--plugins")
+    // Become `cargo run`, which builds the host wherever the target dir is (a
+    // `CARGO_TARGET_DIR` too) and then becomes the host on Unix, so Ctrl-C reaches it alone
+    // and it stops cleanly.
+    let error = cargo()
+        .args(["run", "--quiet", "-p", "cairn", "--", "run", "--plugins"])
         .arg(plugins)
         .args(extra)
+        .current_dir(root)
         .exec();
-    Err(error).context("cannot start target/debug/cairn")
+    Err(error).context("cannot start `cargo run -p cairn`")
 }
 
 fn test(root: &Path, extra: &[String]) -> Result<()> {
