@@ -193,7 +193,15 @@ impl SentenceEncoder {
             let hidden = self.model.forward(&ids, &mask)?;
             bert::mean_pool_normalised(&hidden, &mask)?.to_vec2()
         };
-        run().map_err(|e| EncoderError::Inference(e.to_string()))
+        let vectors = run().map_err(|e| EncoderError::Inference(e.to_string()))?;
+        if vectors.iter().flatten().any(|x| !x.is_finite()) {
+            // Damaged weights (a bit flipped on disk, a file overwritten in place) make NaNs
+            // that would be stored as vectors matching nothing.
+            return Err(EncoderError::Inference(
+                "the model gave a vector that is not a number: its weights are damaged".into(),
+            ));
+        }
+        Ok(vectors)
     }
 }
 

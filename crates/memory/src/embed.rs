@@ -205,7 +205,7 @@ impl HashEmbedder {
     /// The vector of one text: words and adjacent word pairs hashed into signed buckets,
     /// weighted by log term frequency, L2-normalised.
     pub fn vector(&self, text: &str) -> Vec<f32> {
-        let words = super::recall::terms(text);
+        let words = hash_v1_terms(text);
         let mut counts: HashMap<u64, f32> = HashMap::new();
         for word in &words {
             *counts.entry(fnv1a(word.as_bytes())).or_default() += 1.0;
@@ -427,6 +427,24 @@ impl EmbedSignal {
     pub fn stopped(&self) -> bool {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).1
     }
+}
+
+/// The words hash-v1 vectors are made of: lower-case runs of letters and digits without the
+/// stop words recall dropped when hash-v1 was named. Frozen, as vectors stored under that
+/// name are compared with the vectors of later queries (recall's own list has grown since).
+fn hash_v1_terms(text: &str) -> Vec<String> {
+    const STOPWORDS: &[&str] = &[
+        "a", "an", "and", "are", "as", "at", "be", "but", "by", "did", "do", "does", "for", "from",
+        "had", "has", "have", "he", "her", "his", "i", "in", "is", "it", "its", "me", "my", "of",
+        "on", "or", "our", "she", "so", "that", "the", "their", "them", "they", "this", "to",
+        "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you",
+        "your",
+    ];
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(str::to_lowercase)
+        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -285,8 +285,9 @@ const STATEMENT_CACHE_CAPACITY: usize = 64;
 /// Open (creating if needed) a database in WAL mode with `synchronous=FULL`, and migrate it.
 /// In a directory this process cannot write to, SQLite opens the file read-only and fails
 /// later (a pragma, a migration) in words that do not say why: a failure there says so.
+/// An existing file is checked read-only first, and refused unchanged when it is damaged.
 pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
-    refuse_emptied(path)?;
+    verify_file(path)?;
     open_and_migrate(path, migrations).map_err(|error| {
         let dir = path.parent().unwrap_or(Path::new("."));
         if dir.is_dir() && !can_write_in(dir) {
@@ -300,7 +301,7 @@ pub fn open(path: &Path, migrations: &Migrations) -> Result<Connection, StorageE
     })
 }
 
-/// [`open`]'s work once the file is known not to be emptied.
+/// [`open`]'s work once an existing file is known to be sound.
 fn open_and_migrate(path: &Path, migrations: &Migrations) -> Result<Connection, StorageError> {
     let open_err = |e| StorageError::open(path, e);
     let mut conn = Connection::open(path).map_err(open_err)?;
@@ -370,34 +371,44 @@ pub const DATA_DIR_FILES: [&str; 5] = [
 /// one for writing: a host refuses a damaged file before it has written to the others.
 pub fn verify_data_dir(data_dir: &Path) -> Result<(), StorageError> {
     for file in DATA_DIR_FILES {
-        let path = data_dir.join(file);
-        if !path.exists() {
-            continue;
-        }
-        refuse_emptied(&path)?;
-        let [wal, shm] = ["-wal", "-shm"].map(|suffix| {
-            let mut name = path.clone().into_os_string();
-            name.push(suffix);
-            PathBuf::from(name)
-        });
-        let (had_wal, had_shm) = (wal.exists(), shm.exists());
-        let conn = Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
-            .map_err(|e| StorageError::open(&path, e))?;
-        let checked =
-            check_integrity(&conn, &path).and_then(|()| check_not_newer(&conn, &path, file));
-        drop(conn);
-        // A read-only look at a WAL database leaves an empty log and a shared-memory index
-        // beside it: a check writes nothing, so what it made goes again (a store that opens
-        // the file makes its own).
-        if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
-            let _ = std::fs::remove_file(&wal);
-        }
-        if !had_shm {
-            let _ = std::fs::remove_file(&shm);
-        }
-        checked?;
+        verify_file(&data_dir.join(file))?;
     }
     Ok(())
+}
+
+/// Check a database file, if it exists, through a read-only connection: emptied, damaged
+/// (`PRAGMA quick_check`) or written by a newer Cairn, it is refused with nothing written —
+/// a connection that could write would fold its write-ahead log into the damaged file and
+/// delete the log as it closed, where the refusal tells the operator to move both aside.
+fn verify_file(path: &Path) -> Result<(), StorageError> {
+    if !path.exists() {
+        return Ok(());
+    }
+    refuse_emptied(path)?;
+    let [wal, shm] = ["-wal", "-shm"].map(|suffix| {
+        let mut name = path.to_path_buf().into_os_string();
+        name.push(suffix);
+        PathBuf::from(name)
+    });
+    let (had_wal, had_shm) = (wal.exists(), shm.exists());
+    let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .map_err(|e| StorageError::open(path, e))?;
+    let file = path
+        .file_name()
+        .and_then(|name| name.to_str())
+        .unwrap_or_default();
+    let checked = check_integrity(&conn, path).and_then(|()| check_not_newer(&conn, path, file));
+    drop(conn);
+    // A read-only look at a WAL database leaves an empty log and a shared-memory index
+    // beside it: a check writes nothing, so what it made goes again (a store that opens
+    // the file makes its own).
+    if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(&wal);
+    }
+    if !had_shm {
+        let _ = std::fs::remove_file(&shm);
+    }
+    checked
 }
 
 /// The database files this process checked already: each is checked once, whichever

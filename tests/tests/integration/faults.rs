@@ -155,6 +155,78 @@ fn a_damaged_database_is_refused_at_start_naming_it_and_left_as_it_was() {
     assert_eq!(status_json(sound.path())["buffer"]["stored"], 1);
 }
 
+#[test]
+fn a_memory_command_refuses_a_damaged_database_without_folding_its_log_into_it() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_memory_command_refuses_a_damaged_database_without_folding_its_log_into_it",
+    ) {
+        return;
+    }
+    // A host's memories on disk in the database file, then an import's in its write-ahead
+    // log.
+    let data = tempfile::tempdir().expect("data");
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("cairn is running", LONG);
+    host.type_line("remember the lighthouse");
+    host.wait_until(LONG, "the reply", |log| log.contains("replied"));
+    let (exit, _) = host.stop();
+    assert!(exit.success());
+    import_notes(data.path(), 0..300);
+    let data_arg = data.path().display().to_string();
+    let db = data.path().join("memory.db");
+    let wal = data.path().join("memory.db-wal");
+    assert!(
+        std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0),
+        "the import's pages wait in the write-ahead log"
+    );
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&db)
+        .and_then(|f| f.set_len(8192))
+        .expect("truncate memory.db");
+    let before = all_files(data.path());
+    for command in [["memory", "stats"], ["memory", "list"]] {
+        let mut args = command.to_vec();
+        args.extend(["--data", &data_arg]);
+        let out = cairn(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("{}: the database is damaged", db.display())),
+            "{command:?}: {stderr}"
+        );
+        // Until 2026-12-02 the refusal's connection folded the log into the damaged file
+        // and deleted it as it closed (found by an operator's test), though the refusal
+        // says to move both aside.
+        let changed = changed_files(&before, &all_files(data.path()));
+        assert!(changed.is_empty(), "{command:?} changed {changed:?}");
+    }
+}
+
+/// Import ana's notes numbered `range` into `data` with `cairn memory import`.
+fn import_notes(data: &Path, range: std::ops::Range<usize>) {
+    let mut export = String::new();
+    for i in range {
+        let mut memory = cairn::memory::NewMemory::new(
+            cairn::memory::MemoryKind::Episode,
+            format!("note {i}: the lighthouse keeper logged the tide"),
+        );
+        memory.scope.user_id = Some("ana".into());
+        let entry = cairn::memory::record(&memory, format!("note-{i}"), 1_700_000_000_000);
+        let line = cairn::memory::ExportRecord::Entry(Box::new(entry));
+        export.push_str(&serde_json::to_string(&line).expect("json"));
+        export.push('\n');
+    }
+    let file = data.join("export.jsonl");
+    std::fs::write(&file, export).expect("write the export");
+    let (file, data) = (file.display().to_string(), data.display().to_string());
+    let import = cairn(&["memory", "import", &file, "--data", &data]);
+    assert!(import.status.success(), "{import:?}");
+    std::fs::remove_file(file).expect("remove the export");
+}
+
 /// The files that differ between two looks at a data dir. A shared-memory index (`-shm`)
 /// that was there is rewritten by any reader, a check's too; one that was not must not
 /// appear. Every other file is compared byte for byte.

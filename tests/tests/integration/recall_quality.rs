@@ -309,6 +309,26 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
     );
     assert_eq!(top(&lunch), vec!["mem_said2".to_string()]);
 
+    // Damaged weights load (the file's layout is whole) but give vectors that are not
+    // numbers, which were stored as vectors matching nothing (found by an operator's test):
+    // refused at load the same way, naming the file.
+    let damaged = tempfile::tempdir().expect("models dir");
+    damage_a_copy_of_the_model(damaged.path());
+    let broken = [(
+        "CAIRN_MEMORY_EMBEDDINGS_MODELS_DIR",
+        damaged.path().to_str().expect("utf-8 path"),
+    )];
+    let lexical = cairn_local(data.path(), &ask, &broken);
+    let warning = String::from_utf8_lossy(&lexical.stderr);
+    assert!(lexical.status.success(), "{warning}");
+    assert!(
+        warning.contains("model.safetensors")
+            && warning.contains("damaged")
+            && warning.contains("cargo xtask install-model")
+            && warning.contains("recall is lexical"),
+        "{warning}"
+    );
+
     // Under `auto` the model gone does not let hash embeddings replace the model's vectors:
     // recall is BM25 only meanwhile, a reindex is refused, and the vectors are all there
     // once the model is back.
@@ -336,6 +356,24 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
         (&3.into(), &0.into()),
         "{back}"
     );
+}
+
+/// Copy the installed model into `models_dir` with 4 KiB of its weights overwritten by
+/// `0xFF` bytes (NaN as floats), as a disk or a careless copy damages a file in place.
+fn damage_a_copy_of_the_model(models_dir: &std::path::Path) {
+    use std::io::{Seek, SeekFrom, Write};
+    let installed = cairn::memory::embed::local_model::model_dir(std::path::Path::new(""));
+    let copy = cairn::memory::embed::local_model::model_dir(models_dir);
+    std::fs::create_dir_all(&copy).expect("model dir");
+    for name in ["config.json", "model.safetensors", "tokenizer.json"] {
+        std::fs::copy(installed.join(name), copy.join(name)).expect("copy the model");
+    }
+    let mut weights = std::fs::OpenOptions::new()
+        .write(true)
+        .open(copy.join("model.safetensors"))
+        .expect("open the weights");
+    weights.seek(SeekFrom::Start(60_000_000)).expect("seek");
+    weights.write_all(&[0xFF; 4096]).expect("overwrite");
 }
 
 /// Import `said` (id, text, when it was said) as ana's episodes and embed them.

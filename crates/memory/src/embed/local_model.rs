@@ -67,14 +67,46 @@ impl LocalModelEmbedder {
     /// Load the model from `dir`; the error names the missing or corrupt file and how to
     /// install the model.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
-        SentenceEncoder::load(dir, MAX_TOKENS)
-            .map(|encoder| Self { encoder })
-            .map_err(|e| EmbedError::Provider {
-                provider: format!("local model {MODEL_NAME}"),
-                message: format!("{e}; {INSTALL_HINT}"),
-            })
+        let broken = |message: String| EmbedError::Provider {
+            provider: format!("local model {MODEL_NAME}"),
+            message: format!("{message}; {INSTALL_HINT}"),
+        };
+        let encoder = SentenceEncoder::load(dir, MAX_TOKENS).map_err(|e| broken(e.to_string()))?;
+        let weights = dir.join("model.safetensors");
+        let probe = encoder
+            .encode(&[PROBE_SENTENCE.to_string()])
+            .map_err(|e| broken(format!("{}: {e}", weights.display())))?;
+        let first = probe
+            .first()
+            .map(|v| &v[..PUBLISHED_START.len().min(v.len())]);
+        let published = first.is_some_and(|first| {
+            first.len() == PUBLISHED_START.len()
+                && first
+                    .iter()
+                    .zip(PUBLISHED_START)
+                    .all(|(got, want)| (got - want).abs() <= PUBLISHED_TOLERANCE)
+        });
+        if !published {
+            return Err(broken(format!(
+                "{} gives vectors unlike {MODEL_NAME}'s (\"{PROBE_SENTENCE}\" starts {first:?}, \
+                 published {PUBLISHED_START:?}): the file is damaged or holds another model",
+                weights.display()
+            )));
+        }
+        Ok(Self { encoder })
     }
 }
+
+/// The sentence whose vector sentence-transformers publishes for the model, embedded at load
+/// to tell sound weights from damaged ones (which load, and embed every text wrongly).
+const PROBE_SENTENCE: &str = "This is an example sentence";
+
+/// The published vector's first values.
+const PUBLISHED_START: [f32; 4] = [0.0677, 0.0635, 0.0487, 0.0793];
+
+/// How far a sound model's values may be from the published ones (4-digit rounding and
+/// float order).
+const PUBLISHED_TOLERANCE: f32 = 2e-3;
 
 impl LocalModelEmbedder {
     fn encode(&self, texts: &[String], urgency: Urgency) -> Result<Vec<Vec<f32>>, EmbedError> {

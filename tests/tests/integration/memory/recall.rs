@@ -406,3 +406,35 @@ fn facts_supersede_and_stay_queryable_as_of_earlier_times() {
         "the superseded fact was not purged"
     );
 }
+
+#[test]
+fn memories_sharing_only_a_function_word_with_the_question_are_not_recalled() {
+    let data = tempfile::tempdir().expect("data dir");
+    let memory = cairn_tests::storage::open_memory(data.path(), MemoryConfig::default());
+    let said = [
+        "my sister talked about a job interview",
+        "we argued about the garden fence",
+        "a podcast about sourdough starters",
+    ];
+    for text in said {
+        let mut episode = NewMemory::new(MemoryKind::Episode, text);
+        episode.scope = user_scope("ana");
+        memory.store_blocking(episode).expect("store");
+    }
+    memory.embed_pending(|_| {}).expect("embed");
+    let recall = |text: &str| {
+        let query = memory_dataset::question_recall("ana", text, true);
+        let hits = memory.recall(&query).expect("recall");
+        hits.into_iter()
+            .map(|h| h.entry.content)
+            .collect::<Vec<_>>()
+    };
+    // "about" is in every memory: it tells none of them apart, and no memory is about
+    // quantum physics (until 2026-12-02 all three were recalled, each as relevant as an
+    // answer).
+    assert!(recall("Tell me about quantum physics").is_empty());
+    assert_eq!(
+        recall("What did we say about the fence?"),
+        ["we argued about the garden fence"]
+    );
+}
