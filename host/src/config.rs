@@ -183,6 +183,12 @@ impl HostConfig {
         if let Err(e) = self.storage() {
             return problem(&e.to_string());
         }
+        // An empty path is the working directory to the file system: the stores would be
+        // made there (until 2026-12-02 from `data_dir: ''` in cairn.yaml; found by an
+        // operator's test), and `cairn status` could not find them.
+        if self.data_dir.as_os_str().is_empty() {
+            return problem("data_dir: expected a directory, not an empty path");
+        }
         if self.buffer.claim_lease_ms < 300 || self.journal.subscription_lease_ms < 300 {
             return problem(
                 "buffer.claim_lease_ms / journal.subscription_lease_ms: expected at least 300 ms",
@@ -594,6 +600,20 @@ mod tests {
         assert!(
             text.contains("plugins.disabled: ")
                 && text.contains("expected a list, written [a, b] (in a variable too: CAIRN_PLUGINS_DISABLED=\"[sleeper]\")"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_empty_data_dir_in_the_file_is_refused_naming_the_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cairn.yaml");
+        std::fs::write(&path, "data_dir: ''\n").expect("write");
+        let text = HostConfig::load(Some(&path), None)
+            .expect_err("an empty path")
+            .to_string();
+        assert!(
+            text.contains("cairn.yaml") && text.contains("data_dir: expected a directory"),
             "{text}"
         );
     }

@@ -106,7 +106,7 @@ impl PluginLog {
             Take::Taken { refused_before: 0 } => {}
             Take::Taken { refused_before } => report_dropped(plugin, refused_before),
         }
-        let line = truncate(line, self.line_max_bytes);
+        let line = one_line(truncate(line, self.line_max_bytes));
         match level {
             Level::Trace => tracing::trace!(target: "cairn::plugin", plugin, stream, "{line}"),
             Level::Debug => tracing::debug!(target: "cairn::plugin", plugin, stream, "{line}"),
@@ -125,6 +125,28 @@ impl Drop for PluginLog {
             report_dropped(&self.plugin, dropped);
         }
     }
+}
+
+/// `line` with its line breaks and other control characters written as escapes (`\n`,
+/// `\u{1b}`), so a plugin's line is one line of the host's log: a plugin logging text an
+/// outsider wrote (a webhook's comment) could otherwise start a line of its own there, one
+/// that reads as the host's (`… ERROR cairn::cli::run: …`; until 2026-12-02, found by an
+/// operator's test). Tabs stay.
+fn one_line(line: &str) -> std::borrow::Cow<'_, str> {
+    if !line.chars().any(|c| c.is_control() && c != '\t') {
+        return line.into();
+    }
+    let mut escaped = String::with_capacity(line.len() + 8);
+    for c in line.chars() {
+        match c {
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push('\t'),
+            c if c.is_control() => escaped.push_str(&c.escape_unicode().to_string()),
+            c => escaped.push(c),
+        }
+    }
+    escaped.into()
 }
 
 /// Say how many of a plugin's lines were dropped.
@@ -232,6 +254,19 @@ impl Drop for LineWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_line_break_in_a_plugins_line_is_written_as_an_escape() {
+        let forged = "reply: ok\n2026-12-02T06:30:00Z ERROR cairn::cli::run: buffer.db: damaged";
+        let written = one_line(forged);
+        assert!(!written.contains('\n'), "{written}");
+        assert!(written.contains("ok\\n2026"), "{written}");
+        assert_eq!(one_line("bell \u{7} and\ttab"), "bell \\u{7} and\ttab");
+        assert!(matches!(
+            one_line("plain"),
+            std::borrow::Cow::Borrowed("plain")
+        ));
+    }
 
     #[test]
     fn the_bucket_drops_lines_over_the_burst() {

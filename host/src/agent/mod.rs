@@ -518,11 +518,20 @@ impl Agent {
             match self.complete_unless_stopped(system, prompt, stop).await? {
                 Err(error) if error.is_transient() => {
                     failed += 1;
-                    // Failing again: is the provider down, or does it fail only this?
+                    // Failing again: is the provider down, or does it fail only this? A provider
+                    // that answers the probe is asked this once more, as it may have come back
+                    // between the two (an outage that ended then failed the batch, found by an
+                    // operator's test until 2026-12-02).
                     if failed >= 2 && error.may_be_the_requests_own() && self.answers_others().await
                     {
+                        let error = match self.complete_unless_stopped(system, prompt, stop).await?
+                        {
+                            Err(error) if error.is_transient() => error,
+                            answer => return Some(answer),
+                        };
                         tracing::warn!(
-                            "{work} fails alone: the LLM provider answers other requests but failed this one {failed} times ({error}); it is failed, not waited for, so later work goes on (`cairn buffer retry` asks again)"
+                            "{work} fails alone: the LLM provider answers other requests but failed this one {} times ({error}); it is failed, not waited for, so later work goes on (`cairn buffer retry` asks again)",
+                            failed + 1
                         );
                         return Some(Err(llm::LlmError::FailsAlone {
                             provider: self.llm.name().to_string(),

@@ -68,21 +68,21 @@ pub async fn run_host(config: HostConfig, plugins_dir: &Path) -> Result<()> {
     }
     warn_unread_variables(&config, &set);
     warn_of_short_llm_deadlines(&config, &set);
-    let fresh = !config.data_dir.exists();
-    std::fs::create_dir_all(&config.data_dir)
-        .with_context(|| format!("cannot create data dir {}", config.data_dir.display()))?;
-    let lock = lock::DataDirLock::acquire(&config.data_dir)?;
-    let (listener, console) = match prepare_to_serve(&config, &set, serves_webhooks).await {
-        Ok(bound) => bound,
-        Err(refusal) => {
-            // Refused before anything was stored: a data dir this run made goes again,
-            // lock file and all.
-            drop(lock);
-            if fresh {
-                let _ = std::fs::remove_dir_all(&config.data_dir);
-            }
-            return Err(refusal);
-        }
+    // A new data dir is made only once the ports are bound, so a refused start leaves none
+    // behind. (One made and then removed could be another host's by then: until 2026-12-02
+    // two hosts starting at once on a new data dir, the one refused a taken port removed the
+    // dir the other had begun to run on; found by an operator's test.) On a data dir that
+    // exists the lock is taken first, so a second host is told another runs there rather
+    // than that a port is taken.
+    let (_lock, (listener, console)) = if config.data_dir.exists() {
+        let lock = take_data_dir(&config.data_dir)?;
+        (
+            lock,
+            prepare_to_serve(&config, &set, serves_webhooks).await?,
+        )
+    } else {
+        let bound = prepare_to_serve(&config, &set, serves_webhooks).await?;
+        (take_data_dir(&config.data_dir)?, bound)
     };
     let stores = open_stores(&config, &set, plugins_dir)?;
     let (stop, stopping) = watch::channel(false);
@@ -619,6 +619,13 @@ async fn drain(mut workers: tokio::task::JoinSet<()>) {
             SHUTDOWN_DEADLINE.as_secs()
         );
     }
+}
+
+/// Make the data dir if it is missing and take its lock for the host's life.
+fn take_data_dir(data_dir: &Path) -> Result<lock::DataDirLock> {
+    std::fs::create_dir_all(data_dir)
+        .with_context(|| format!("cannot create data dir {}", data_dir.display()))?;
+    lock::DataDirLock::acquire(data_dir)
 }
 
 /// Check the memory backend and bind the webhook's and the console's ports (the webhook's

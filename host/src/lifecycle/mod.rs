@@ -128,6 +128,10 @@ const SUBSCRIBER: &str = "host.lifecycle";
 /// sessions they name; more unread than that, and it ends no session until it caught up.
 const UNREAD_LOOK: usize = 1000;
 
+/// How far past now a schedule's last recorded tick may lie before it is taken for the mark
+/// of a clock that was ahead (another host's clock may be a little ahead of this one's).
+const CLOCK_AHEAD_SLACK: chrono::TimeDelta = chrono::TimeDelta::minutes(1);
+
 impl Lifecycle {
     /// The lifecycle over `sessions` and `store`, announcing what happens on `journal`;
     /// `buffer` says which conversations still await an answer (their sessions stay open).
@@ -355,12 +359,10 @@ impl Lifecycle {
         mut stop: watch::Receiver<bool>,
     ) {
         let now = Utc::now();
-        let mut timetable = Timetable::new(schedules, |schedule| {
-            self.last_fired(&schedule.plugin, &schedule.name)
-                .ok()
-                .flatten()
-                .map_or(now, |last| last.max(now))
-        });
+        // Every schedule's ticks go on from now: one that fired since (another host of a
+        // shared database) is refused by its claim, and one recorded as fired later than
+        // now was recorded by a clock that was ahead (see `catch_up`).
+        let mut timetable = Timetable::new(schedules, |_| now);
         for entry in timetable.entries() {
             self.catch_up(entry, now).await;
         }
@@ -389,6 +391,17 @@ impl Lifecycle {
     async fn catch_up(&self, entry: &timetable::Entry, now: DateTime<Utc>) {
         let Schedule { plugin, name, cron } = &entry.schedule;
         match self.last_fired(plugin, name) {
+            Ok(Some(last)) if last > now + CLOCK_AHEAD_SLACK => {
+                // Until 2026-12-02 such a schedule stayed silent until the clock caught up,
+                // a day of nightly work skipped for a clock a day ahead (found by an
+                // operator's test).
+                tracing::warn!(
+                    plugin,
+                    schedule = name,
+                    "last fired at {last}, later than now ({now}): the clock was ahead, or went back; its ticks go on from now"
+                );
+                self.record_fired(plugin, name, now).await;
+            }
             Ok(Some(last)) => {
                 let Some(missed) = entry.missed(last, now) else {
                     return;

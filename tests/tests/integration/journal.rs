@@ -363,6 +363,33 @@ fn a_schedule_tick_missed_while_down_fires_once_at_start_unless_skipped() {
         missed, 1,
         "with `skip`, the second run's missed ticks fire nothing"
     );
+
+    // A tick recorded a day ahead (a clock that was ahead, then set right) is said and
+    // left behind: the schedule goes on from now, where it used to stay silent for the day.
+    let conn = rusqlite::Connection::open(data.path().join("host.db")).expect("host.db");
+    let day = 86_400_000i64;
+    conn.execute(
+        "UPDATE schedule_state SET last_fired_at = last_fired_at + ?1 WHERE plugin_id = 'counter'",
+        [day],
+    )
+    .expect("move ahead");
+    drop(conn);
+    let started = cairn::store::now_ms();
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    host.wait_for("the clock was ahead, or went back", LONG);
+    host.stop();
+    let conn = rusqlite::Connection::open(data.path().join("host.db")).expect("host.db");
+    let last: i64 = conn
+        .query_row(
+            "SELECT last_fired_at FROM schedule_state WHERE plugin_id = 'counter'",
+            [],
+            |r| r.get(0),
+        )
+        .expect("schedule state");
+    assert!(
+        last >= started && last < started + day / 2,
+        "recorded from now again: {last} (started {started})"
+    );
 }
 
 #[test]

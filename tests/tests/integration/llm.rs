@@ -587,6 +587,43 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
 }
 
 #[test]
+fn an_outage_that_ends_at_the_probe_delays_the_turn_and_never_fails_it() {
+    // Down until the host's one-word probe, which is the first request it answers: the
+    // turn's own request failed before the probe only because the provider was down.
+    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let back = up.clone();
+    let server = StubServer::answering(move |seen| {
+        if seen.body.contains("Answer with one word.") {
+            back.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        if back.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::openai_chat("back again")
+        } else {
+            Reply::status(503, "down")
+        }
+    });
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let data = tempfile::tempdir().expect("data");
+    let quick = [
+        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+    ];
+    let mut host = host_answered_by(&server, &plugins, data.path(), &quick);
+    host.type_line("are you there?");
+    // Until 2026-12-02 the answered probe failed the batch as one the provider fails alone
+    // (found by an operator's test).
+    host.wait_for("cairn> back again", Duration::from_secs(30));
+    let (_, log) = host.stop();
+    assert!(!log.contains("fails alone"), "{log}");
+    assert!(
+        up.load(std::sync::atomic::Ordering::SeqCst),
+        "the probe was asked"
+    );
+}
+
+#[test]
 fn a_batch_the_provider_fails_alone_is_failed_and_the_next_conversations_are_answered() {
     // A proxy answering 500 to one message's content, and everything else as usual.
     let server = StubServer::answering(|seen| {

@@ -701,6 +701,21 @@ fn a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace() {
         &["memory", "import", &path, "--data", &d],
         "memories.jsonl: line 1: ",
     );
+    // Bytes that are not UTF-8 are named by line and column, as a bad record is.
+    let mut bytes = b"{\"type\":\"entry\"}\n\n{\"content\": \"n".to_vec();
+    bytes.extend([0xE9, b't', b'e', b'"', b'}', b'\n']);
+    let latin1 = parent.path().join("latin1.jsonl");
+    std::fs::write(&latin1, bytes).expect("write");
+    refused(
+        &[
+            "memory",
+            "import",
+            &latin1.display().to_string(),
+            "--data",
+            &d,
+        ],
+        "latin1.jsonl: line 3: byte 0xE9 at column 15 is not UTF-8",
+    );
     assert!(
         !data.exists(),
         "no data dir, no memory.db: {:?}",

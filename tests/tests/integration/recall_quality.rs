@@ -610,6 +610,19 @@ fn a_search_says_when_the_embeddings_provider_fails_and_ranks_by_words() {
     );
     let hits: Vec<serde_json::Value> = serde_json::from_slice(&found.stdout).expect("json");
     assert_eq!(ids(&hits), ["mem_pet"], "found by its words all the same");
+
+    // A forced reindex asks the provider first: one that is away costs no vector.
+    assert!(cairn_local(data.path(), &["reindex"], &[]).status.success());
+    let forced = cairn_local(data.path(), &["reindex", "--force"], &away);
+    let refusal = String::from_utf8_lossy(&forced.stderr);
+    assert_eq!(forced.status.code(), Some(1), "{refusal}");
+    assert!(
+        refusal.contains("the embeddings provider does not answer, so the vectors are kept"),
+        "{refusal}"
+    );
+    let stats = cairn_local(data.path(), &["stats", "--json"], &[]);
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats json");
+    assert_eq!(stats["embedded"], 1, "{stats}");
 }
 
 #[test]

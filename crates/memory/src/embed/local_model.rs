@@ -34,14 +34,26 @@ pub fn default_models_dir() -> PathBuf {
     data_home.join("cairn").join("models")
 }
 
-/// The directory of the local model under `models_dir` (the default when empty).
+/// The directory of the local model under `models_dir` (the default when empty; a leading
+/// `~/` is the home directory, as the default is written in the docs and a shell would read
+/// it: until 2026-12-02 it was a directory named `~`, and the model "not installed" where it
+/// was).
 pub fn model_dir(models_dir: &Path) -> PathBuf {
     let root = if models_dir.as_os_str().is_empty() {
         default_models_dir()
     } else {
-        models_dir.to_path_buf()
+        in_home(models_dir)
     };
     root.join(MODEL_NAME)
+}
+
+/// `path` with a leading `~` (alone or before `/`) read as `$HOME`; as it is otherwise.
+fn in_home(path: &Path) -> PathBuf {
+    let home = std::env::var_os("HOME").filter(|home| !home.is_empty());
+    match (path.strip_prefix("~"), home) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path.to_path_buf(),
+    }
 }
 
 /// Whether every file of the model is in `dir` (not whether they are sound).
@@ -134,5 +146,32 @@ impl EmbeddingProvider for LocalModelEmbedder {
 
     fn embed_in_background(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbedError> {
         self.encode(texts, Urgency::Background)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_models_dir_under_the_home_directory_may_be_written_with_a_tilde() {
+        let Some(home) = std::env::var_os("HOME").filter(|h| !h.is_empty()) else {
+            return;
+        };
+        let home = PathBuf::from(home);
+        assert_eq!(
+            model_dir(Path::new("~/.local/share/cairn/models")),
+            home.join(".local/share/cairn/models").join(MODEL_NAME)
+        );
+        assert_eq!(model_dir(Path::new("~")), home.join(MODEL_NAME));
+        assert_eq!(
+            model_dir(Path::new("/srv/models")),
+            Path::new("/srv/models").join(MODEL_NAME)
+        );
+        assert_eq!(
+            model_dir(Path::new("~other/models")),
+            Path::new("~other/models").join(MODEL_NAME),
+            "another user's home is not guessed"
+        );
     }
 }

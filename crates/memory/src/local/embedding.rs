@@ -65,8 +65,13 @@ impl LocalMemory {
                     let Some(memory) = memory.upgrade() else {
                         return;
                     };
-                    match memory.embed_pending(|_| {}) {
-                        Ok(_) => backoff = Duration::from_secs(1),
+                    let mut progress = PassProgress::new();
+                    let pass = memory.embed_pending(|done| progress.after_batch(&memory, done));
+                    match pass {
+                        Ok(done) => {
+                            progress.finished(done);
+                            backoff = Duration::from_secs(1);
+                        }
                         Err(e) => {
                             tracing::warn!("background embedding failed (will retry): {e}");
                             backoff = (backoff * 2).min(Duration::from_secs(60));
@@ -161,6 +166,19 @@ impl LocalMemory {
             progress(done);
         }
         Ok(done)
+    }
+
+    /// Whether the embeddings provider answers, asked to embed one short text: a forced
+    /// reindex asks before it drops the vectors, so a provider that is down or failing costs
+    /// none of them (until 2026-12-02 it cost all of them; found by an operator's test).
+    pub fn check_embedder(&self) -> Result<(), MemoryError> {
+        let Some(embedder) = &self.embedder else {
+            return Ok(());
+        };
+        embedder
+            .embed(&["Is the embeddings provider there?".to_string()])
+            .map(|_| ())
+            .map_err(|e| MemoryError::Unavailable(e.to_string()))
     }
 
     /// Drop every stored vector so that the next embedding pass recomputes them all.
@@ -263,6 +281,54 @@ impl LocalMemory {
     }
 }
 
+/// How often a long background pass says how far it got.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
+
+/// What a background embedding pass says of itself. A pass that ends within
+/// [`PROGRESS_EVERY`] (a turn's episodes) says nothing; a long one (a model change
+/// re-embeds all of memory) logs how many it embedded of how many, and at what rate, every
+/// ten seconds, then when it is done (until 2026-12-02 only `cairn memory stats` showed it;
+/// found by an operator's test).
+struct PassProgress {
+    started: Instant,
+    reported: Option<Instant>,
+    /// The pass's whole work, counted at its first report.
+    total: Option<u64>,
+}
+
+impl PassProgress {
+    fn new() -> Self {
+        Self {
+            started: Instant::now(),
+            reported: None,
+            total: None,
+        }
+    }
+
+    /// A batch was stored: `done` embedded so far in this pass.
+    fn after_batch(&mut self, memory: &LocalMemory, done: u64) {
+        if self.reported.unwrap_or(self.started).elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        let total = *self
+            .total
+            .get_or_insert_with(|| done + memory.embedding_backlog().unwrap_or(0));
+        let rate = done as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        tracing::info!("embedding memories in the background: {done} of {total} ({rate:.0}/s)");
+        self.reported = Some(Instant::now());
+    }
+
+    /// The pass ended having embedded `done`.
+    fn finished(&self, done: u64) {
+        if self.reported.is_some() {
+            tracing::info!(
+                "embedded {done} memories in the background in {:.0} s",
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +339,25 @@ mod tests {
         let mut config = MemoryConfig::default();
         config.embeddings.provider = ProviderKind::Hash;
         LocalMemory::open(dir, config).expect("open memory")
+    }
+
+    #[test]
+    fn a_long_pass_counts_its_whole_work_at_its_first_report_and_a_short_one_says_nothing() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let memory = hashed_memory(dir.path());
+        for text in ["one thing", "another thing", "a third thing"] {
+            memory
+                .store_blocking(NewMemory::new(MemoryKind::Episode, text))
+                .expect("store");
+        }
+        let mut short = PassProgress::new();
+        short.after_batch(&memory, 1);
+        assert!(short.reported.is_none() && short.total.is_none());
+        let mut long = PassProgress::new();
+        long.started -= PROGRESS_EVERY;
+        long.after_batch(&memory, 2);
+        assert!(long.reported.is_some());
+        assert_eq!(long.total, Some(5), "the 2 done and the 3 still to embed");
     }
 
     #[test]

@@ -309,14 +309,17 @@ pub(super) fn export(memory: &LocalMemory, output: Option<&Path>, json: &bool) -
 /// so a refused import leaves nothing behind; `into_empty`: memory holds nothing yet, so
 /// an entry superseded by one the file lacks is refused here too.
 pub(super) fn read_import(file: &Path, into_empty: bool) -> Result<CheckedImport> {
-    let text = if file.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin()).map_err(|e| match e.kind() {
-            std::io::ErrorKind::InvalidData => BadInput(format!("-: stdin: {e}")).into(),
-            _ => anyhow::Error::new(e).context("cannot read stdin"),
-        })?
+    let (bytes, name) = if file.as_os_str() == "-" {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .map_err(|e| anyhow::Error::new(e).context("cannot read stdin"))?;
+        (bytes, "-: stdin".to_string())
     } else {
-        std::fs::read_to_string(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?
+        let bytes =
+            std::fs::read(file).map_err(|e| BadInput(format!("{}: {e}", file.display())))?;
+        (bytes, file.display().to_string())
     };
+    let text = utf8_text(bytes).map_err(|e| BadInput(format!("{name}: {e}")))?;
     let checked = CheckedImport::parse(&text).map_err(|e| import_failure(file, e))?;
     if into_empty {
         checked
@@ -324,6 +327,22 @@ pub(super) fn read_import(file: &Path, into_empty: bool) -> Result<CheckedImport
             .map_err(|e| import_failure(file, e))?;
     }
     Ok(checked)
+}
+
+/// An import's bytes as text, or where they stop being UTF-8: the line and column, as a
+/// bad record is named (until 2026-12-02 the error said only that the stream was not UTF-8,
+/// in a file of thousands of lines; found by an operator's test).
+fn utf8_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|e| {
+        let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
+        let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+        let column = valid.len() - line_start + 1;
+        let byte = e.as_bytes()[valid.len()];
+        format!(
+            "line {line}: byte 0x{byte:02X} at column {column} is not UTF-8: expected UTF-8 text"
+        )
+    })
 }
 
 /// `cairn memory import`: write `checked` (see [`read_import`]), reporting what was added.
@@ -419,6 +438,9 @@ pub(super) fn reindex(
         return Err(BadInput(format!("there is nothing to index with: {why}")).into());
     }
     if *force {
+        memory.check_embedder().map_err(|e| {
+            anyhow::anyhow!("the embeddings provider does not answer, so the vectors are kept: {e}")
+        })?;
         memory.clear_vectors().map_err(memory_failure)?;
     }
     let total = memory.embedding_backlog().map_err(memory_failure)?;
