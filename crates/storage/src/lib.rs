@@ -430,13 +430,42 @@ fn refuse_emptied(path: &Path) -> Result<(), StorageError> {
             path: path.to_path_buf(),
         });
     }
-    if is_emptied(path) {
+    if is_emptied(path) && !filled_while_new(path) {
         return Err(StorageError::Damaged {
             path: path.to_path_buf(),
             detail: "the file is empty".to_string(),
         });
     }
     Ok(())
+}
+
+/// How long an empty database file made a moment ago is waited for: another process is
+/// creating it (its first write follows within milliseconds).
+const NEW_FILE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether an empty database file is one another process has just made and now writes:
+/// made less than [`NEW_FILE_WAIT`] ago, and written within that time. (Until 2026-12-02 a
+/// command started beside another on a new data dir could find the file the other had
+/// just made, and refuse it as emptied; found by an operator's test.)
+fn filled_while_new(path: &Path) -> bool {
+    let age = |path: &Path| {
+        std::fs::metadata(path)
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|at| at.elapsed().ok())
+    };
+    let Some(made) = age(path) else {
+        return false;
+    };
+    let mut waited = made;
+    while waited < NEW_FILE_WAIT {
+        if !is_emptied(path) {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        waited += std::time::Duration::from_millis(20);
+    }
+    !is_emptied(path)
 }
 
 /// Whether `path` is an empty file with no write-ahead log content beside it.
@@ -597,7 +626,21 @@ fn migrate(
             message: e.to_string(),
         }
     };
-    let tx = conn.transaction().map_err(fail(current + 1))?;
+    // Another process may be migrating the same new file (a `cairn send` beside a host
+    // starting on a new data dir): the write lock is taken first and the version read again
+    // under it, so one of them applies the scripts and the other finds them applied (until
+    // 2026-12-02 both ran them and one failed, `table batches already exists`).
+    let tx = conn
+        .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+        .map_err(fail(current + 1))?;
+    let current: usize = tx
+        .pragma_query_value(None, "user_version", |row| row.get::<_, i64>(0))
+        .map_err(fail(current + 1))?
+        .try_into()
+        .unwrap_or(0);
+    if current >= known {
+        return Ok(());
+    }
     for (index, script) in migrations.scripts.iter().enumerate().skip(current) {
         tx.execute_batch(script).map_err(fail(index + 1))?;
     }

@@ -180,14 +180,15 @@ impl Guest for Webhook {
             LogLevel::Info,
             &format!("webhook: reply to {}: {text}", message.conversation),
         );
-        // The kept copy is bookkeeping: a full quota must not fail the reply itself (a store
-        // that is away still does, and the host waits for it).
+        // The kept copy is bookkeeping: a full quota, or a conversation too long for a kv key,
+        // must not fail the reply itself (a store that is away still does, and the host
+        // waits for it).
         match kv::set(
             &format!("reply:{}", message.conversation),
             message.payload.as_bytes(),
         ) {
             Ok(()) => {}
-            Err(Error::Denied(reason)) => log::log(
+            Err(Error::Denied(reason) | Error::InvalidInput(reason)) => log::log(
                 LogLevel::Warn,
                 &format!(
                     "webhook: the reply to {} is not kept: {reason}",

@@ -1196,6 +1196,34 @@ fn a_slow_github_api_gets_each_reply_once() {
 }
 
 #[test]
+fn a_conversation_too_long_for_a_kv_key_does_not_fail_the_webhooks_replies() {
+    let dir = PluginDir::new();
+    dir.bundled("webhook");
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &fast_env());
+    // 509 bytes: a conversation the buffer takes, whose `reply:` key is over 512.
+    let conversation = format!("o/{}#1", "r".repeat(505));
+    let d = data.path().display().to_string();
+    let sent = cairn_tests::cairn(&[
+        "send",
+        "--channel",
+        "webhook",
+        "--conversation",
+        &conversation,
+        "--data",
+        &d,
+        "hi",
+    ]);
+    assert!(sent.status.success(), "{sent:?}");
+    wait_until_settled(&mut host, data.path());
+    let (_, log) = host.stop();
+    // Until 2026-12-02 the reply failed, and every retry alike (found by an operator's test).
+    assert!(log.contains("is not kept: key:"), "{log}");
+    let batches = &status_json(data.path())["buffer"]["batches"];
+    assert_eq!(batches["main/done"], 1, "{batches}");
+}
+
+#[test]
 fn a_full_kv_quota_does_not_fail_the_webhooks_replies() {
     let dir = PluginDir::new();
     dir.bundled_with("webhook", |manifest| {

@@ -205,8 +205,65 @@ fn a_memory_command_refuses_a_damaged_database_without_folding_its_log_into_it()
     }
 }
 
-/// Import ana's notes numbered `range` into `data` with `cairn memory import`.
-fn import_notes(data: &Path, range: std::ops::Range<usize>) {
+#[test]
+fn commands_started_together_on_a_new_data_dir_all_succeed() {
+    // Until 2026-12-02 the second of two commands creating a database at once found the file
+    // the first had just made and refused it as emptied, or ran the migrations beside it and
+    // failed (`table entries already exists`); found by an operator's test.
+    let parent = tempfile::tempdir().expect("parent");
+    let data = parent.path().join("fresh");
+    std::fs::create_dir(&data).expect("an empty data dir");
+    let d = data.display().to_string();
+    let files: Vec<String> = (0..4)
+        .map(|n| {
+            let file = parent.path().join(format!("part{n}.jsonl"));
+            std::fs::write(&file, notes(n * 50..(n + 1) * 50)).expect("write");
+            file.display().to_string()
+        })
+        .collect();
+    let mut children: Vec<std::process::Child> = files
+        .iter()
+        .map(|file| {
+            std::process::Command::new(cairn_tests::cairn_bin())
+                .args(["memory", "import", file, "--data", &d])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    children.push(
+        std::process::Command::new(cairn_tests::cairn_bin())
+            .args([
+                "send",
+                "--channel",
+                "cli",
+                "--conversation",
+                "c",
+                "--data",
+                &d,
+                "hi",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    for child in children {
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let stats = cairn(&["memory", "stats", "--json", "--data", &d]);
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats json");
+    assert_eq!(stats["live_by_kind"]["episode"], 200, "{stats}");
+}
+
+/// An export of ana's notes numbered `range`, as JSONL.
+fn notes(range: std::ops::Range<usize>) -> String {
     let mut export = String::new();
     for i in range {
         let mut memory = cairn::memory::NewMemory::new(
@@ -219,6 +276,12 @@ fn import_notes(data: &Path, range: std::ops::Range<usize>) {
         export.push_str(&serde_json::to_string(&line).expect("json"));
         export.push('\n');
     }
+    export
+}
+
+/// Import ana's notes numbered `range` into `data` with `cairn memory import`.
+fn import_notes(data: &Path, range: std::ops::Range<usize>) {
+    let export = notes(range);
     let file = data.join("export.jsonl");
     std::fs::write(&file, export).expect("write the export");
     let (file, data) = (file.display().to_string(), data.display().to_string());

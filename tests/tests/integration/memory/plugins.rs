@@ -315,6 +315,31 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
     };
     let found = with_backend(&["memory", "search", "boat moored pier"]);
     assert!(mentions(&found, "/entry/content", "pier seven"), "{found}");
+    // Filters the plugin's query cannot carry are applied to what it answers: a span that
+    // ended before today, or a category nothing is in, finds nothing (until 2026-12-02
+    // they were left out without a word; found by an operator's test).
+    for filter in [
+        &["--until", "2026-01-01"][..],
+        &["--category", "nonexistent"][..],
+    ] {
+        let mut args = vec!["memory", "search", "boat moored pier"];
+        args.extend_from_slice(filter);
+        let filtered = with_backend(&args);
+        assert_eq!(
+            filtered.as_array().map(Vec::len),
+            Some(0),
+            "{filter:?}: {filtered}"
+        );
+    }
+    let listed = with_backend(&[
+        "memory",
+        "list",
+        "--user",
+        "alice",
+        "--category",
+        "nonexistent",
+    ]);
+    assert_eq!(listed.as_array().map(Vec::len), Some(0), "{listed}");
     let listed = with_backend(&["memory", "list", "--user", "alice"]);
     assert!(mentions(&listed, "/content", "green tea"), "{listed}");
     let stats = with_backend(&["memory", "stats"]);
