@@ -440,11 +440,7 @@ fn hash_v1_terms(text: &str) -> Vec<String> {
         "was", "we", "were", "what", "when", "where", "which", "who", "why", "will", "with", "you",
         "your",
     ];
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
-        .collect()
+    super::recall::words_without(text, STOPWORDS)
 }
 
 #[cfg(test)]

@@ -297,10 +297,15 @@ const STOPWORDS: &[&str] = &[
 
 /// The words of `text`: lower-case runs of letters and digits, without stop words.
 pub fn terms(text: &str) -> Vec<String> {
+    words_without(text, STOPWORDS)
+}
+
+/// The lower-case runs of letters and digits of `text` that are not in `stopwords`.
+pub(crate) fn words_without(text: &str, stopwords: &[&str]) -> Vec<String> {
     text.split(|c: char| !c.is_alphanumeric())
         .filter(|w| !w.is_empty())
         .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
+        .filter(|w| !stopwords.contains(&w.as_str()))
         .collect()
 }
 

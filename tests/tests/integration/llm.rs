@@ -88,6 +88,13 @@ const OUTAGE_SETTINGS: [(&str, &str); 4] = [
     ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
 ];
 
+/// Quick retries, so a provider's failures are seen within a second.
+const QUICK_RETRIES: [(&str, &str); 3] = [
+    ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
+    ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
+    ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
+];
+
 /// A host on `plugins` and `data` whose provider (`down`) answers 503, with
 /// [`OUTAGE_SETTINGS`] and `extra`, asked `question`: returned once the batch waits for the
 /// provider.
@@ -537,12 +544,7 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let data = tempfile::tempdir().expect("data");
-    let quick_retries = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-    ];
-    let mut host = host_answered_by(&server, &plugins, data.path(), &quick_retries);
+    let mut host = host_answered_by(&server, &plugins, data.path(), &QUICK_RETRIES);
     host.type_line("where is the boat?");
     host.wait_for(
         "batch 1 waits for the LLM provider",
@@ -561,7 +563,7 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
     // without waiting out its 30 s claim lease), and the next start answers it.
     let down = StubServer::start(vec![Reply::status(503, "down")]);
     let data = tempfile::tempdir().expect("data");
-    let mut host = host_answered_by(&down, &plugins, data.path(), &quick_retries);
+    let mut host = host_answered_by(&down, &plugins, data.path(), &QUICK_RETRIES);
     host.type_line("is anyone there?");
     host.wait_for(
         "batch 1 waits for the LLM provider",
@@ -578,7 +580,7 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
         "{log}"
     );
     let up = StubServer::start(vec![Reply::openai_chat("Yes, here now.")]);
-    let mut host = host_answered_by(&up, &plugins, data.path(), &quick_retries);
+    let mut host = host_answered_by(&up, &plugins, data.path(), &QUICK_RETRIES);
     host.wait_for("cairn> Yes, here now.", Duration::from_secs(30));
     let (status, log) = host.stop();
     assert!(status.success(), "{log}");
@@ -590,13 +592,14 @@ fn a_turn_waits_out_a_provider_outage_and_a_stop_leaves_it_for_the_next_start() 
 fn an_outage_that_ends_at_the_probe_delays_the_turn_and_never_fails_it() {
     // Down until the host's one-word probe, which is the first request it answers: the
     // turn's own request failed before the probe only because the provider was down.
-    let up = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let up = Arc::new(AtomicBool::new(false));
     let back = up.clone();
     let server = StubServer::answering(move |seen| {
         if seen.body.contains("Answer with one word.") {
-            back.store(true, std::sync::atomic::Ordering::SeqCst);
+            back.store(true, Ordering::SeqCst);
         }
-        if back.load(std::sync::atomic::Ordering::SeqCst) {
+        if back.load(Ordering::SeqCst) {
             Reply::openai_chat("back again")
         } else {
             Reply::status(503, "down")
@@ -605,22 +608,14 @@ fn an_outage_that_ends_at_the_probe_delays_the_turn_and_never_fails_it() {
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let data = tempfile::tempdir().expect("data");
-    let quick = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-    ];
-    let mut host = host_answered_by(&server, &plugins, data.path(), &quick);
+    let mut host = host_answered_by(&server, &plugins, data.path(), &QUICK_RETRIES);
     host.type_line("are you there?");
     // Until 2026-12-02 the answered probe failed the batch as one the provider fails alone
     // (found by an operator's test).
     host.wait_for("cairn> back again", Duration::from_secs(30));
     let (_, log) = host.stop();
     assert!(!log.contains("fails alone"), "{log}");
-    assert!(
-        up.load(std::sync::atomic::Ordering::SeqCst),
-        "the probe was asked"
-    );
+    assert!(up.load(Ordering::SeqCst), "the probe was asked");
 }
 
 #[test]
@@ -636,12 +631,7 @@ fn a_batch_the_provider_fails_alone_is_failed_and_the_next_conversations_are_ans
     let plugins = PluginDir::new();
     plugins.bundled("cli");
     let data = tempfile::tempdir().expect("data");
-    let quick = [
-        ("CAIRN_AGENT_LLM_MAX_RETRIES", "1"),
-        ("CAIRN_AGENT_LLM_BACKOFF_INITIAL_MS", "20"),
-        ("CAIRN_AGENT_LLM_BACKOFF_MAX_MS", "50"),
-    ];
-    let mut host = host_answered_by(&server, &plugins, data.path(), &quick);
+    let mut host = host_answered_by(&server, &plugins, data.path(), &QUICK_RETRIES);
     host.type_line("poison pill");
     host.wait_for("fails alone", Duration::from_secs(30));
     // Another conversation (this one's history holds the poison) is answered.
@@ -674,7 +664,7 @@ fn a_batch_the_provider_fails_alone_is_failed_and_the_next_conversations_are_ans
     // A provider that is down fails every request: that is an outage, waited out.
     let down = StubServer::start(vec![Reply::status(503, "down")]);
     let data = tempfile::tempdir().expect("data");
-    let mut host = host_answered_by(&down, &plugins, data.path(), &quick);
+    let mut host = host_answered_by(&down, &plugins, data.path(), &QUICK_RETRIES);
     host.type_line("is anyone there?");
     host.wait_until(Duration::from_secs(30), "a probe of the provider", |_| {
         down.seen()
