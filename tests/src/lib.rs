@@ -462,6 +462,13 @@ impl Drop for Host {
 
 /// Run the `cairn` binary to completion with the test environment.
 pub fn cairn(args: &[&str]) -> std::process::Output {
+    cairn_command(args).output().expect("run cairn")
+}
+
+/// The `cairn` command [`cairn`] runs, for a test that starts several at once: the tests'
+/// settings, stdin closed, and on a PostgreSQL run the storage of the data dir `--data`
+/// names.
+pub fn cairn_command(args: &[&str]) -> Command {
     let mut command = Command::new(cairn_bin());
     command.args(args).stdin(Stdio::null());
     for (key, value) in test_env() {
@@ -474,7 +481,7 @@ pub fn cairn(args: &[&str]) -> std::process::Output {
     if let Some(data) = data {
         command.envs(storage::env_for(data));
     }
-    command.output().expect("run cairn")
+    command
 }
 
 /// Run the `cairn` binary with `args`, asserting it succeeded (its stderr otherwise).

@@ -400,15 +400,43 @@ fn verify_file(path: &Path) -> Result<(), StorageError> {
     let checked = check_integrity(&conn, path).and_then(|()| check_not_newer(&conn, path, file));
     drop(conn);
     // A read-only look at a WAL database leaves an empty log and a shared-memory index
-    // beside it: a check writes nothing, so what it made goes again (a store that opens
-    // the file makes its own).
-    if !had_wal && std::fs::metadata(&wal).is_ok_and(|m| m.len() == 0) {
-        let _ = std::fs::remove_file(&wal);
-    }
-    if !had_shm {
-        let _ = std::fs::remove_file(&shm);
+    // beside it, which another process may have opened since: only SQLite, under its
+    // locks, can tell whether anyone still uses them.
+    let made = (!had_wal && wal.exists()) || (!had_shm && shm.exists());
+    match &checked {
+        Ok(()) if made => tidy_after_check(path),
+        Ok(()) => {}
+        Err(_) => remove_made_by_check(&wal, had_wal, &shm, had_shm),
     }
     checked
+}
+
+/// Let SQLite remove the log and index a check left beside a sound database: a connection
+/// that can write deletes both as it closes if it is the file's last (folding an empty log
+/// changes nothing), and leaves them to whoever else has the file open. (Until 2026-12-02
+/// the check deleted them itself, and a process that opened the database meanwhile lost
+/// its index: its commits vanished under the next writer's; found in CI, four imports and
+/// a send starting together on a new data dir.)
+fn tidy_after_check(path: &Path) {
+    if let Ok(conn) = Connection::open(path) {
+        let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
+        // The log is opened at a connection's first read, and closed (so deleted) only if
+        // it was opened.
+        let _ = conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()));
+        drop(conn);
+    }
+}
+
+/// Remove the empty log and the index a check made beside a damaged database it refuses:
+/// the refusal changes nothing, and a database refused as damaged has no other user to
+/// share them with.
+fn remove_made_by_check(wal: &Path, had_wal: bool, shm: &Path, had_shm: bool) {
+    if !had_wal && std::fs::metadata(wal).is_ok_and(|m| m.len() == 0) {
+        let _ = std::fs::remove_file(wal);
+    }
+    if !had_shm {
+        let _ = std::fs::remove_file(shm);
+    }
 }
 
 /// The database files this process checked already: each is checked once, whichever

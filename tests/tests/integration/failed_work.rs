@@ -34,6 +34,9 @@ fn host_with_webhook_answered_by(server: &StubServer, plugins: &Path, data: &Pat
         ("CAIRN_AGENT_LLM_BASE_URL", base_url.as_str()),
         ("CAIRN_WEBHOOK_SECRET", "failed-work-secret"),
         ("GITHUB_TOKEN", "token-for-tests"),
+        // On shared storage a killed host's claims lapse only with their lease: the next
+        // host takes over in seconds, not the default half-minute.
+        ("CAIRN_BUFFER_CLAIM_LEASE_MS", "1500"),
     ];
     let mut host = Host::start(plugins, data, &env);
     host.wait_for("cairn is running", Duration::from_secs(60));

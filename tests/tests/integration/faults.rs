@@ -222,8 +222,7 @@ fn commands_started_together_on_a_new_data_dir_all_succeed() {
     let mut children: Vec<std::process::Child> = files
         .iter()
         .map(|file| {
-            std::process::Command::new(cairn_tests::cairn_bin())
-                .args(["memory", "import", file, "--data", &d])
+            cairn_tests::cairn_command(&["memory", "import", file, "--data", &d])
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -231,21 +230,20 @@ fn commands_started_together_on_a_new_data_dir_all_succeed() {
         })
         .collect();
     children.push(
-        std::process::Command::new(cairn_tests::cairn_bin())
-            .args([
-                "send",
-                "--channel",
-                "cli",
-                "--conversation",
-                "c",
-                "--data",
-                &d,
-                "hi",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn"),
+        cairn_tests::cairn_command(&[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "--data",
+            &d,
+            "hi",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn"),
     );
     for child in children {
         let out = child.wait_with_output().expect("wait");
