@@ -132,7 +132,11 @@ pub async fn serve(
         .route("/", axum::routing::get(page))
         .route("/api/snapshot", axum::routing::get(snapshot_json))
         .route("/metrics", axum::routing::get(prometheus_text))
-        .route_layer(middleware::from_fn_with_state(
+        // Every path, not only the console's own: a path it does not serve answers 401
+        // without the token, and 404 only with it, so a stranger learns nothing of which
+        // paths there are (until 2026-12-02 they got 404 for those; found by an operator's
+        // test).
+        .layer(middleware::from_fn_with_state(
             served.clone(),
             require_token,
         ))

@@ -199,6 +199,15 @@ fn metrics_are_prometheus_text_and_a_console_beyond_loopback_needs_its_token() {
         .call()
         .expect("answer");
     assert_eq!(wrong.status(), 401);
+    let elsewhere = format!("http://127.0.0.1:{port}/admin");
+    let anonymous = client.get(&elsewhere).call().expect("answer");
+    assert_eq!(anonymous.status(), 401, "a path it does not serve");
+    let known = client
+        .get(&elsewhere)
+        .header("Authorization", "Bearer open-sesame")
+        .call()
+        .expect("answer");
+    assert_eq!(known.status(), 404);
     // The sampler reads the journal and the plugins' status at different moments: poll until
     // one scrape shows the fault and the dead letter.
     let expected = [

@@ -105,6 +105,18 @@ fn an_emit_flood_is_rate_limited_and_an_emit_loop_stops_at_the_chain_limit() {
         journal_json(data.path(), "flood.tick").len() as u64,
         emitted
     );
+    // Every refusal is counted in the log, those after the plugin's last emit when it
+    // stops (until 2026-12-02 a flood ending in refusals was never counted).
+    let counted: u64 = log
+        .lines()
+        .filter_map(|line| {
+            line.split("plugin emits over limits.emits_per_sec: ")
+                .nth(1)
+        })
+        .filter_map(|rest| rest.split_once(" refused"))
+        .map(|(count, _)| count.parse::<u64>().expect("a count of refused emits"))
+        .sum();
+    assert_eq!(counted, refused, "{log}");
 
     // The rally: depths 1 to 8 journaled, the ninth refused (journal.max_chain_depth 8).
     let mut depths: Vec<u64> = ["ping.ball", "pong.ball"]

@@ -45,7 +45,6 @@ use super::manifest::{
 };
 use super::ports::{EventLog, Inbox, Interrupt, StopRequest};
 use crate::llm_gate::{LlmBudget, LlmGate};
-use crate::rate::TokenBucket;
 use crate::write_gate::{WriteGate, WriteKind};
 use cairn_memory::ListFilter;
 use cairn_memory::{MemoryEntry, MemoryError, MemoryService, RecallQuery, Scope};
@@ -53,6 +52,7 @@ use cairn_vocab::buffer::NewMessage;
 use cairn_vocab::event::NewEvent;
 use cairn_vocab::session::SessionState;
 use http::{Egress, EgressHooks};
+use journal::EmitRate;
 pub use limits::MemoryLimiter;
 
 /// Host services shared by every plugin of a host, behind the `cairn:plugin` imports.
@@ -96,7 +96,7 @@ pub struct Grants {
     /// `events.emits`.
     pub emits: BTreeSet<String>,
     /// `limits.emits_per_sec`: what is left of it now, shared by every instance.
-    pub emit_rate: Arc<TokenBucket>,
+    pub emit_rate: Arc<EmitRate>,
     /// `limits.kv_bytes`.
     pub kv_bytes: u64,
 }
@@ -123,8 +123,8 @@ impl Grants {
             lifecycle: manifest.capabilities.lifecycle,
             stdio: manifest.capabilities.stdio,
             emits: manifest.events.emits.iter().cloned().collect(),
-            emit_rate: Arc::new(TokenBucket::new(
-                manifest.limits.emits_per_sec,
+            emit_rate: Arc::new(EmitRate::new(
+                manifest.id.as_str().into(),
                 manifest.limits.emits_per_sec,
             )),
             kv_bytes: manifest.limits.kv_bytes,

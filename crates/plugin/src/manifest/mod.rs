@@ -492,6 +492,23 @@ mod tests {
     }
 
     #[test]
+    fn a_required_field_of_the_wrong_value_is_not_also_reported_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: alpha\nversion: 0.1.0\nkind: handlr\ncomponent: a.wasm\napi: [1]\n";
+        let path = write_manifest(dir.path(), "p.yaml", body);
+        let errors = load_file(&path).expect_err("a bad kind and api");
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(
+            errors[0].message.contains("unknown variant `handlr`"),
+            "{errors:?}"
+        );
+        assert!(
+            errors[1].field.starts_with("api") && errors[1].message.contains("invalid type"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
     fn unknown_keys_name_the_field() {
         let dir = tempfile::tempdir().expect("tempdir");
         let body = format!("{GOOD}capabilities:\n  files:\n    - name: notes\n      mod: rw\n");
