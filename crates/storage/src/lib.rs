@@ -414,9 +414,9 @@ fn verify_file(path: &Path) -> Result<(), StorageError> {
 /// Let SQLite remove the log and index a check left beside a sound database: a connection
 /// that can write deletes both as it closes if it is the file's last (folding an empty log
 /// changes nothing), and leaves them to whoever else has the file open. (Until 2026-12-02
-/// the check deleted them itself, and a process that opened the database meanwhile lost
-/// its index: its commits vanished under the next writer's; found in CI, four imports and
-/// a send starting together on a new data dir.)
+/// the check deleted them itself, so a process that opened the database meanwhile could
+/// lose its index and its commits with it; seen in the code while looking into a CI failure
+/// of commands started together on a new data dir, not observed as a loss.)
 fn tidy_after_check(path: &Path) {
     if let Ok(conn) = Connection::open(path) {
         let _ = conn.busy_timeout(std::time::Duration::from_secs(5));
