@@ -138,6 +138,8 @@ impl Shared {
 /// The writer's side of the checkpointer; the thread ends when it is dropped.
 pub(crate) struct Checkpointer {
     shared: Arc<Shared>,
+    /// Joined on drop: see [`crate::writer::join_unless_current`].
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Checkpointer {
@@ -145,10 +147,13 @@ impl Checkpointer {
     pub(crate) fn spawn(name: String, path: PathBuf) -> std::io::Result<Self> {
         let shared = Arc::new(Shared::default());
         let thread = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(name)
             .spawn(move || run(&path, &thread))?;
-        Ok(Self { shared })
+        Ok(Self {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     /// Have SQLite tell the checkpointer of every commit on `writer` and the WAL's size
@@ -189,6 +194,7 @@ impl Drop for Checkpointer {
     fn drop(&mut self) {
         self.shared.signals().closed = true;
         self.shared.changed.notify_one();
+        crate::writer::join_unless_current(self.thread.take());
     }
 }
 
@@ -380,6 +386,7 @@ mod tests {
         reader.execute_batch("COMMIT").expect("end the read");
         let checkpointer = Checkpointer {
             shared: Arc::default(),
+            thread: None,
         };
         checkpointer.shared.finish.store(true, Ordering::Release);
         checkpointer.finish_if_asked(&writer);

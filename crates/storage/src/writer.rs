@@ -17,6 +17,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll};
+use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
@@ -132,13 +133,29 @@ impl Drop for StopOnExit {
     }
 }
 
-/// One handle's share: the last one dropped lets the writer thread end.
-struct Handle(Arc<Shared>);
+/// One handle's share: the last one dropped lets the writer thread end, and waits for it.
+struct Handle(Arc<Shared>, Mutex<Option<JoinHandle<()>>>);
 
 impl Drop for Handle {
     fn drop(&mut self) {
         self.0.queue().closed = true;
         self.0.arrived.notify_all();
+        let thread = self.1.get_mut().unwrap_or_else(PoisonError::into_inner);
+        join_unless_current(thread.take());
+    }
+}
+
+/// Wait for a store's thread to end, unless it is the thread asking. A store's threads
+/// close their connections as they end; the last connection to close deletes the
+/// database's `-wal` and `-shm`, one after the other, so a process that exits while a
+/// thread of its own is between the two leaves a `-wal` with no `-shm` behind (seen after
+/// clean stops of `cairn run`).
+pub(crate) fn join_unless_current(thread: Option<JoinHandle<()>>) {
+    if let Some(thread) = thread
+        && thread.thread().id() != std::thread::current().id()
+    {
+        // A thread that panicked has ended all the same.
+        let _ = thread.join();
     }
 }
 
@@ -158,9 +175,14 @@ impl GroupWriter {
     ) -> std::io::Result<Self> {
         let writer = Self::unserved(conn, checkpoints);
         let serving = StopOnExit(writer.handle.0.clone());
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || serving.0.serve())?;
+        *writer
+            .handle
+            .1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(thread);
         Ok(writer)
     }
 
@@ -173,7 +195,7 @@ impl GroupWriter {
             checkpoints,
         });
         Self {
-            handle: Arc::new(Handle(shared)),
+            handle: Arc::new(Handle(shared, Mutex::new(None))),
         }
     }
 

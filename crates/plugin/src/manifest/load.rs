@@ -219,7 +219,7 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
         Err(e) => {
             let error = e.to_string();
             add_parse_error(&error, &mut problems);
-            report_further_parse_errors(document, &error, &mut problems);
+            report_further_parse_errors(document, &error, component, &mut problems);
             return Err(problems.errors);
         }
     };
@@ -290,23 +290,29 @@ const FURTHER_PARSE_ERRORS: usize = 32;
 /// mended in `document` — an unknown field or a value of the wrong type taken out, a missing
 /// field given a stand-in — and the rest parsed again, so a person fixing a file sees every
 /// problem in one check. (Their messages come without a line: the parse of what is left has
-/// none.) Stand-ins are never checked further: a file with parse errors is refused whole.
+/// none.) Once what is left parses, it is validated too (ranges, ids, the component file,
+/// dependencies), and every problem is reported but those of the mended fields and of the
+/// checks that read a stand-in: a file with parse errors is still refused whole.
 fn report_further_parse_errors(
     mut document: serde_yaml::Value,
     first: &str,
+    component: ComponentFile,
     problems: &mut Problems<'_>,
 ) {
     let (mut path, mut message) = split_serde_error(first);
     // serde_yaml names the mapping holding an unknown field; serde_path_to_error, used
     // from then on, the field itself.
     let mut unknown_at_field = false;
+    let mut mended = Vec::new();
     for _ in 0..FURTHER_PARSE_ERRORS {
-        if !mend(&mut document, &path, &message, unknown_at_field) {
+        let Some(mend) = mend(&mut document, &path, &message, unknown_at_field) else {
             return;
-        }
+        };
+        mended.push(mend);
         unknown_at_field = true;
-        let Err(next) = serde_path_to_error::deserialize::<_, RawManifest>(document.clone()) else {
-            return;
+        let next = match serde_path_to_error::deserialize::<_, RawManifest>(document.clone()) {
+            Ok(raw) => return report_validation_past_mends(raw, &mended, component, problems),
+            Err(next) => next,
         };
         message = next.inner().to_string();
         path = next.path().to_string();
@@ -327,27 +333,87 @@ fn report_further_parse_errors(
     }
 }
 
+/// A field mended to parse past its problem: its path, and whether it was given a stand-in
+/// (else it was taken out, and its default applies).
+struct Mended {
+    path: String,
+    stand_in: bool,
+}
+
+/// The problems validation finds in a manifest parsed after `mended`, but those about a
+/// mended field (its problem was reported already) and those a stand-in value caused.
+fn report_validation_past_mends(
+    raw: RawManifest,
+    mended: &[Mended],
+    component: ComponentFile,
+    problems: &mut Problems<'_>,
+) {
+    let mut further = Problems {
+        file: problems.file,
+        errors: Vec::new(),
+    };
+    validate(raw, &mut further, component);
+    let stood_in = |name: &str| mended.iter().any(|m| m.stand_in && m.path == name);
+    for error in further.errors {
+        let field = error.field.as_str();
+        let about_mended = mended.iter().any(|m| within(field, &m.path));
+        // The checks that compare the kind or the id with other fields.
+        let reads_kind = KIND_CHECKED.contains(&field);
+        let reads_id = field.starts_with("schedule[") && !field.contains('.')
+            || field.starts_with("depends_on[") && field.ends_with(".id");
+        if !(about_mended || stood_in("kind") && reads_kind || stood_in("id") && reads_id) {
+            problems.errors.push(error);
+        }
+    }
+}
+
+/// The fields whose check depends on the plugin's kind (see `validate_events` and
+/// `validate_capabilities`).
+const KIND_CHECKED: [&str; 5] = [
+    "events.subscribes",
+    "schedule",
+    "channel",
+    "capabilities.stdio",
+    "capabilities.memory",
+];
+
+/// Whether `field` is `path` or lies inside it (`limits` holds `limits.timeout_ms`, and
+/// `schedule[0]` holds `schedule[0].cron`).
+fn within(field: &str, path: &str) -> bool {
+    field
+        .strip_prefix(path)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('.') || rest.starts_with('['))
+}
+
 /// Mend `document` past the parse error `message` at `path` (see
-/// [`report_further_parse_errors`]); whether it could.
+/// [`report_further_parse_errors`]): the field mended, if it could be.
 fn mend(
     document: &mut serde_yaml::Value,
     path: &str,
     message: &str,
     unknown_at_field: bool,
-) -> bool {
+) -> Option<Mended> {
+    let joined = |mapping: &str, key: &str| match mapping {
+        "" => key.to_string(),
+        _ => format!("{mapping}.{key}"),
+    };
     if let Some(key) = unknown_field(message) {
         let mapping = match path.rsplit_once('.') {
             _ if !unknown_at_field => path,
             Some((parent, _)) => parent,
             None => "",
         };
-        return remove_key(document, mapping, key);
+        return remove_key(document, mapping, key).then(|| Mended {
+            path: joined(mapping, key),
+            stand_in: false,
+        });
     }
     if let Some(key) = missing_field(message) {
-        let Some(stand_in) = stand_in(key) else {
-            return false;
-        };
-        return insert_key(document, path, key, stand_in.into());
+        let value = stand_in(key)?;
+        return insert_key(document, path, key, value.into()).then(|| Mended {
+            path: joined(path, key),
+            stand_in: true,
+        });
     }
     let wrong = [
         "invalid type",
@@ -360,12 +426,16 @@ fn mend(
         // A required field's wrong value gives way to a stand-in: taken out, it would be
         // reported missing next, though it is there (until 2026-12-02 `kind: handlr` read
         // as an unknown variant and then as a missing `kind`; found by an operator's test).
-        return match stand_in(key) {
-            Some(stand_in) => insert_key(document, mapping, key, stand_in.into()),
+        let mended = match stand_in(key) {
+            Some(value) => insert_key(document, mapping, key, value.into()),
             None => remove_key(document, mapping, key),
         };
+        return mended.then(|| Mended {
+            path: path.to_string(),
+            stand_in: stand_in(key).is_some(),
+        });
     }
-    false
+    None
 }
 
 /// The field a parser's "missing field `x`" message names.

@@ -494,7 +494,7 @@ mod tests {
     #[test]
     fn a_required_field_of_the_wrong_value_is_not_also_reported_missing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let body = "id: alpha\nversion: 0.1.0\nkind: handlr\ncomponent: a.wasm\napi: [1]\n";
+        let body = "id: alpha\nversion: 0.1.0\nkind: handlr\ncomponent: ok.wasm\napi: [1]\n";
         let path = write_manifest(dir.path(), "p.yaml", body);
         let errors = load_file(&path).expect_err("a bad kind and api");
         assert_eq!(errors.len(), 2, "{errors:?}");
@@ -506,6 +506,31 @@ mod tests {
             errors[1].field.starts_with("api") && errors[1].message.contains("invalid type"),
             "{errors:?}"
         );
+    }
+
+    #[test]
+    fn a_file_with_parse_problems_is_validated_too_but_not_on_its_stand_ins() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: Bad_Id\nversion: 1.0.0\nkind: chanel\ncomponent: gone.wasm\napi: ^0.2\n\
+                    channel: {poll_interval_ms: 5}\nlimits:\n  memory_mb: lots\n  timeout_ms: 0\n";
+        let path = write_manifest(dir.path(), "p.yaml", body);
+        let errors = load_file(&path).expect_err("problems of both kinds");
+        let said = |field: &str, text: &str| {
+            errors
+                .iter()
+                .any(|e| e.field == field && e.message.contains(text))
+        };
+        // The parse problems, then what validation finds in the rest, in one check.
+        assert!(said("kind", "unknown variant `chanel`"), "{errors:?}");
+        assert!(said("limits.memory_mb", "invalid type"), "{errors:?}");
+        assert!(said("limits.timeout_ms", "0 is out of range"), "{errors:?}");
+        assert!(
+            said("id", "`Bad_Id` is not a valid plugin id"),
+            "{errors:?}"
+        );
+        assert!(said("component", "gone.wasm"), "{errors:?}");
+        // Never what the stand-in kind or the taken-out limit would cause.
+        assert_eq!(errors.len(), 5, "{errors:?}");
     }
 
     #[test]
