@@ -55,6 +55,16 @@ struct Shared {
 }
 
 impl Shared {
+    /// What a writer on `conn` shares, with nothing queued.
+    fn new(conn: Connection, checkpoints: Option<Checkpointer>) -> Arc<Self> {
+        Arc::new(Self {
+            queue: Mutex::new(Queue::default()),
+            arrived: Condvar::new(),
+            conn: Mutex::new(conn),
+            checkpoints,
+        })
+    }
+
     fn queue(&self) -> MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -133,23 +143,26 @@ impl Drop for StopOnExit {
     }
 }
 
-/// One handle's share: the last one dropped lets the writer thread end, and waits for it.
-struct Handle(Arc<Shared>, Mutex<Option<JoinHandle<()>>>);
+/// The handles' shared part: the last one dropped lets the writer thread end, and waits
+/// for it.
+struct Handle {
+    shared: Arc<Shared>,
+    /// The writer thread; none for a writer served by blocking waiters alone.
+    thread: Option<JoinHandle<()>>,
+}
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        self.0.queue().closed = true;
-        self.0.arrived.notify_all();
-        let thread = self.1.get_mut().unwrap_or_else(PoisonError::into_inner);
-        join_unless_current(thread.take());
+        self.shared.queue().closed = true;
+        self.shared.arrived.notify_all();
+        join_unless_current(self.thread.take());
     }
 }
 
 /// Wait for a store's thread to end, unless it is the thread asking. A store's threads
-/// close their connections as they end; the last connection to close deletes the
-/// database's `-wal` and `-shm`, one after the other, so a process that exits while a
-/// thread of its own is between the two leaves a `-wal` with no `-shm` behind (seen after
-/// clean stops of `cairn run`).
+/// close their connections as they end, and the last connection to close folds the WAL into
+/// the database and deletes its `-wal` and `-shm`: a process that exits while one is still
+/// open leaves them behind (seen after clean stops of `cairn run`).
 pub(crate) fn join_unless_current(thread: Option<JoinHandle<()>>) {
     if let Some(thread) = thread
         && thread.thread().id() != std::thread::current().id()
@@ -173,34 +186,28 @@ impl GroupWriter {
         conn: Connection,
         checkpoints: Option<Checkpointer>,
     ) -> std::io::Result<Self> {
-        let writer = Self::unserved(conn, checkpoints);
-        let serving = StopOnExit(writer.handle.0.clone());
+        let shared = Shared::new(conn, checkpoints);
+        let serving = StopOnExit(shared.clone());
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || serving.0.serve())?;
-        *writer
-            .handle
-            .1
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(thread);
-        Ok(writer)
+        Ok(Self::on(shared, Some(thread)))
     }
 
-    /// A writer on `conn` with no thread yet: writes wait for a blocking waiter.
+    /// A writer on `conn` with no thread: writes wait for a blocking waiter.
+    #[cfg(test)]
     fn unserved(conn: Connection, checkpoints: Option<Checkpointer>) -> Self {
-        let shared = Arc::new(Shared {
-            queue: Mutex::new(Queue::default()),
-            arrived: Condvar::new(),
-            conn: Mutex::new(conn),
-            checkpoints,
-        });
+        Self::on(Shared::new(conn, checkpoints), None)
+    }
+
+    fn on(shared: Arc<Shared>, thread: Option<JoinHandle<()>>) -> Self {
         Self {
-            handle: Arc::new(Handle(shared, Mutex::new(None))),
+            handle: Arc::new(Handle { shared, thread }),
         }
     }
 
     fn shared(&self) -> &Shared {
-        &self.handle.0
+        &self.handle.shared
     }
 
     /// Queue `write` and wake the writer thread; `reply` gets its result once the group
@@ -245,7 +252,7 @@ impl GroupWriter {
         match self.enqueue(write, reply) {
             Ok(()) => Receipt {
                 outcome: Some(Ok(receiver)),
-                writer: Some(self.handle.0.clone()),
+                writer: Some(self.handle.shared.clone()),
             },
             Err(refused) => Receipt {
                 outcome: Some(Err(refused)),

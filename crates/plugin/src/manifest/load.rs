@@ -426,13 +426,14 @@ fn mend(
         // A required field's wrong value gives way to a stand-in: taken out, it would be
         // reported missing next, though it is there (until 2026-12-02 `kind: handlr` read
         // as an unknown variant and then as a missing `kind`; found by an operator's test).
-        let mended = match stand_in(key) {
+        let stand_in = stand_in(key);
+        let mended = match stand_in {
             Some(value) => insert_key(document, mapping, key, value.into()),
             None => remove_key(document, mapping, key),
         };
         return mended.then(|| Mended {
             path: path.to_string(),
-            stand_in: stand_in(key).is_some(),
+            stand_in: stand_in.is_some(),
         });
     }
     None
