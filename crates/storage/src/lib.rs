@@ -24,6 +24,7 @@ pub mod database;
 pub mod host;
 pub mod journal;
 pub mod memory;
+mod open_files;
 pub mod pg;
 pub mod readers;
 pub mod writer;
@@ -33,6 +34,7 @@ use std::path::{Path, PathBuf};
 pub use cairn_vocab::ErrorKind;
 pub use cairn_vocab::time::now_ms;
 pub use checkpointer::BACKSTOP_PAGES;
+pub use open_files::still_open_after;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 

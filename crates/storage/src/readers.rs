@@ -8,6 +8,7 @@ use std::sync::Mutex;
 
 use rusqlite::Connection;
 
+use crate::open_files::OpenFile;
 use crate::{Migrations, StorageError, open};
 
 /// The idle read connections of one database file.
@@ -15,6 +16,8 @@ pub struct ReaderPool {
     path: PathBuf,
     migrations: &'static Migrations,
     idle: Mutex<Vec<Connection>>,
+    /// Counts the file open while the pool lives; dropped after the connections.
+    _open: OpenFile,
 }
 
 impl ReaderPool {
@@ -24,6 +27,7 @@ impl ReaderPool {
             path: path.to_path_buf(),
             migrations,
             idle: Mutex::new(vec![first]),
+            _open: OpenFile::hold(Some(path)),
         }
     }
 

@@ -24,6 +24,7 @@ use tokio::sync::oneshot;
 
 use crate::StorageError;
 use crate::checkpointer::Checkpointer;
+use crate::open_files::OpenFile;
 
 /// Most writes committed together.
 const MAX_GROUP: usize = 4096;
@@ -149,6 +150,8 @@ struct Handle {
     shared: Arc<Shared>,
     /// The writer thread; none for a writer served by blocking waiters alone.
     thread: Option<JoinHandle<()>>,
+    /// Counts the file open until the thread and the connection are gone.
+    _open: OpenFile,
 }
 
 impl Drop for Handle {
@@ -186,23 +189,28 @@ impl GroupWriter {
         conn: Connection,
         checkpoints: Option<Checkpointer>,
     ) -> std::io::Result<Self> {
+        let open = OpenFile::hold(conn.path().map(std::path::Path::new));
         let shared = Shared::new(conn, checkpoints);
         let serving = StopOnExit(shared.clone());
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || serving.0.serve())?;
-        Ok(Self::on(shared, Some(thread)))
+        Ok(Self::on(shared, Some(thread), open))
     }
 
     /// A writer on `conn` with no thread: writes wait for a blocking waiter.
     #[cfg(test)]
     fn unserved(conn: Connection, checkpoints: Option<Checkpointer>) -> Self {
-        Self::on(Shared::new(conn, checkpoints), None)
+        Self::on(Shared::new(conn, checkpoints), None, OpenFile::hold(None))
     }
 
-    fn on(shared: Arc<Shared>, thread: Option<JoinHandle<()>>) -> Self {
+    fn on(shared: Arc<Shared>, thread: Option<JoinHandle<()>>, open: OpenFile) -> Self {
         Self {
-            handle: Arc::new(Handle { shared, thread }),
+            handle: Arc::new(Handle {
+                shared,
+                thread,
+                _open: open,
+            }),
         }
     }
 

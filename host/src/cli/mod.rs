@@ -214,6 +214,23 @@ fn load_config(cli: &Cli) -> Result<HostConfig> {
     Ok(config)
 }
 
+/// How long an exiting host waits for its last SQLite database to close once the runtime
+/// is down (work a stop left behind may still hold one).
+const DATABASE_CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Wait up to [`DATABASE_CLOSE_WAIT`] for every database to close whole, and name each one
+/// still open: it keeps its `-wal` and `-shm` beside it, folded in on the next start.
+fn warn_of_databases_left_open() {
+    for path in crate::store::still_open_after(DATABASE_CLOSE_WAIT) {
+        tracing::warn!(
+            "{} is still open as the host exits (held by work the stop left behind): its \
+             -wal and -shm stay beside it and are folded in on the next start; copy them \
+             with it",
+            path.display()
+        );
+    }
+}
+
 fn run(cli: Cli) -> Result<ExitCode> {
     match &cli.command {
         Command::Run { plugins, console } => {
@@ -234,6 +251,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             // Blocking work a stop left behind (an LLM request not answered yet) is not
             // waited for: what it was doing resumes on the next start.
             runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+            warn_of_databases_left_open();
             ran?;
             Ok(ExitCode::SUCCESS)
         }

@@ -425,6 +425,54 @@ fn a_read_only_data_dir_is_said_to_be_one_not_taken_for_an_empty_one() {
     }
 }
 
+/// The write-ahead logs and shared-memory indexes left in `data` (recursively).
+fn leftover_logs(data: &Path) -> Vec<PathBuf> {
+    all_files(data)
+        .into_keys()
+        .filter(|file| {
+            let name = file.to_string_lossy();
+            name.ends_with("-wal") || name.ends_with("-shm")
+        })
+        .collect()
+}
+
+#[test]
+fn a_clean_stop_leaves_every_database_whole_with_no_log_beside_it() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "a_clean_stop_leaves_every_database_whole_with_no_log_beside_it",
+    ) {
+        return;
+    }
+    let dir = PluginDir::new();
+    dir.bundled_all(&[
+        "cli",
+        "episode-summarizer",
+        "fact-extractor",
+        "memory-consolidator",
+        "sleeper",
+    ]);
+    // Before 2026-12-03 the stores' threads, and the plugins' instance threads holding the
+    // stores, could still be closing connections as the process exited: four runs, two ended
+    // by input and two by SIGTERM.
+    for run in 0..4 {
+        let data = tempfile::tempdir().expect("data");
+        let mut host = Host::start(dir.path(), data.path(), &[]);
+        host.wait_for("cairn is running", LONG);
+        host.type_line("hello");
+        host.wait_for("I received: user: hello", LONG);
+        let (exit, log) = match run % 2 {
+            0 => {
+                host.close_stdin();
+                host.wait_exit(LONG)
+            }
+            _ => host.stop(),
+        };
+        assert!(exit.success(), "run {run}: {log}");
+        let left = leftover_logs(data.path());
+        assert!(left.is_empty(), "run {run} left {left:?}; log:\n{log}");
+    }
+}
+
 /// Write `file` in 64 KiB chunks until `disk` has at most `leave` bytes free; a full disk
 /// ends it early (the host writes beside it).
 fn fill(file: &Path, disk: &SmallDisk, leave: u64) {

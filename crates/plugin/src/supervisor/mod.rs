@@ -224,6 +224,7 @@ impl Supervised {
             reports,
             starts: 0,
             live: None,
+            executor: None,
             polling: Arc::new(AtomicBool::new(false)),
             poll_failures: Arc::default(),
             next_watch: None,
@@ -277,6 +278,14 @@ impl Supervised {
     }
 }
 
+/// The thread of one instance: what its start came to, and the thread itself, joined
+/// when a stop found it idle so the instance (and the host's stores it holds) is dropped
+/// before the host goes on.
+struct Executor {
+    started: std_mpsc::Receiver<Result<(), CallError>>,
+    thread: JoinHandle<()>,
+}
+
 /// Spawn the thread of the instance of start number `start`: it instantiates the plugin,
 /// calls `init` (answering on the returned channel), then runs the calls `calls` gives it
 /// until the queue closes to it or a call faults, which it reports on `faults`.
@@ -286,9 +295,9 @@ fn spawn_executor(
     calls: Arc<CallQueue>,
     start: u64,
     reports: Sender<Report>,
-) -> std::io::Result<std_mpsc::Receiver<Result<(), CallError>>> {
+) -> std::io::Result<Executor> {
     let (started, started_rx) = std_mpsc::channel();
-    std::thread::Builder::new()
+    let thread = std::thread::Builder::new()
         .name(format!("wasm-{}", prepared.manifest().id))
         .spawn(move || {
             let config = prepared.manifest().config.to_string();
@@ -325,7 +334,10 @@ fn spawn_executor(
                 }
             }
         })?;
-    Ok(started_rx)
+    Ok(Executor {
+        started: started_rx,
+        thread,
+    })
 }
 
 /// The fault of a call in which the host panicked, with the panic's message.
@@ -357,6 +369,10 @@ struct Supervisor {
     starts: u64,
     /// The live instance's start number, if one is running.
     live: Option<u64>,
+    /// The live instance's thread, joined by a stop that found it idle. Until 2026-12-03 a
+    /// stop did not wait for it, and under load the process could end before it dropped the
+    /// instance: every SQLite database was then left with its -wal and -shm files.
+    executor: Option<JoinHandle<()>>,
     /// A poll is queued and not yet run (a slow poll is not stacked).
     polling: Arc<AtomicBool>,
     /// What the log was told of failing polls (reported on the instance's thread).
@@ -442,6 +458,13 @@ impl Supervisor {
             abandon(self.hang_fault());
         }
         self.live = None;
+        // Past the marker and with its queue closed, an idle instance's thread only drops
+        // the instance and ends; a hung one is left behind.
+        if let Some(thread) = self.executor.take()
+            && drained
+        {
+            let _ = thread.join();
+        }
         // A quarantined plugin stays visibly quarantined after the host stops.
         if self.state != PluginState::Quarantined {
             self.publish(PluginState::Stopped);
@@ -473,6 +496,8 @@ impl Supervisor {
     fn lose_instance(&mut self, fault: Fault) {
         let closed = self.calls.close();
         self.live = None;
+        // Its thread ends on its own (or, hung, never): it is not waited for.
+        self.executor = None;
         self.next_watch = None;
         self.on_fault(fault);
         for job in closed.left {
@@ -486,6 +511,8 @@ impl Supervisor {
     fn wait_for_store(&mut self, cause: &str) {
         let closed = self.calls.close();
         self.live = None;
+        // Its thread ends on its own (or, hung, never): it is not waited for.
+        self.executor = None;
         self.next_watch = None;
         self.next_poll = None;
         self.store_waits = self.store_waits.saturating_add(1);
@@ -572,7 +599,10 @@ impl Supervisor {
             self.reports.clone(),
         );
         let started = match spawned {
-            Ok(started) => started,
+            Ok(Executor { started, thread }) => {
+                self.executor = Some(thread);
+                started
+            }
             Err(e) => {
                 self.lose_instance(Fault {
                     kind: FaultKind::Instantiate,
