@@ -93,6 +93,19 @@ impl PluginDir {
         self
     }
 
+    /// The terminal channel and the four cognitive plugins as shipped: the host a user runs.
+    pub fn cognitive_host() -> Self {
+        let dir = Self::new();
+        dir.bundled_all(&[
+            "cli",
+            "episode-summarizer",
+            "fact-extractor",
+            "memory-consolidator",
+            "sleeper",
+        ]);
+        dir
+    }
+
     /// The well-behaved test channel `steady`, polling every 50 ms and writing its kv: the
     /// neighbour hostile plugins must not disturb.
     pub fn steady(&self) -> &Self {

@@ -23,19 +23,6 @@ const QUICK: &[(&str, &str)] = &[
     ("CAIRN_ROUTER_BATCH_WINDOW_MS", "20"),
 ];
 
-/// The terminal channel and the four cognitive plugins as shipped.
-fn cognitive_host_plugins() -> PluginDir {
-    let dir = PluginDir::new();
-    dir.bundled_all(&[
-        "cli",
-        "episode-summarizer",
-        "fact-extractor",
-        "memory-consolidator",
-        "sleeper",
-    ]);
-    dir
-}
-
 fn env_with<'a>(extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
     let mut env = QUICK.to_vec();
     env.extend_from_slice(extra);
@@ -104,7 +91,7 @@ fn say(host: &mut Host, line: &str) {
 
 #[test]
 fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction_supersedes_it() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = Host::start(plugins.path(), data, QUICK);
@@ -181,7 +168,7 @@ fn offline_a_fact_learned_in_one_session_answers_a_later_one_and_a_contradiction
 
 #[test]
 fn a_session_with_a_word_too_long_for_a_tag_is_summarised() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = Host::start(plugins.path(), data, QUICK);
@@ -214,7 +201,7 @@ fn a_session_with_a_word_too_long_for_a_tag_is_summarised() {
 
 #[test]
 fn history_replayed_out_of_order_leaves_the_newest_statement_current() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let d = data.display().to_string();
@@ -269,7 +256,7 @@ fn history_replayed_out_of_order_leaves_the_newest_statement_current() {
 
 #[test]
 fn a_fact_saved_without_episodes_still_supersedes_the_one_it_contradicts() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = Host::start(plugins.path(), data, QUICK);
@@ -340,7 +327,7 @@ fn import(data: &Path, lines: &[String]) {
 
 #[test]
 fn offline_sleep_reviews_prunes_compresses_reflects_and_generalizes() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     import(
@@ -645,7 +632,7 @@ fn host_on_model(
 #[test]
 fn a_model_behind_an_openai_compatible_api_drives_the_same_pipeline() {
     let server = playing_a_model();
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = host_on_model(
@@ -759,7 +746,7 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
             _ => Reply::openai_chat("Noted."),
         }
     });
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = host_on_model(
@@ -829,7 +816,7 @@ fn unusable_model_answers_are_recorded_and_save_nothing_and_a_broken_provider_le
 
 #[test]
 fn the_consolidator_finishes_a_session_the_user_left_exactly_once_with_the_others_disabled() {
-    let plugins = cognitive_host_plugins();
+    let plugins = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data dir");
     let data = data.path();
     let mut host = Host::start(

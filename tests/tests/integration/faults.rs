@@ -443,14 +443,7 @@ fn a_clean_stop_leaves_every_database_whole_with_no_log_beside_it() {
     ) {
         return;
     }
-    let dir = PluginDir::new();
-    dir.bundled_all(&[
-        "cli",
-        "episode-summarizer",
-        "fact-extractor",
-        "memory-consolidator",
-        "sleeper",
-    ]);
+    let dir = PluginDir::cognitive_host();
     // Before 2026-12-03 the stores' threads, and the plugins' instance threads holding the
     // stores, could still be closing connections as the process exited: four runs, two ended
     // by input and two by SIGTERM.
@@ -724,14 +717,7 @@ fn kill_9_during_consolidation_sleep_and_hygiene_loses_and_doubles_nothing() {
     ) {
         return;
     }
-    let dir = PluginDir::new();
-    dir.bundled_all(&[
-        "cli",
-        "episode-summarizer",
-        "fact-extractor",
-        "memory-consolidator",
-        "sleeper",
-    ]);
+    let dir = PluginDir::cognitive_host();
     let data = tempfile::tempdir().expect("data");
     // Sessions end after a second of quiet and the agent sleeps a second later: each
     // round's kill lands in a turn, a summary, a fact extraction, a consolidation, a sleep
