@@ -53,16 +53,21 @@ struct Shared {
     conn: Mutex<Connection>,
     /// Checkpoints the WAL beside the writer; asked after each commit whether to finish a copy.
     checkpoints: Option<Checkpointer>,
+    /// Counts the file open until both connections above are closed, whichever owner (a
+    /// handle, the writer thread, a blocking waiter's receipt) lets go last.
+    _open: OpenFile,
 }
 
 impl Shared {
     /// What a writer on `conn` shares, with nothing queued.
     fn new(conn: Connection, checkpoints: Option<Checkpointer>) -> Arc<Self> {
+        let open = OpenFile::hold(conn.path().map(std::path::Path::new));
         Arc::new(Self {
             queue: Mutex::new(Queue::default()),
             arrived: Condvar::new(),
             conn: Mutex::new(conn),
             checkpoints,
+            _open: open,
         })
     }
 
@@ -150,8 +155,6 @@ struct Handle {
     shared: Arc<Shared>,
     /// The writer thread; none for a writer served by blocking waiters alone.
     thread: Option<JoinHandle<()>>,
-    /// Counts the file open until the thread and the connection are gone.
-    _open: OpenFile,
 }
 
 impl Drop for Handle {
@@ -189,28 +192,23 @@ impl GroupWriter {
         conn: Connection,
         checkpoints: Option<Checkpointer>,
     ) -> std::io::Result<Self> {
-        let open = OpenFile::hold(conn.path().map(std::path::Path::new));
         let shared = Shared::new(conn, checkpoints);
         let serving = StopOnExit(shared.clone());
         let thread = std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || serving.0.serve())?;
-        Ok(Self::on(shared, Some(thread), open))
+        Ok(Self::on(shared, Some(thread)))
     }
 
     /// A writer on `conn` with no thread: writes wait for a blocking waiter.
     #[cfg(test)]
     fn unserved(conn: Connection, checkpoints: Option<Checkpointer>) -> Self {
-        Self::on(Shared::new(conn, checkpoints), None, OpenFile::hold(None))
+        Self::on(Shared::new(conn, checkpoints), None)
     }
 
-    fn on(shared: Arc<Shared>, thread: Option<JoinHandle<()>>, open: OpenFile) -> Self {
+    fn on(shared: Arc<Shared>, thread: Option<JoinHandle<()>>) -> Self {
         Self {
-            handle: Arc::new(Handle {
-                shared,
-                thread,
-                _open: open,
-            }),
+            handle: Arc::new(Handle { shared, thread }),
         }
     }
 
