@@ -336,10 +336,7 @@ impl Buffer {
         &self,
         channels: Option<&[String]>,
     ) -> Result<Option<Batch>, BufferError> {
-        match self.store.claim_main(channels).await? {
-            Some(id) => self.batch(id),
-            None => Ok(None),
-        }
+        Ok(self.store.claim_main(channels).await?)
     }
 
     /// Record how a main batch ended.
@@ -373,10 +370,7 @@ impl Buffer {
 
     /// Take the oldest queued task (marking it running), with its batch.
     pub async fn claim_task(&self) -> Result<Option<(i64, Batch)>, BufferError> {
-        match self.store.claim_task().await? {
-            Some((task, batch_id)) => Ok(self.batch(batch_id)?.map(|batch| (task, batch))),
-            None => Ok(None),
-        }
+        Ok(self.store.claim_task().await?)
     }
 
     /// Record how a task ended.

@@ -84,8 +84,11 @@ pub trait BufferStore: Send + Sync {
     /// Mark the next main batch running: the most urgent priority first, and within it the
     /// oldest batch of the channel served longest ago, so channels take turns; its id. Only
     /// batches of `channels` when given: a host claims only what it can deliver the reply
-    /// of, and leaves the rest for a host that runs their channel.
-    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>>;
+    /// of, and leaves the rest for a host that runs their channel. The batch is read in the
+    /// claim's own transaction: a claim that committed always reaches its caller, so a read
+    /// failing after it (a PostgreSQL connection still reconnecting) cannot leave a batch
+    /// `running` under a live host's lease with no one working on it.
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<Batch>>;
     /// Record how a main batch ended.
     fn finish_batch(
         &self,
@@ -105,8 +108,8 @@ pub trait BufferStore: Send + Sync {
     /// work, or a batch queued again after a stop or a crash). Their sessions stay open.
     fn awaiting_answer(&self) -> Result<Vec<(String, String)>, StorageError>;
     /// Mark the next queued task running, channels taking turns as at the main queue; (task
-    /// id, batch id).
-    fn claim_task(&self) -> Receipt<Option<(i64, i64)>>;
+    /// id, its batch), read in the claim's transaction as at [`BufferStore::claim_main`].
+    fn claim_task(&self) -> Receipt<Option<(i64, Batch)>>;
     /// Record how a task ended.
     fn finish_task(
         &self,
@@ -189,10 +192,13 @@ impl BufferStore for SqliteBuffer {
         self.db.submit(move |conn| route(conn, &batch))
     }
 
-    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>> {
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<Batch>> {
         let channels = channels.map(|c| serde_json::Value::from(c.to_vec()).to_string());
         self.db
-            .submit(move |conn| claim_main(conn, channels.as_deref()))
+            .submit(move |conn| match claim_main(conn, channels.as_deref())? {
+                Some(id) => read_batch(conn, id),
+                None => Ok(None),
+            })
     }
 
     fn finish_batch(
@@ -237,8 +243,11 @@ impl BufferStore for SqliteBuffer {
         })
     }
 
-    fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
-        self.db.submit(claim_task)
+    fn claim_task(&self) -> Receipt<Option<(i64, Batch)>> {
+        self.db.submit(|conn| match claim_task(conn)? {
+            Some((task, batch)) => Ok(read_batch(conn, batch)?.map(|batch| (task, batch))),
+            None => Ok(None),
+        })
     }
 
     fn finish_task(

@@ -258,11 +258,15 @@ impl BufferStore for PgBuffer {
         self.pool.submit(move |tx| route(tx, &batch))
     }
 
-    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<i64>> {
+    fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<Batch>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
         let channels = channels.map(<[String]>::to_vec);
-        self.pool
-            .submit_alone(move |tx| claim_main(tx, &holder, lease, channels.as_deref()))
+        self.pool.submit_alone(move |tx| {
+            match claim_main(tx, &holder, lease, channels.as_deref())? {
+                Some(id) => read_batch(tx, id),
+                None => Ok(None),
+            }
+        })
     }
 
     fn finish_batch(
@@ -314,10 +318,13 @@ impl BufferStore for PgBuffer {
         })
     }
 
-    fn claim_task(&self) -> Receipt<Option<(i64, i64)>> {
+    fn claim_task(&self) -> Receipt<Option<(i64, Batch)>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
         self.pool
-            .submit_alone(move |tx| claim_task(tx, &holder, lease))
+            .submit_alone(move |tx| match claim_task(tx, &holder, lease)? {
+                Some((task, batch)) => Ok(read_batch(tx, batch)?.map(|batch| (task, batch))),
+                None => Ok(None),
+            })
     }
 
     fn finish_task(

@@ -52,6 +52,14 @@ fn queue_turn(buffer: &PgBuffer, conversation: &str) -> i64 {
         .expect("route")
 }
 
+/// The id of the main batch `host` claims next, if any.
+fn claimed(host: &PgBuffer) -> Option<i64> {
+    host.claim_main(None)
+        .wait()
+        .expect("claim")
+        .map(|batch| batch.id)
+}
+
 #[test]
 fn one_conversation_runs_one_turn_at_a_time_in_order_across_hosts() {
     let Some(url) = database() else { return };
@@ -60,17 +68,17 @@ fn one_conversation_runs_one_turn_at_a_time_in_order_across_hosts() {
     let first = queue_turn(&a, "c1");
     let second = queue_turn(&b, "c1");
     let other = queue_turn(&b, "c2");
-    assert_eq!(a.claim_main(None).wait().expect("claim"), Some(first));
+    assert_eq!(claimed(&a), Some(first));
     assert_eq!(
-        b.claim_main(None).wait().expect("claim"),
+        claimed(&b),
         Some(other),
         "c1's next turn waits for its first; another conversation goes ahead"
     );
-    assert_eq!(b.claim_main(None).wait().expect("claim"), None);
+    assert_eq!(claimed(&b), None);
     a.finish_batch(first, BatchStatus::Done, Some("hi".into()), None)
         .wait()
         .expect("finish");
-    assert_eq!(b.claim_main(None).wait().expect("claim"), Some(second));
+    assert_eq!(claimed(&b), Some(second));
 }
 
 #[test]
@@ -103,34 +111,19 @@ fn a_backlog_is_claimed_head_of_each_conversation_first_most_urgent_first() {
     let id_of = |name: &str| queued.iter().find(|(n, _)| n == name).expect("queued").1;
     // c3 is the most urgent: its head goes first; c1 and c2 follow in age; each
     // conversation then waits for its running turn, whichever host asks.
-    assert_eq!(
-        a.claim_main(None).wait().expect("claim"),
-        Some(id_of("c3/0"))
-    );
-    assert_eq!(
-        b.claim_main(None).wait().expect("claim"),
-        Some(id_of("c1/0"))
-    );
-    assert_eq!(
-        a.claim_main(None).wait().expect("claim"),
-        Some(id_of("c2/0"))
-    );
-    assert_eq!(b.claim_main(None).wait().expect("claim"), None);
+    assert_eq!(claimed(&a), Some(id_of("c3/0")));
+    assert_eq!(claimed(&b), Some(id_of("c1/0")));
+    assert_eq!(claimed(&a), Some(id_of("c2/0")));
+    assert_eq!(claimed(&b), None);
     a.finish_batch(id_of("c2/0"), BatchStatus::Done, None, None)
         .wait()
         .expect("finish");
-    assert_eq!(
-        b.claim_main(None).wait().expect("claim"),
-        Some(id_of("c2/1"))
-    );
+    assert_eq!(claimed(&b), Some(id_of("c2/1")));
     a.finish_batch(id_of("c3/0"), BatchStatus::Failed, None, Some("no".into()))
         .wait()
         .expect("finish");
-    assert_eq!(
-        b.claim_main(None).wait().expect("claim"),
-        Some(id_of("c3/1"))
-    );
-    assert_eq!(a.claim_main(None).wait().expect("claim"), None);
+    assert_eq!(claimed(&b), Some(id_of("c3/1")));
+    assert_eq!(claimed(&a), None);
 }
 
 #[test]
@@ -155,20 +148,21 @@ fn a_dead_hosts_claim_is_taken_over_once_its_lease_lapses() {
             .wait()
             .expect("route")
     };
-    assert_eq!(dying.claim_main(None).wait().expect("claim"), Some(batch));
+    assert_eq!(claimed(&dying), Some(batch));
     let (task, _) = dying.claim_task().wait().expect("claim").expect("a task");
     // Renewals keep a live host's claims: well past one lease, nobody else gets them.
     std::thread::sleep(lease * 2);
-    assert_eq!(survivor.claim_main(None).wait().expect("claim"), None);
-    assert_eq!(survivor.claim_task().wait().expect("claim"), None);
+    assert_eq!(claimed(&survivor), None);
+    assert!(survivor.claim_task().wait().expect("claim").is_none());
     drop(dying);
     std::thread::sleep(lease + Duration::from_secs(1));
+    assert_eq!(claimed(&survivor), Some(batch));
     assert_eq!(
-        survivor.claim_main(None).wait().expect("claim"),
-        Some(batch)
-    );
-    assert_eq!(
-        survivor.claim_task().wait().expect("claim"),
+        survivor
+            .claim_task()
+            .wait()
+            .expect("claim")
+            .map(|(task, batch)| (task, batch.id)),
         Some((task, task_batch))
     );
     survivor
@@ -183,12 +177,12 @@ fn a_host_whose_claim_was_taken_over_cannot_finish_it() {
     let lease = Duration::from_millis(300);
     let slow = PgBuffer::connect(&url, lease).expect("slow host");
     let batch = queue_turn(&slow, "c");
-    assert_eq!(slow.claim_main(None).wait().expect("claim"), Some(batch));
+    assert_eq!(claimed(&slow), Some(batch));
     let other = PgBuffer::connect(&url, lease).expect("other host");
     // The slow host stops renewing (it is dropped below) only after the other took over:
     // simulate a lapse by ending its lease by hand.
     expire_leases(&url);
-    assert_eq!(other.claim_main(None).wait().expect("claim"), Some(batch));
+    assert_eq!(claimed(&other), Some(batch));
     let refused = slow
         .finish_batch(batch, BatchStatus::Done, None, None)
         .wait()
@@ -229,7 +223,7 @@ fn concurrent_claims_by_three_hosts_take_each_turn_exactly_once() {
         .map(|host| {
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
-                while let Some(id) = host.claim_main(None).wait().expect("claim") {
+                while let Some(id) = claimed(&host) {
                     host.finish_batch(id, BatchStatus::Done, None, None)
                         .wait()
                         .expect("finish");

@@ -214,7 +214,8 @@ pub fn claim_rows(rows: &mut Vec<Row>) -> Result<()> {
             let id = buffer
                 .claim_main(None)
                 .wait()?
-                .ok_or_else(|| anyhow::anyhow!("nothing to claim behind a backlog"))?;
+                .ok_or_else(|| anyhow::anyhow!("nothing to claim behind a backlog"))?
+                .id;
             latencies.push(started.elapsed().as_secs_f64() * 1e3);
             buffer
                 .finish_batch(id, BatchStatus::Done, None, None)
