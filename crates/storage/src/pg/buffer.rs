@@ -9,9 +9,10 @@
 //!   turns run one at a time, in order, whichever hosts take them. Within a priority,
 //!   channels take turns, so one channel's flood cannot hold back another's messages.
 //! - A claim is a lease: the claiming host renews it every third of [`PgBuffer::lease`]
-//!   while it lives; once it lapsed (the host died) any host's next claim takes the work
-//!   over. Tasks are claimed the same way, under an advisory lock of their own, channels
-//!   taking turns there too (tasks have no conversation order to keep).
+//!   while it lives and works on it; once it lapsed (the host died) any host's next claim
+//!   takes the work over (see [`super::lease`]). Tasks are claimed the same way, under an
+//!   advisory lock of their own, channels taking turns there too (tasks have no
+//!   conversation order to keep).
 
 use std::collections::BTreeMap;
 use std::sync::mpsc;
@@ -26,6 +27,7 @@ use postgres::{Client, GenericClient, Row, Transaction};
 
 use super::batch::Batcher;
 use super::failed;
+use super::lease::{Held, Work, renew_until_dropped};
 use super::{PgPool, PgUrl};
 use crate::buffer::{BufferStore, MessageRow};
 use crate::writer::Receipt;
@@ -66,6 +68,8 @@ pub struct PgBuffer {
     /// that stores every one waiting by then in one statement.
     inserts: Batcher<MessageRow>,
     holder: String,
+    /// The claims this host's callers were given: the ones it renews.
+    held: Held,
     /// How long a claim holds without renewal, in ms.
     lease_ms: i64,
     /// Dropped with the buffer, which stops the thread renewing this host's leases.
@@ -78,62 +82,24 @@ impl PgBuffer {
     pub fn connect(url: &PgUrl, lease: Duration) -> Result<Self, StorageError> {
         let pool = PgPool::connect_migrated(url, CONNECTIONS, "buffer-pg", &MIGRATIONS)?;
         let holder = super::holder_id();
+        let held = Held::default();
         let (stop, stopped) = mpsc::channel();
-        let renewing = (pool.clone(), holder.clone());
+        let renewing = (pool.clone(), holder.clone(), held.clone());
         thread::Builder::new()
             .name("buffer-pg-lease".into())
-            .spawn(move || renew_until_dropped(&renewing.0, &renewing.1, lease, &stopped))
+            .spawn(move || {
+                let (pool, holder, held) = renewing;
+                renew_until_dropped(&pool, &holder, &held, lease, &stopped);
+            })
             .map_err(|e| url.unreachable(&format!("cannot start the lease thread: {e}")))?;
         Ok(Self {
             pool,
             inserts: Batcher::new(insert_all),
             holder,
+            held,
             lease_ms: super::millis(lease),
             _renewals: stop,
         })
-    }
-}
-
-/// Renew `holder`'s running claims every third of `lease` until `stopped` says stop.
-fn renew_until_dropped(pool: &PgPool, holder: &str, lease: Duration, stopped: &mpsc::Receiver<()>) {
-    let lease_ms = super::millis(lease);
-    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(lease / 3) {
-        let holder = holder.to_string();
-        let renewed = pool
-            .submit(move |tx| {
-                let until = now_ms() + lease_ms;
-                for table in ["buffer_batches", "buffer_tasks"] {
-                    tx.execute(
-                        &format!(
-                            "UPDATE {table} SET lease_until = $2
-                              WHERE claimed_by = $1 AND status = 'running'"
-                        ),
-                        &[&holder, &until],
-                    )?;
-                }
-                Ok(())
-            })
-            .wait();
-        if let Err(e) = renewed {
-            tracing::warn!("cannot renew this host's buffer claims: {e}");
-        }
-    }
-}
-
-/// Claimed work: a main batch or a task.
-#[derive(Clone, Copy)]
-enum Work {
-    Batch,
-    Task,
-}
-
-impl Work {
-    /// Its table, the column its outcome goes in, and its name in messages.
-    fn table_outcome_name(self) -> (&'static str, &'static str, &'static str) {
-        match self {
-            Work::Batch => ("buffer_batches", "reply", "batch"),
-            Work::Task => ("buffer_tasks", "result", "task"),
-        }
     }
 }
 
@@ -148,19 +114,27 @@ impl PgBuffer {
         error: Option<String>,
     ) -> Receipt<()> {
         let holder = self.holder.clone();
+        let held = self.held.clone();
         let (table, column, name) = work.table_outcome_name();
-        self.pool.submit(move |tx| {
-            let changed = tx.execute(
-                &format!(
-                    "UPDATE {table}
-                        SET status = $2, {column} = $3, error = $4, finished_at = $5,
-                            lease_until = NULL
-                      WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)"
-                ),
-                &[&id, &status, &outcome, &error, &now_ms(), &holder],
-            )?;
-            taken_over(changed, name, id)
-        })
+        self.pool.submit_then(
+            move |tx| {
+                let changed = tx.execute(
+                    &format!(
+                        "UPDATE {table}
+                            SET status = $2, {column} = $3, error = $4, finished_at = $5,
+                                lease_until = NULL
+                          WHERE id = $1 AND (claimed_by = $6 OR claimed_by IS NULL)"
+                    ),
+                    &[&id, &status, &outcome, &error, &now_ms(), &holder],
+                )?;
+                taken_over(changed, name, id)
+            },
+            move |finished| {
+                if matches!(finished, Ok(()) | Err(StorageError::Taken(_))) {
+                    held.remove(work, id);
+                }
+            },
+        )
     }
 }
 
@@ -261,12 +235,18 @@ impl BufferStore for PgBuffer {
     fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<Batch>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
         let channels = channels.map(<[String]>::to_vec);
-        self.pool.submit_alone(move |tx| {
-            match claim_main(tx, &holder, lease, channels.as_deref())? {
+        let held = self.held.clone();
+        self.pool.submit_alone_then(
+            move |tx| match claim_main(tx, &holder, lease, channels.as_deref())? {
                 Some(id) => read_batch(tx, id),
                 None => Ok(None),
-            }
-        })
+            },
+            move |claimed| {
+                if let Ok(Some(batch)) = claimed {
+                    held.insert(Work::Batch, batch.id);
+                }
+            },
+        )
     }
 
     fn finish_batch(
@@ -320,11 +300,18 @@ impl BufferStore for PgBuffer {
 
     fn claim_task(&self) -> Receipt<Option<(i64, Batch)>> {
         let (holder, lease) = (self.holder.clone(), self.lease_ms);
-        self.pool
-            .submit_alone(move |tx| match claim_task(tx, &holder, lease)? {
+        let held = self.held.clone();
+        self.pool.submit_alone_then(
+            move |tx| match claim_task(tx, &holder, lease)? {
                 Some((task, batch)) => Ok(read_batch(tx, batch)?.map(|batch| (task, batch))),
                 None => Ok(None),
-            })
+            },
+            move |claimed| {
+                if let Ok(Some((task, _))) = claimed {
+                    held.insert(Work::Task, *task);
+                }
+            },
+        )
     }
 
     fn finish_task(

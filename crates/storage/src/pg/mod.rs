@@ -32,6 +32,7 @@ mod failed;
 pub mod host;
 pub mod journal;
 pub mod journal_admin;
+mod lease;
 pub mod memory;
 pub mod migrate;
 pub mod url;
@@ -167,7 +168,18 @@ impl PgPool {
         &self,
         work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Receipt<T> {
-        self.send_write(work, Job::Write)
+        self.send_write(work, Job::Write, |_| {})
+    }
+
+    /// [`PgPool::submit`], calling `committed` with the work's outcome once its group
+    /// committed (before the caller is answered; not at all when the commit failed): for a
+    /// store that keeps in memory what it knows committed.
+    pub fn submit_then<T: Send + 'static>(
+        &self,
+        work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        committed: impl FnOnce(&Result<T, StorageError>) + Send + 'static,
+    ) -> Receipt<T> {
+        self.send_write(work, Job::Write, committed)
     }
 
     /// Run `work` on a worker in a transaction of its own, never grouped with other writes:
@@ -177,15 +189,25 @@ impl PgPool {
         &self,
         work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
     ) -> Receipt<T> {
-        self.send_write(work, Job::Alone)
+        self.send_write(work, Job::Alone, |_| {})
     }
 
-    /// Queue `work` as the write job `job` makes of it; the receipt answers once its
-    /// transaction committed.
+    /// [`PgPool::submit_alone`], calling `committed` as [`PgPool::submit_then`] does.
+    pub fn submit_alone_then<T: Send + 'static>(
+        &self,
+        work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
+        committed: impl FnOnce(&Result<T, StorageError>) + Send + 'static,
+    ) -> Receipt<T> {
+        self.send_write(work, Job::Alone, committed)
+    }
+
+    /// Queue `work` as the write job `job` makes of it; `committed` is given its outcome once
+    /// its transaction committed, then the receipt answers.
     fn send_write<T: Send + 'static>(
         &self,
         work: impl Fn(&mut Transaction<'_>) -> Result<T, StorageError> + Send + 'static,
         job: fn(Write) -> Job,
+        committed: impl FnOnce(&Result<T, StorageError>) + Send + 'static,
     ) -> Receipt<T> {
         let (reply, receiver) = oneshot::channel();
         let write: Write = Box::new(move |tx: Result<&mut Transaction<'_>, &StorageError>| {
@@ -196,7 +218,10 @@ impl PgPool {
             Box::new(move |commit_error: Option<&StorageError>| {
                 let _ = reply.send(match commit_error {
                     Some(e) => Err(e.clone()),
-                    None => outcome,
+                    None => {
+                        committed(&outcome);
+                        outcome
+                    }
                 });
             }) as Answer
         });

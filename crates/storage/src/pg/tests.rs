@@ -193,19 +193,59 @@ fn a_host_whose_claim_was_taken_over_cannot_finish_it() {
     );
 }
 
+#[test]
+fn a_claim_whose_answer_never_reached_its_host_lapses_and_is_taken_over() {
+    let Some(url) = database() else { return };
+    let lease = Duration::from_secs(1);
+    let host = PgBuffer::connect(&url, lease).expect("host");
+    let known = queue_turn(&host, "known");
+    let lost = queue_turn(&host, "lost");
+    assert_eq!(claimed(&host), Some(known));
+    // A second claim that committed but whose answer the host never got (its connection
+    // broke under the commit): the row says the host runs it; the host knows nothing of it.
+    by_hand(
+        &url,
+        format!(
+            "UPDATE buffer_batches
+                SET status = 'running', started_at = {now}, lease_until = {now} + 1000,
+                    claimed_by = (SELECT claimed_by FROM buffer_batches WHERE id = {known}),
+                    attempts = attempts + 1
+              WHERE id = {lost}",
+            now = crate::now_ms()
+        ),
+    );
+    let other = PgBuffer::connect(&url, lease).expect("other host");
+    std::thread::sleep(lease * 3);
+    assert_eq!(
+        claimed(&other),
+        Some(lost),
+        "work no caller holds is not renewed, so it lapses and is taken over"
+    );
+    assert_eq!(
+        claimed(&other),
+        None,
+        "what the host was given stays its own"
+    );
+}
+
+/// End every running batch's lease, as if its host stopped renewing long ago.
 fn expire_leases(url: &PgUrl) {
+    by_hand(
+        url,
+        "UPDATE buffer_batches SET lease_until = 0 WHERE status = 'running'".into(),
+    );
+}
+
+/// Run `sql` on a connection of its own, as an administrator (or a host) would beside the
+/// stores under test.
+fn by_hand(url: &PgUrl, sql: String) {
     let url = url.clone();
     std::thread::spawn(move || {
         let mut client = url.config().connect(postgres::NoTls).expect("connect");
-        client
-            .execute(
-                "UPDATE buffer_batches SET lease_until = 0 WHERE status = 'running'",
-                &[],
-            )
-            .expect("expire");
+        client.batch_execute(&sql).expect("by hand");
     })
     .join()
-    .expect("expire leases");
+    .expect("the statement ran");
 }
 
 #[test]
