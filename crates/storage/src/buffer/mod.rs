@@ -85,9 +85,9 @@ pub trait BufferStore: Send + Sync {
     /// oldest batch of the channel served longest ago, so channels take turns; its id. Only
     /// batches of `channels` when given: a host claims only what it can deliver the reply
     /// of, and leaves the rest for a host that runs their channel. The batch is read in the
-    /// claim's own transaction: a claim that committed always reaches its caller, so a read
-    /// failing after it (a PostgreSQL connection still reconnecting) cannot leave a batch
-    /// `running` under a live host's lease with no one working on it.
+    /// claim's own transaction, so no second read can fail after the claim committed (a
+    /// PostgreSQL connection still reconnecting) and leave the batch `running` with no one
+    /// working on it.
     fn claim_main(&self, channels: Option<&[String]>) -> Receipt<Option<Batch>>;
     /// Record how a main batch ended.
     fn finish_batch(
