@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -31,6 +32,25 @@ const STDERR_TAIL_LINES: usize = 6;
 
 /// The most of each such line a fault quotes, in bytes.
 const STDERR_TAIL_LINE_BYTES: usize = 200;
+
+/// One instance's switch for its lines: while it is on, what the instance writes is not
+/// logged (its stderr is still kept for a fault to quote). A webhook channel's inbound
+/// instance runs `init` with it on: the same component with the same config and environment
+/// says what the main instance's `init` already said, and twice would read as two problems.
+#[derive(Debug, Clone, Default)]
+pub struct Hush(Arc<AtomicBool>);
+
+impl Hush {
+    /// Turn it on or off.
+    pub fn set(&self, on: bool) {
+        self.0.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether it is on.
+    pub fn is_on(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
 
 /// The rate-limited log of one plugin. Shared by its `log` import and its stdout/stderr.
 pub struct PluginLog {
@@ -87,6 +107,14 @@ impl PluginLog {
         self.stderr_tail
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keep one line from `stream` that an instance's [`Hush`] holds back: only stderr's,
+    /// for a fault to quote.
+    pub fn hold_back(&self, stream: &str, line: &str) {
+        if stream == "stderr" {
+            self.keep_stderr(line);
+        }
     }
 
     /// Write one line from `stream` (`log`, `stdout` or `stderr`); dropped over the rate,
@@ -171,12 +199,19 @@ pub struct LogStream {
     log: Arc<PluginLog>,
     stream: &'static str,
     level: Level,
+    hush: Hush,
 }
 
 impl LogStream {
-    /// Lines written to this stream are logged as `stream` at `level`.
-    pub fn new(log: Arc<PluginLog>, stream: &'static str, level: Level) -> Self {
-        Self { log, stream, level }
+    /// Lines written to this stream are logged as `stream` at `level`, unless `hush` (the
+    /// instance's) is on.
+    pub fn new(log: Arc<PluginLog>, stream: &'static str, level: Level, hush: Hush) -> Self {
+        Self {
+            log,
+            stream,
+            level,
+            hush,
+        }
     }
 }
 
@@ -204,9 +239,12 @@ impl LineWriter {
     fn emit(&mut self, bytes: &[u8]) {
         let text = String::from_utf8_lossy(bytes);
         let line = text.trim_end_matches(['\n', '\r']);
-        self.target
-            .log
-            .write(self.target.level, self.target.stream, line);
+        let target = &self.target;
+        if target.hush.is_on() {
+            target.log.hold_back(target.stream, line);
+        } else {
+            target.log.write(target.level, target.stream, line);
+        }
     }
 }
 

@@ -1,5 +1,7 @@
 //! The host's HTTP server for channel webhooks: `/channels/<plugin-id>/…` is handed to that
-//! channel's `handle-webhook` export, and the plugin's answer is sent back as it is.
+//! channel's `handle-webhook` export, and the plugin's answer is sent back as it is. The
+//! export runs on the channel's inbound instance (see [`PluginHandle::inbound`]), so a
+//! sender is answered while the channel posts a slow reply.
 //!
 //! The channel sees the path below `/channels/<plugin-id>` (`/` for the bare and the
 //! trailing-slash forms). It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
@@ -72,6 +74,7 @@ pub async fn bind(config: &HttpConfig) -> Result<tokio::net::TcpListener, Listen
 }
 
 /// Serve webhooks for `channels` (plugin id → handle) on `listener` until `stop` turns true.
+/// Requests go to each channel's inbound instance, so they never wait behind its replies.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &HttpConfig,
@@ -98,7 +101,12 @@ pub async fn serve(
             std::time::Duration::from_millis(config.request_timeout_ms),
             within_deadline,
         ))
-        .with_state(std::sync::Arc::new(channels));
+        .with_state(std::sync::Arc::new(
+            channels
+                .into_iter()
+                .map(|(id, handle)| (id, handle.inbound()))
+                .collect(),
+        ));
     let shutdown = async move {
         while !*stop.borrow() {
             if stop.changed().await.is_err() {

@@ -1143,6 +1143,13 @@ fn closing_stdin_gets_the_answer_then_a_clean_stop_and_the_default_start_logs_no
 
 /// Sign and post one `issues` delivery about `octo/repo#7`.
 fn post_issue(port: u16, delivery: &str) {
+    let (status, answer) = try_post_issue(port, delivery).expect("post");
+    assert_eq!(status, 202, "{answer}");
+}
+
+/// Sign and post one `issues` delivery about `octo/repo#7`; the status and body, or why
+/// none came.
+fn try_post_issue(port: u16, delivery: &str) -> Result<(u16, String), ureq::Error> {
     let body = serde_json::to_vec(&serde_json::json!({
         "action": "opened",
         "issue": {"number": 7, "title": "The build is red", "body": "CI fails on main since the last merge"},
@@ -1151,7 +1158,7 @@ fn post_issue(port: u16, delivery: &str) {
     }))
     .expect("json");
     let signature = github_signature(SECRET.as_bytes(), &body);
-    let (status, answer) = post_webhook(
+    post_webhook(
         &http_client(),
         port,
         "issues",
@@ -1159,8 +1166,91 @@ fn post_issue(port: u16, delivery: &str) {
         &body,
         Some(&signature),
     )
-    .expect("post");
-    assert_eq!(status, 202, "{answer}");
+}
+
+/// Whether GitHub's stand-in has a reply's post in hand, and whether the test let go of it.
+#[derive(Default)]
+struct Held {
+    holding: bool,
+    released: bool,
+}
+
+#[test]
+fn a_delivery_is_answered_while_the_channel_posts_a_slow_reply() {
+    // GitHub's stand-in holds each reply's post until the test lets go, and the channel is
+    // allowed to wait for it far longer than the client's 20 s: a delivery queued behind
+    // the posting `deliver` would get no answer in time.
+    let held = Arc::new((
+        std::sync::Mutex::new(Held::default()),
+        std::sync::Condvar::new(),
+    ));
+    let api = {
+        let held = held.clone();
+        StubServer::answering(move |request| {
+            if !request.line.starts_with("POST /repos/") {
+                return Reply::status(404, r#"{"message": "Not Found"}"#);
+            }
+            let (state, changed) = &*held;
+            let mut state = state.lock().expect("hold");
+            state.holding = true;
+            changed.notify_all();
+            let _let_go = changed
+                .wait_timeout_while(state, Duration::from_secs(150), |s| !s.released)
+                .expect("hold");
+            Reply::status(
+                201,
+                r#"{"html_url": "https://github.com/octo/repo/issues/7#c"}"#,
+            )
+        })
+    };
+    let mut env = fast_env();
+    env.push(("GITHUB_TOKEN", "token-for-tests"));
+    let dir = PluginDir::new();
+    dir.bundled_with("webhook", |manifest| {
+        manifest
+            .replace(
+                "api_base: https://api.github.com",
+                &format!("api_base: {}", api.url()),
+            )
+            .replace(
+                "http: [api.github.com]",
+                &format!("http: ['{}']", api.url()),
+            )
+            .replace("http_timeout_ms: 10000", "http_timeout_ms: 120000")
+            .replace("timeout_ms: 30000", "timeout_ms: 150000")
+    });
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(dir.path(), data.path(), &env);
+    post_issue(host.webhook_port(), "held-1");
+    {
+        let (state, changed) = &*held;
+        let state = state.lock().expect("hold");
+        let (state, _) = changed
+            .wait_timeout_while(state, LONG, |s| !s.holding)
+            .expect("hold");
+        assert!(
+            state.holding,
+            "the first reply was never posted: {}",
+            host.log()
+        );
+    }
+    let second = try_post_issue(host.webhook_port(), "held-2");
+    {
+        let (state, changed) = &*held;
+        state.lock().expect("hold").released = true;
+        changed.notify_all();
+    }
+    host.wait_until(LONG, "both replies posted", |log| {
+        log.matches("webhook: reply posted to octo/repo#7").count() == 2
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    match second {
+        Ok((status, answer)) => assert_eq!(status, 202, "{answer}\n{log}"),
+        Err(error) => {
+            panic!("the delivery made while a reply was posted got no answer: {error}\n{log}")
+        }
+    }
 }
 
 #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use cairn_tests::stub_http::{Reply, StubServer};
 use cairn_tests::{
-    Host, PluginDir, cairn, count_lines, plugin_status, status_json, wait_for_state,
+    Host, PluginDir, cairn, count_lines, http_client, plugin_status, status_json, wait_for_state,
 };
 
 const LONG: Duration = Duration::from_secs(60);
@@ -24,6 +24,47 @@ fn hostile(dir: &PluginDir, id: &str, mode: &str, extra: &str) {
 
 fn steady_ticks(log: &str) -> usize {
     count_lines(log, "steady: tick")
+}
+
+#[test]
+fn a_fault_of_a_webhook_channels_inbound_instance_restarts_the_plugin_once() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "steady",
+        "channel",
+        "steady",
+        "channel: {poll_interval_ms: 20, webhook: true}\ncapabilities: {kv: true}\nconfig: {mode: trap-webhook}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_until(LONG, "a tick", |log| steady_ticks(log) >= 1);
+    let url = format!("http://127.0.0.1:{}/channels/steady/", host.webhook_port());
+    let answer = http_client().post(&url).send("hello").expect("post");
+    assert_eq!(answer.status(), 500, "{}", host.log());
+    // One fault, one restart of both instances: the main one polls again. Only the main
+    // one's `init` is logged, the inbound one's saying the same.
+    host.wait_until(LONG, "the main instance's init again", |log| {
+        count_lines(log, "steady: init") == 2
+    });
+    let row = wait_for_state(&mut host, data.path(), "steady", "running", LONG);
+    assert_eq!(row["faults"], 1, "{row}");
+    assert_eq!(row["restarts"], 1, "{row}");
+    let ticks = steady_ticks(&host.log());
+    host.wait_until(LONG, "ticks after the restart", |log| {
+        steady_ticks(log) >= ticks + 3
+    });
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert!(
+        log.contains("plugin faulted (trap: wasm trap")
+            && log.contains("steady: trapping in handle-webhook on purpose"),
+        "{log}"
+    );
+    assert_eq!(count_lines(&log, "steady: init"), 2, "{log}");
 }
 
 #[test]

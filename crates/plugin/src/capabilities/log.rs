@@ -13,6 +13,8 @@ impl wit::log::Host for PluginContext {
             LogLevel::Warn => Level::Warn,
             LogLevel::Error => Level::Error,
         };
-        self.log.write(level, "log", &message);
+        if !self.hush.is_on() {
+            self.log.write(level, "log", &message);
+        }
     }
 }

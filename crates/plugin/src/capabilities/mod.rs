@@ -39,7 +39,7 @@ use super::bindings::v0_2::convert::{
 use super::bindings::v0_2::handler::cairn::plugin as wit;
 use super::bindings::v0_2::types::{Error as WitError, LogLevel};
 use super::kv::{KvError, PluginKv};
-use super::logging::{Level, LogStream, PluginLog};
+use super::logging::{Hush, Level, LogStream, PluginLog};
 use super::manifest::{
     FileMode, Manifest, MemoryAccess, PluginKind, ScopeLevel, ScopePattern, is_valid_topic,
 };
@@ -233,6 +233,8 @@ pub struct PluginContext {
     grants: Arc<Grants>,
     services: Arc<HostServices>,
     log: Arc<PluginLog>,
+    /// Holds this instance's lines back from the log while it is on.
+    hush: Hush,
     /// The depth of the event an `on-event` call is handling, while it runs.
     handling_depth: Option<u32>,
     /// Why a host store a host call of the running guest call used was away for a moment (a
@@ -292,13 +294,20 @@ impl Sandbox {
     /// A fresh store state: new WASI context, new resource table, new limiter.
     pub fn new_state(&self, services: Arc<HostServices>) -> Result<PluginContext, SandboxError> {
         let mut wasi = WasiCtxBuilder::new();
+        let hush = Hush::default();
         wasi.arg(&*self.plugin);
         if self.stdio {
             wasi.inherit_stdin().inherit_stdout();
         } else {
-            wasi.stdout(LogStream::new(self.log.clone(), "stdout", Level::Info));
+            let stdout = LogStream::new(self.log.clone(), "stdout", Level::Info, hush.clone());
+            wasi.stdout(stdout);
         }
-        wasi.stderr(LogStream::new(self.log.clone(), "stderr", Level::Warn));
+        wasi.stderr(LogStream::new(
+            self.log.clone(),
+            "stderr",
+            Level::Warn,
+            hush.clone(),
+        ));
         wasi.envs(&self.env);
         for (host, guest, mode) in &self.preopens {
             let perms = match mode {
@@ -332,6 +341,7 @@ impl Sandbox {
             grants: self.grants.clone(),
             services,
             log: self.log.clone(),
+            hush,
             handling_depth: None,
             store_away: std::cell::Cell::new(None),
         })
@@ -352,6 +362,11 @@ impl PluginContext {
     /// The plugin's log, whose stderr tail a fault quotes.
     pub fn log(&self) -> &PluginLog {
         &self.log
+    }
+
+    /// This instance's switch for holding its lines back from the log.
+    pub fn hush(&self) -> &Hush {
+        &self.hush
     }
 
     /// `error` from a host store (the buffer, the journal, memory, kv) as the plugin gets it;

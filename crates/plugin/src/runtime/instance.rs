@@ -58,6 +58,16 @@ impl PluginInstance {
         })
     }
 
+    /// [`PluginInstance::init`] with the instance's lines held back from the log (see
+    /// [`crate::logging::Hush`]): for a second instance whose `init` says what the first's did.
+    pub fn init_hushed(&mut self, config: &str) -> Result<(), CallError> {
+        let hush = self.store.data().hush().clone();
+        hush.set(true);
+        let initialised = self.init(config);
+        hush.set(false);
+        initialised
+    }
+
     /// Call a channel's `poll`.
     pub fn poll(&mut self) -> Result<(), CallError> {
         self.run(|exports, store| match exports {

@@ -14,7 +14,13 @@
 //! A fault (trap, timeout, memory-limit hit, failed instantiation or `init`) always drops the
 //! instance: wasmtime poisons a trapped store, so the next start builds a fresh store from the
 //! plugin's `InstancePre`.
+//!
+//! A channel that serves webhooks runs two instances of the same `InstancePre`, one per
+//! [`Lane`]: inbound requests (`handle-webhook`) go to their own, so a sender is answered while
+//! the other instance posts a slow reply. The plugin is supervised as one: a fault of either
+//! instance counts once against its restart budget and restarts both.
 
+mod executor;
 mod poll_log;
 mod queue;
 
@@ -28,6 +34,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use tokio::sync::oneshot;
 
+use executor::{Executor, spawn_executor};
 use poll_log::PollFailures;
 use queue::{CallQueue, Watched};
 
@@ -89,22 +96,67 @@ enum Report {
 
 enum Command {
     Start(oneshot::Sender<PluginState>),
-    Call(Job),
+    /// A call for the lane of this index that found its queue closed.
+    Call(usize, Job),
     Stop(oneshot::Sender<()>),
 }
 
-/// A handle to a supervised plugin; cheap to clone, usable from any thread.
+/// Which of a plugin's instances a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// The instance that takes every call but inbound requests (`init`, `poll`, `deliver`,
+    /// events, memory operations), in the order they were made.
+    Main,
+    /// A webhook channel's second instance, for inbound requests only: a sender is answered
+    /// without waiting behind a `deliver` that may take the plugin's whole `timeout_ms`.
+    /// A plugin without a webhook has no such instance, and this lane is its main one.
+    Inbound,
+}
+
+impl Lane {
+    /// The lanes of a plugin: a channel that serves webhooks has both.
+    fn of(manifest: &crate::manifest::Manifest) -> &'static [Lane] {
+        if manifest.channel.as_ref().is_some_and(|c| c.webhook) {
+            &[Lane::Main, Lane::Inbound]
+        } else {
+            &[Lane::Main]
+        }
+    }
+
+    /// The name of its instance's thread, for a plugin `id`.
+    fn thread_name(self, id: &str) -> String {
+        match self {
+            Lane::Main => format!("wasm-{id}"),
+            Lane::Inbound => format!("wasm-{id}-inbound"),
+        }
+    }
+}
+
+/// A handle to a supervised plugin; cheap to clone, usable from any thread. Its calls go
+/// to the main instance; [`PluginHandle::inbound`] gives one for inbound requests.
 #[derive(Clone)]
 pub struct PluginHandle {
     id: Arc<str>,
     commands: Sender<Command>,
-    calls: Arc<CallQueue>,
+    /// Each lane's queue, in the order of [`Lane::of`].
+    lanes: Arc<[Arc<CallQueue>]>,
+    /// The index of the lane this handle's calls go to.
+    lane: usize,
 }
 
 impl PluginHandle {
     /// The plugin id.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// A handle whose calls go to the plugin's instance for inbound requests: its own
+    /// for a channel that serves webhooks, the main one otherwise.
+    pub fn inbound(&self) -> PluginHandle {
+        Self {
+            lane: (self.lanes.len() - 1).min(1),
+            ..self.clone()
+        }
     }
 
     /// Run `call` on the plugin's instance and wait for its result. While the plugin is
@@ -172,10 +224,10 @@ impl PluginHandle {
             }),
             abandon: Box::new(move |fault| answer_with(Err(CallError::Fault(fault)))),
         };
-        let Err(job) = self.calls.push(job) else {
+        let Err(job) = self.lanes[self.lane].push(job) else {
             return Ok(answer);
         };
-        if self.commands.send(Command::Call(job)).is_err() {
+        if self.commands.send(Command::Call(self.lane, job)).is_err() {
             return Err(self.stopped());
         }
         Ok(answer)
@@ -206,8 +258,9 @@ impl Supervised {
     ) -> std::io::Result<Self> {
         let (commands, inbox) = crossbeam_channel::unbounded();
         let (reports, reported) = crossbeam_channel::unbounded();
-        let calls = Arc::new(CallQueue::default());
         let manifest = prepared.manifest().clone();
+        let lanes = Lane::of(&manifest);
+        let queues: Arc<[Arc<CallQueue>]> = lanes.iter().map(|_| Arc::default()).collect();
         let id: Arc<str> = manifest.id.as_str().into();
         let supervisor = Supervisor {
             call_limit: Duration::from_millis(manifest.limits.timeout_ms) + HANG_GRACE,
@@ -220,11 +273,12 @@ impl Supervised {
             services,
             status,
             config,
-            calls: calls.clone(),
+            lanes,
+            queues: queues.clone(),
             reports,
             starts: 0,
             live: None,
-            executor: None,
+            executors: lanes.iter().map(|_| None).collect(),
             polling: Arc::new(AtomicBool::new(false)),
             poll_failures: Arc::default(),
             next_watch: None,
@@ -244,7 +298,8 @@ impl Supervised {
             handle: PluginHandle {
                 id,
                 commands,
-                calls,
+                lanes: queues,
+                lane: 0,
             },
             thread: Some(thread),
         })
@@ -278,82 +333,6 @@ impl Supervised {
     }
 }
 
-/// The thread of one instance: what its start came to, and the thread itself, joined
-/// when a stop found it idle so the instance (and the host's stores it holds) is dropped
-/// before the host goes on.
-struct Executor {
-    started: std_mpsc::Receiver<Result<(), CallError>>,
-    thread: JoinHandle<()>,
-}
-
-/// Spawn the thread of the instance of start number `start`: it instantiates the plugin,
-/// calls `init` (answering on the returned channel), then runs the calls `calls` gives it
-/// until the queue closes to it or a call faults, which it reports on `faults`.
-fn spawn_executor(
-    prepared: Arc<PreparedPlugin>,
-    services: Arc<HostServices>,
-    calls: Arc<CallQueue>,
-    start: u64,
-    reports: Sender<Report>,
-) -> std::io::Result<Executor> {
-    let (started, started_rx) = std_mpsc::channel();
-    let thread = std::thread::Builder::new()
-        .name(format!("wasm-{}", prepared.manifest().id))
-        .spawn(move || {
-            let config = prepared.manifest().config.to_string();
-            let instance = prepared
-                .instantiate(services)
-                .map_err(CallError::Fault)
-                .and_then(|mut instance| instance.init(&config).map(|()| instance));
-            let mut instance = match instance {
-                Ok(instance) => {
-                    let _ = started.send(Ok(()));
-                    instance
-                }
-                Err(error) => {
-                    let _ = started.send(Err(error));
-                    return;
-                }
-            };
-            while let Some(next) = calls.next(start) {
-                if next.unwatched {
-                    let _ = reports.send(Report::Busy { start });
-                }
-                // A host function that panics (a bug of ours, never the guest's) must not take
-                // the thread down unseen: it ends the instance as a fault, and the caller,
-                // whose answer went with the panic, gets the channel's closing.
-                let fault = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    (next.call)(Ok(&mut instance))
-                }))
-                .unwrap_or_else(|panic| Some(host_panicked(panic.as_ref())));
-                calls.finished(start);
-                if let Some(fault) = fault {
-                    // The store is poisoned: the instance ends here.
-                    let _ = reports.send(Report::Faulted { start, fault });
-                    return;
-                }
-            }
-        })?;
-    Ok(Executor {
-        started: started_rx,
-        thread,
-    })
-}
-
-/// The fault of a call in which the host panicked, with the panic's message.
-fn host_panicked(panic: &(dyn std::any::Any + Send)) -> Fault {
-    let said = panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "no message".into());
-    tracing::error!("the host panicked in a plugin call: {said}");
-    Fault {
-        kind: FaultKind::Trap,
-        message: format!("the host panicked during the call: {said}"),
-    }
-}
-
 struct Supervisor {
     prepared: Arc<PreparedPlugin>,
     services: Arc<HostServices>,
@@ -361,18 +340,20 @@ struct Supervisor {
     config: SupervisorConfig,
     call_limit: Duration,
     poll_interval: Option<Duration>,
-    /// The calls for the live instance.
-    calls: Arc<CallQueue>,
+    /// The plugin's lanes, an instance each.
+    lanes: &'static [Lane],
+    /// The calls for each lane's live instance.
+    queues: Arc<[Arc<CallQueue>]>,
     /// Where executor threads report faults and calls taken while nobody looked.
     reports: Sender<Report>,
     /// Starts so far: each instance is known by the number of the start that made it.
     starts: u64,
-    /// The live instance's start number, if one is running.
+    /// The live instances' start number, if they are running (one start makes all).
     live: Option<u64>,
-    /// The live instance's thread, joined by a stop that found it idle. Until 2026-12-03 a
-    /// stop did not wait for it, and under load the process could end before it dropped the
-    /// instance: every SQLite database was then left with its -wal and -shm files.
-    executor: Option<JoinHandle<()>>,
+    /// Each lane's live instance's thread, joined by a stop that found it idle. Until
+    /// 2026-12-03 a stop did not wait for it, and under load the process could end before it
+    /// dropped the instance: every SQLite database was then left with its -wal and -shm files.
+    executors: Vec<Option<JoinHandle<()>>>,
     /// A poll is queued and not yet run (a slow poll is not stacked).
     polling: Arc<AtomicBool>,
     /// What the log was told of failing polls (reported on the instance's thread).
@@ -413,7 +394,7 @@ impl Supervisor {
                         self.start();
                         let _ = reply.send(self.state);
                     }
-                    Ok(Command::Call(job)) => self.call(job),
+                    Ok(Command::Call(lane, job)) => self.call(lane, job),
                     Ok(Command::Stop(reply)) => {
                         self.stop();
                         let _ = reply.send(());
@@ -441,37 +422,75 @@ impl Supervisor {
     /// Stop after the calls made so far (waiting up to the call limit for them), answering
     /// any made meanwhile with `stopped`.
     fn stop(&mut self) {
-        let mut drained = true;
-        if self.live.is_some() {
-            let (reached, wait) = std_mpsc::channel();
-            let marker = Job {
-                run: Box::new(move |_| {
-                    let _ = reached.send(());
-                    None
-                }),
-                abandon: Box::new(|_| {}),
-            };
-            drained = self.calls.push(marker).is_ok() && wait.recv_timeout(self.call_limit).is_ok();
-        }
-        let closed = self.calls.close();
-        if !drained && let Some(abandon) = closed.running {
-            abandon(self.hang_fault());
+        let drained = self.drain_lanes();
+        let mut left = Vec::new();
+        for (lane, drained) in drained.into_iter().enumerate() {
+            let closed = self.queues[lane].close();
+            if !drained && let Some(abandon) = closed.running {
+                abandon(self.hang_fault());
+            }
+            // Past the marker and with its queue closed, an idle instance's thread only drops
+            // the instance and ends; a hung one is left behind.
+            if let Some(thread) = self.executors[lane].take()
+                && drained
+            {
+                let _ = thread.join();
+            }
+            left.extend(closed.left);
         }
         self.live = None;
-        // Past the marker and with its queue closed, an idle instance's thread only drops
-        // the instance and ends; a hung one is left behind.
-        if let Some(thread) = self.executor.take()
-            && drained
-        {
-            let _ = thread.join();
-        }
         // A quarantined plugin stays visibly quarantined after the host stops.
         if self.state != PluginState::Quarantined {
             self.publish(PluginState::Stopped);
         }
-        for job in closed.left {
+        for job in left {
             (job.run)(Err(Unavailable::stopped()));
         }
+    }
+
+    /// Wait, up to the call limit in all, until each live instance has run the calls made
+    /// so far: whether each lane's did (a lane with no live instance did).
+    fn drain_lanes(&self) -> Vec<bool> {
+        if self.live.is_none() {
+            return vec![true; self.lanes.len()];
+        }
+        let markers: Vec<_> = self
+            .queues
+            .iter()
+            .map(|calls| {
+                let (reached, wait) = std_mpsc::channel();
+                let marker = Job {
+                    run: Box::new(move |_| {
+                        let _ = reached.send(());
+                        None
+                    }),
+                    abandon: Box::new(|_| {}),
+                };
+                calls.push(marker).is_ok().then_some(wait)
+            })
+            .collect();
+        let deadline = Instant::now() + self.call_limit;
+        markers
+            .into_iter()
+            .map(|wait| {
+                wait.is_some_and(|wait| {
+                    wait.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                        .is_ok()
+                })
+            })
+            .collect()
+    }
+
+    /// Close every lane's queue, its instance's thread not waited for (it ends on its own
+    /// or, hung, never), and hand back the calls never begun.
+    fn close_lanes(&mut self) -> Vec<Job> {
+        self.live = None;
+        self.next_watch = None;
+        self.executors.iter_mut().for_each(|thread| *thread = None);
+        self.queues
+            .iter()
+            .flat_map(|calls| calls.close().left)
+            .collect()
     }
 
     /// Why calls find no instance now: the state, and the last fault once it is final.
@@ -485,22 +504,18 @@ impl Supervisor {
 
     /// A call that found no instance taking calls: one may have started since; otherwise it
     /// is answered with the plugin's state.
-    fn call(&self, job: Job) {
-        if let Err(job) = self.calls.push(job) {
+    fn call(&self, lane: usize, job: Job) {
+        if let Err(job) = self.queues[lane].push(job) {
             (job.run)(Err(self.unavailable()));
         }
     }
 
-    /// The live instance faulted or hung: close its queue, count the fault (restart or
-    /// quarantine), and answer the calls it left with the plugin's new state.
+    /// A live instance faulted or hung: close every lane's queue, count the fault (restart
+    /// or quarantine), and answer the calls left with the plugin's new state.
     fn lose_instance(&mut self, fault: Fault) {
-        let closed = self.calls.close();
-        self.live = None;
-        // Its thread ends on its own (or, hung, never): it is not waited for.
-        self.executor = None;
-        self.next_watch = None;
+        let left = self.close_lanes();
         self.on_fault(fault);
-        for job in closed.left {
+        for job in left {
             (job.run)(Err(self.unavailable()));
         }
     }
@@ -509,11 +524,7 @@ impl Supervisor {
     /// the plugin's fault, so it is started again after a wait (doubling, capped like a
     /// restart's backoff) that spends none of its restart budget, however long the outage.
     fn wait_for_store(&mut self, cause: &str) {
-        let closed = self.calls.close();
-        self.live = None;
-        // Its thread ends on its own (or, hung, never): it is not waited for.
-        self.executor = None;
-        self.next_watch = None;
+        let left = self.close_lanes();
         self.next_poll = None;
         self.store_waits = self.store_waits.saturating_add(1);
         let wait = self.backoff(self.store_waits);
@@ -524,7 +535,7 @@ impl Supervisor {
         );
         self.retry_at = Some(Instant::now() + Duration::from_millis(wait));
         self.publish(PluginState::Restarting);
-        for job in closed.left {
+        for job in left {
             (job.run)(Err(self.unavailable()));
         }
     }
@@ -539,18 +550,25 @@ impl Supervisor {
             .min(self.config.backoff_max_ms)
     }
 
-    /// Abandon the live instance if its running call is past the call limit; look again in a
-    /// while unless no call is running (the instance's thread reports the next it takes).
+    /// Abandon the live instances if a running call is past the call limit; look again in
+    /// a while unless no call is running (an instance's thread reports the next it takes).
     fn watch(&mut self) {
         self.next_watch = None;
-        match self.calls.watch(self.call_limit) {
-            Watched::Hung(abandon) => {
-                let fault = self.hang_fault();
-                abandon(fault.clone());
-                self.lose_instance(fault);
+        let mut running = false;
+        for calls in self.queues.clone().iter() {
+            match calls.watch(self.call_limit) {
+                Watched::Hung(abandon) => {
+                    let fault = self.hang_fault();
+                    abandon(fault.clone());
+                    self.lose_instance(fault);
+                    return;
+                }
+                Watched::Running => running = true,
+                Watched::Idle => {}
             }
-            Watched::Running => self.next_watch = Some(Instant::now() + HANG_WATCH),
-            Watched::Idle => {}
+        }
+        if running {
+            self.next_watch = Some(Instant::now() + HANG_WATCH);
         }
     }
 
@@ -588,38 +606,37 @@ impl Supervisor {
         self.publish(PluginState::Starting);
         self.starts += 1;
         let start = self.starts;
-        // Calls made while the instance runs `init` wait for it.
-        self.calls.open(start);
+        // Calls made while the instances run `init` wait for them.
+        for calls in self.queues.iter() {
+            calls.open(start);
+        }
         self.polling.store(false, Ordering::Relaxed);
-        let spawned = spawn_executor(
-            self.prepared.clone(),
-            self.services.clone(),
-            self.calls.clone(),
-            start,
-            self.reports.clone(),
-        );
-        let started = match spawned {
-            Ok(Executor { started, thread }) => {
-                self.executor = Some(thread);
-                started
+        let mut starting = Vec::new();
+        let lanes = self.lanes;
+        for (index, lane) in lanes.iter().enumerate() {
+            let spawned = spawn_executor(
+                *lane,
+                self.prepared.clone(),
+                self.services.clone(),
+                self.queues[index].clone(),
+                start,
+                self.reports.clone(),
+            );
+            match spawned {
+                Ok(Executor { started, thread }) => {
+                    self.executors[index] = Some(thread);
+                    starting.push(started);
+                }
+                Err(e) => {
+                    self.lose_instance(Fault {
+                        kind: FaultKind::Instantiate,
+                        message: format!("cannot spawn the instance thread: {e}"),
+                    });
+                    return;
+                }
             }
-            Err(e) => {
-                self.lose_instance(Fault {
-                    kind: FaultKind::Instantiate,
-                    message: format!("cannot spawn the instance thread: {e}"),
-                });
-                return;
-            }
-        };
-        let outcome = match started.recv_timeout(self.call_limit) {
-            Ok(outcome) => outcome,
-            Err(RecvTimeoutError::Timeout) => Err(CallError::Fault(self.hang_fault())),
-            Err(RecvTimeoutError::Disconnected) => Err(CallError::Fault(Fault {
-                kind: FaultKind::Instantiate,
-                message: "the instance's thread ended during start".into(),
-            })),
-        };
-        let fault = match outcome {
+        }
+        let fault = match self.started(&starting) {
             Ok(()) => {
                 self.live = Some(start);
                 self.store_waits = 0;
@@ -650,6 +667,29 @@ impl Supervisor {
             },
         };
         self.lose_instance(fault);
+    }
+
+    /// What the starts of the instances came to: the first failure, or all running. They
+    /// start side by side, so all of them have the one call limit from now.
+    fn started(
+        &self,
+        starting: &[std_mpsc::Receiver<Result<(), CallError>>],
+    ) -> Result<(), CallError> {
+        let deadline = Instant::now() + self.call_limit;
+        for started in starting {
+            match started.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Ok(())) => {}
+                Ok(failed) => return failed,
+                Err(RecvTimeoutError::Timeout) => return Err(CallError::Fault(self.hang_fault())),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(CallError::Fault(Fault {
+                        kind: FaultKind::Instantiate,
+                        message: "the instance's thread ended during start".into(),
+                    }));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Queue a poll of a channel plugin, unless the last one has not run yet.
@@ -686,7 +726,7 @@ impl Supervisor {
             }),
             abandon: Box::new(|_| {}),
         };
-        if self.calls.push(poll).is_err() {
+        if self.queues[0].push(poll).is_err() {
             self.polling.store(false, Ordering::Relaxed);
         }
     }

@@ -1,6 +1,7 @@
 //! A well-behaved test channel: each `poll` adds one to a kv counter and logs
 //! `steady: tick N`, so tests can see it keep working beside hostile plugins.
-//! With config `mode: trap-poll` it starts cleanly and then traps on every poll. With
+//! With config `mode: trap-poll` it starts cleanly and then traps on every poll; with
+//! `mode: trap-webhook`, on every webhook request instead. With
 //! `mode: push-probe` its first poll pushes payloads of every JSON type and asks the host to
 //! stop (which it may not, holding no terminal), logging each answer as `steady: probe …`.
 
@@ -16,6 +17,7 @@ use cairn::plugin::{buffer, kv, lifecycle, log};
 
 static TRAP_ON_POLL: AtomicBool = AtomicBool::new(false);
 static PUSH_PROBE: AtomicBool = AtomicBool::new(false);
+static TRAP_ON_WEBHOOK: AtomicBool = AtomicBool::new(false);
 
 use exports::cairn::plugin::channel_plugin::Guest;
 use cairn::plugin::types::{Error, HttpRequest, HttpResponse, InboundMessage, OutboundMessage};
@@ -29,6 +31,7 @@ impl Guest for Steady {
         let mode = config.get("mode").and_then(|m| m.as_str());
         TRAP_ON_POLL.store(mode == Some("trap-poll"), Ordering::Relaxed);
         PUSH_PROBE.store(mode == Some("push-probe"), Ordering::Relaxed);
+        TRAP_ON_WEBHOOK.store(mode == Some("trap-webhook"), Ordering::Relaxed);
         log::log(LogLevel::Info, "steady: init");
         Ok(())
     }
@@ -55,6 +58,9 @@ impl Guest for Steady {
     }
 
     fn handle_webhook(_request: HttpRequest) -> HttpResponse {
+        if TRAP_ON_WEBHOOK.load(Ordering::Relaxed) {
+            panic!("steady: trapping in handle-webhook on purpose");
+        }
         HttpResponse {
             status: 204,
             headers: Vec::new(),
