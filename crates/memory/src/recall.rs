@@ -442,6 +442,7 @@ pub fn score(config: &RecallConfig, signals: Signals, importance: u8, age_ms: i6
         score,
         adjusted: None,
         time: None,
+        scored_by: None,
     }
 }
 

@@ -91,10 +91,13 @@ impl MemoryBackend for PluginMemoryBackend {
                 .saturating_mul(FILTERED_OVERFETCH)
                 .min(MAX_ASKED);
         }
-        let hits = self
+        let mut hits = self
             .plugin
             .call_blocking(move |i| i.memory_recall(&asked))
             .map_err(|e| self.failed(e))?;
+        for hit in &mut hits {
+            hit.explain.scored_by = Some(self.plugin.id().to_string());
+        }
         if !filtered {
             return Ok(hits);
         }

@@ -354,6 +354,10 @@ pub struct ScoreParts {
     /// the span, and the span.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time: Option<String>,
+    /// The memory backend plugin that scored the hit itself (`memory.backend`): its score
+    /// is all there is, and the other parts were not measured, so they stay zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scored_by: Option<String>,
 }
 
 /// One recalled memory.

@@ -96,7 +96,11 @@ pub(super) fn print_hits(hits: &[RecallHit], explain: bool) {
             hit.score,
             entry_line(&hit.entry)
         );
-        if explain {
+        if explain && let Some(backend) = &hit.explain.scored_by {
+            println!(
+                "      scored by the memory backend plugin `{backend}`, which gives its score and no parts"
+            );
+        } else if explain {
             let e = &hit.explain;
             let bm25 = e
                 .bm25_raw

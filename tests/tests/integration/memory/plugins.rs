@@ -315,6 +315,29 @@ fn the_markdown_backend_plugin_serves_memory_from_its_sandbox() {
     };
     let found = with_backend(&["memory", "search", "boat moored pier"]);
     assert!(mentions(&found, "/entry/content", "pier seven"), "{found}");
+    assert!(
+        mentions(&found, "/explain/scored_by", "markdown"),
+        "{found}"
+    );
+    // `--explain` says the plugin scored it rather than show parts it never measured as
+    // zeros (until 2026-12-04: `bm25 no match · cosine n/a · relevance 0.000 · …`).
+    let explained = cairn(&[
+        "--config",
+        config_arg.as_str(),
+        "memory",
+        "search",
+        "boat moored pier",
+        "--explain",
+        "--data",
+        data_text.as_str(),
+    ]);
+    assert!(explained.status.success(), "{explained:?}");
+    let explained = String::from_utf8_lossy(&explained.stdout);
+    assert!(
+        explained.contains("scored by the memory backend plugin `markdown`")
+            && !explained.contains("relevance 0.000"),
+        "{explained}"
+    );
     // Filters the plugin's query cannot carry are applied to what it answers: a span that
     // ended before today, or a category nothing is in, finds nothing (until 2026-12-02
     // they were left out without a word; found by an operator's test).
