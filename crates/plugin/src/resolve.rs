@@ -58,27 +58,7 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
     let (switched_off, mut manifests): (Vec<Manifest>, Vec<Manifest>) = manifests
         .into_iter()
         .partition(|m| disabled.contains(&m.id));
-    // A plugin needing a disabled one is reported here, and left out of resolution so the
-    // dependency is not reported a second time as missing.
-    manifests.retain(|manifest| {
-        let needs_disabled: Vec<_> = manifest
-            .depends_on
-            .iter()
-            .enumerate()
-            .filter(|(_, dep)| disabled.contains(&dep.id))
-            .collect();
-        for (i, dep) in &needs_disabled {
-            errors.push(ManifestError {
-                file: manifest.file.clone(),
-                field: format!("depends_on[{i}].id"),
-                message: format!(
-                    "`{}` depends on `{}`, which the host config disables (plugins.disabled); disable `{}` too or enable `{}`",
-                    manifest.id, dep.id, manifest.id, dep.id
-                ),
-            });
-        }
-        needs_disabled.is_empty()
-    });
+    leave_out_dependents_of_disabled(&mut manifests, disabled, &mut errors);
     leave_out_dependents_of_invalid(&mut manifests, &mut errors);
     match resolve(manifests) {
         Ok(set) if errors.is_empty() => Ok(PluginSet {
@@ -91,6 +71,66 @@ pub fn load_enabled(dir: &Path, disabled: &[String]) -> Result<PluginSet, Vec<Ma
             Err(errors)
         }
     }
+}
+
+/// A plugin that needs a disabled one, directly or through others, is reported with the
+/// way it needs it, and left out of resolution so the dependency is not reported a second
+/// time as missing or invalid. Until 2026-12-04 a plugin whose dependency needed a disabled
+/// one was told that dependency's manifest was invalid.
+fn leave_out_dependents_of_disabled(
+    manifests: &mut Vec<Manifest>,
+    disabled: &[String],
+    errors: &mut Vec<ManifestError>,
+) {
+    // For each plugin that cannot start, the way from it to the disabled plugin it needs.
+    let mut needs: BTreeMap<String, Vec<String>> = disabled
+        .iter()
+        .map(|id| (id.clone(), vec![id.clone()]))
+        .collect();
+    loop {
+        let mut left_out = Vec::new();
+        manifests.retain(|manifest| {
+            let mut kept = true;
+            for (i, dep) in manifest.depends_on.iter().enumerate() {
+                let Some(way) = needs.get(&dep.id) else {
+                    continue;
+                };
+                errors.push(ManifestError {
+                    file: manifest.file.clone(),
+                    field: format!("depends_on[{i}].id"),
+                    message: needs_disabled_message(&manifest.id, way),
+                });
+                if kept {
+                    let mut own_way = vec![manifest.id.clone()];
+                    own_way.extend(way.iter().cloned());
+                    left_out.push(own_way);
+                }
+                kept = false;
+            }
+            kept
+        });
+        if left_out.is_empty() {
+            return;
+        }
+        for way in left_out {
+            needs.insert(way[0].clone(), way);
+        }
+    }
+}
+
+/// What to tell plugin `id` that depends on `way[0]`, which is or needs the disabled
+/// plugin `way.last()`.
+fn needs_disabled_message(id: &str, way: &[String]) -> String {
+    let (dep, off) = (&way[0], &way[way.len() - 1]);
+    let why = if way.len() == 1 {
+        "which the host config disables (plugins.disabled)".to_string()
+    } else {
+        format!(
+            "which cannot start: it needs `{off}` ({}), which the host config disables (plugins.disabled)",
+            way.join(" → ")
+        )
+    };
+    format!("`{id}` depends on `{dep}`, {why}; disable `{id}` too or enable `{off}`")
 }
 
 /// A plugin that depends on one whose manifest (`<id>.yaml`) was refused is reported as
@@ -465,6 +505,32 @@ mod tests {
             errors[0].message.contains("disables (plugins.disabled)"),
             "{}",
             errors[0]
+        );
+    }
+
+    #[test]
+    fn a_plugin_needing_a_disabled_one_through_another_is_told_the_way() {
+        let dir = dir_with(&[
+            ("app", "1.0.0", &[("store", "^2")]),
+            ("store", "2.1.0", &[("log", "*")]),
+            ("log", "1.0.0", &[]),
+        ]);
+        let errors = load_enabled(dir.path(), &["log".to_string()]).expect_err("log is off");
+        let message = |file: &str| {
+            errors
+                .iter()
+                .find(|e| e.file.ends_with(file))
+                .map(|e| e.message.clone())
+                .unwrap_or_else(|| panic!("no error for {file}: {errors:?}"))
+        };
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(
+            message("store.yaml"),
+            "`store` depends on `log`, which the host config disables (plugins.disabled); disable `store` too or enable `log`"
+        );
+        assert_eq!(
+            message("app.yaml"),
+            "`app` depends on `store`, which cannot start: it needs `log` (store → log), which the host config disables (plugins.disabled); disable `app` too or enable `log`"
         );
     }
 
