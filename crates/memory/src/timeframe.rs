@@ -413,6 +413,65 @@ pub fn compared_events(text: &str) -> Option<[String; 2]> {
     parts.iter().all(meaningful).then_some(parts)
 }
 
+/// Words that ask for whatever was said or done, not about something: "what *happened*",
+/// "did we *talk* about *anything*", "*tell* me what was *new*".
+const WHATEVER: &[&str] = &[
+    "anything",
+    "chat",
+    "chatted",
+    "discuss",
+    "discussed",
+    "done",
+    "doing",
+    "everything",
+    "go",
+    "going",
+    "happen",
+    "happened",
+    "happening",
+    "happens",
+    "mention",
+    "mentioned",
+    "new",
+    "news",
+    "recap",
+    "remind",
+    "said",
+    "say",
+    "something",
+    "stuff",
+    "talk",
+    "talked",
+    "talking",
+    "tell",
+    "thing",
+    "things",
+    "told",
+    "up",
+    "went",
+];
+
+/// Question words that ask for one thing of a kind ("*where* did I go last weekend?"),
+/// which relevance still picks out among what was said then.
+const SPECIFIC: &[&str] = &["how", "where", "which", "who", "whom", "whose", "why"];
+
+/// Whether `text` asks about nothing but the time `frame` names ("what happened last
+/// week?", "anything new lately?", "what did we talk about yesterday?"): it asks for no
+/// one thing of a kind, and once the span's own words, stop words and the words asking
+/// for whatever was said are taken away, nothing is left for relevance to measure.
+pub fn names_only_a_time(text: &str, frame: &TimeFrame) -> bool {
+    if words(text)
+        .iter()
+        .any(|word| SPECIFIC.contains(&word.as_str()))
+    {
+        return false;
+    }
+    let spanned = crate::recall::terms(&frame.phrase);
+    crate::recall::terms(text)
+        .iter()
+        .all(|word| spanned.contains(word) || WHATEVER.contains(&word.as_str()))
+}
+
 /// A count in words or digits ("two", "twenty-one", "a couple of", "3"), and how many words
 /// it took.
 fn count(first: &str, second: &str, third: &str) -> Option<(u32, usize)> {
@@ -564,6 +623,33 @@ mod tests {
         match read(text, NOW) {
             Some(TimeCue::Frame(frame)) => frame,
             other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_question_about_a_time_alone_is_told_from_one_about_something_then() {
+        for only_time in [
+            "What happened last week?",
+            "anything new lately",
+            "What did we talk about yesterday?",
+            "Remind me what I said two weeks ago",
+            "what's been going on recently",
+        ] {
+            assert!(
+                names_only_a_time(only_time, &frame(only_time)),
+                "{only_time}"
+            );
+        }
+        for about_something in [
+            "What did I say about the dentist last week?",
+            "Which restaurant did we try yesterday?",
+            "Where did I go last weekend?",
+            "anything new about the move lately",
+        ] {
+            assert!(
+                !names_only_a_time(about_something, &frame(about_something)),
+                "{about_something}"
+            );
         }
     }
 

@@ -210,6 +210,23 @@ fn history_sent_with_at_is_recalled_by_the_time_a_question_names() {
     );
     assert_eq!(content(&september[0]), TRIPS[1].1, "{september:#?}");
 
+    // A question naming a time and nothing else is answered with what was said then,
+    // newest first (until 2026-12-04 recall abstained: there was nothing to be relevant to).
+    for (question, trip) in [
+        ("What happened last month?", &TRIPS[2]),
+        ("What did we talk about in September?", &TRIPS[1]),
+        ("Anything new in March?", &TRIPS[0]),
+    ] {
+        let hits = search(data.path(), question, "2026-11-20", &[]);
+        let said: Vec<&str> = hits.iter().map(content).collect();
+        assert_eq!(said, [trip.1], "{question}: {hits:#?}");
+        let adjusted = hits[0]["explain"]["adjusted"].as_str().unwrap_or_default();
+        assert!(
+            adjusted.starts_with("the question names a time and nothing else"),
+            "{question}: {adjusted}"
+        );
+    }
+
     // "before I went kayaking": the kayaking trip is found, and what came before it leads.
     let before = search(
         data.path(),

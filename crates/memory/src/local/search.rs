@@ -32,6 +32,11 @@ impl LocalMemory {
         let frame = self
             .time_frame(query, now)?
             .map(|frame| frame.ending_by(now));
+        if let Some(frame) = &frame
+            && timeframe::names_only_a_time(&query.text, frame)
+        {
+            return self.said_within(query, frame, now, limit);
+        }
         let compared = timeframe::compared_events(&query.text);
         let ranking = Ranking {
             now,
@@ -45,6 +50,46 @@ impl LocalMemory {
         }
         hits.truncate(limit);
         Ok(hits)
+    }
+
+    /// What was said inside `frame`, newest first, for a question that names the time and
+    /// nothing to match ("what happened last week?"): there is no topic for relevance to
+    /// measure, so abstaining would answer that nothing was said. Each hit's score is its
+    /// recency, and its explanation says why it is there.
+    fn said_within(
+        &self,
+        query: &RecallQuery,
+        frame: &TimeFrame,
+        now: i64,
+        limit: usize,
+    ) -> Result<Vec<RecallHit>, MemoryError> {
+        let config = &self.config.recall;
+        let unmatched = recall::Signals {
+            bm25_raw: None,
+            best_bm25: 0.0,
+            cosine: None,
+            centred_cosine: None,
+            semantic: false,
+        };
+        let entries = self.store.newest_matching(&inside(query, frame), limit)?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| {
+                let age_ms = now.saturating_sub(entry.valid_from);
+                let mut explain = recall::score(config, unmatched, entry.importance, age_ms);
+                explain.score = explain.recency;
+                explain.time = Some(format!("inside {}", frame.describe()));
+                explain.adjusted = Some(
+                    "the question names a time and nothing else: what was said then, newest first"
+                        .into(),
+                );
+                RecallHit {
+                    score: explain.score,
+                    explain,
+                    entry,
+                }
+            })
+            .collect())
     }
 
     /// The span of valid time the query names, if any; "before I moved" is resolved by

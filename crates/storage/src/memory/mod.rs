@@ -185,6 +185,13 @@ pub trait MemoryStore: Send + Sync {
         seqs: &[i64],
         query: &RecallQuery,
     ) -> Result<Vec<(i64, MemoryEntry)>, StorageError>;
+    /// The `limit` entries passing `query`'s filters said last (by valid time, then save
+    /// order), newest first: for a question that names a time and nothing to match.
+    fn newest_matching(
+        &self,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StorageError>;
     /// Live facts of the same kind, subject, agent and user as `entry` with another
     /// predicate (newest 50): row number, id and content, for near-duplicate checks.
     fn same_subject_facts(
@@ -478,6 +485,14 @@ impl MemoryStore for SqliteMemory {
         query: &RecallQuery,
     ) -> Result<Vec<(i64, MemoryEntry)>, StorageError> {
         self.matching(seqs, query)
+    }
+
+    fn newest_matching(
+        &self,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StorageError> {
+        self.newest(query, limit)
     }
 
     fn same_subject_facts(

@@ -137,6 +137,25 @@ impl SqliteMemory {
         })
     }
 
+    pub(super) fn newest(
+        &self,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StorageError> {
+        let filters = recall_filters(query);
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM entries e WHERE {}
+             ORDER BY e.valid_from DESC, e.seq DESC LIMIT {}",
+            filters.clause(),
+            limit.max(1)
+        );
+        self.read(|conn| {
+            conn.prepare_cached(&sql)?
+                .query_map(params_from_iter(filters.values.iter()), row_to_entry)?
+                .collect()
+        })
+    }
+
     pub(super) fn matching(
         &self,
         seqs: &[i64],

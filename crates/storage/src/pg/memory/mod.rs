@@ -115,6 +115,14 @@ impl MemoryStore for PgMemory {
         self.matching(seqs, query)
     }
 
+    fn newest_matching(
+        &self,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StorageError> {
+        self.newest(query, limit)
+    }
+
     fn same_subject_facts(
         &self,
         entry: &MemoryEntry,

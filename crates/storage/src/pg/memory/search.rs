@@ -62,6 +62,28 @@ impl PgMemory {
         })
     }
 
+    pub(super) fn newest(
+        &self,
+        query: &RecallQuery,
+        limit: usize,
+    ) -> Result<Vec<MemoryEntry>, StorageError> {
+        let mut filters = Filters::after(0);
+        recall_filters(&mut filters, query);
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE {}
+             ORDER BY e.valid_from DESC, e.seq DESC LIMIT {}",
+            filters.clause(),
+            limit.max(1)
+        );
+        self.reads.read(move |client| {
+            client
+                .query(&sql, &filters.params_after(&[]))?
+                .iter()
+                .map(row_to_entry)
+                .collect()
+        })
+    }
+
     pub(super) fn matching(
         &self,
         seqs: &[i64],
