@@ -1256,3 +1256,69 @@ fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
         "recent turns come first (higher priority): {second}"
     );
 }
+
+#[test]
+fn a_turn_asking_what_was_said_yesterday_is_given_what_was_said_then() {
+    let data = tempfile::tempdir().expect("data");
+    let yesterday = cairn::store::now_ms() - 24 * 3_600_000;
+    let episode = |id: &str, content: &str, valid_from: i64| {
+        json!({
+            "type": "entry", "id": id, "kind": "episode", "content": content,
+            "category": "conversation",
+            "scope": {"agent_id": "main", "user_id": "user", "session_id": "cli:earlier"},
+            "importance": 5, "tags": ["user"], "issue_refs": [], "pr_refs": [], "sources": [],
+            "subject": null, "predicate": null, "valid_from": valid_from, "valid_to": null,
+            "recorded_at": valid_from, "superseded_by": null, "forgotten_at": null
+        })
+    };
+    let said = [
+        episode(
+            "mem_plumber",
+            "user: The plumber comes on Friday to fix the kitchen sink",
+            yesterday,
+        ),
+        episode(
+            "mem_old",
+            "user: My sister moved to Lisbon",
+            yesterday - 30 * 86_400_000,
+        ),
+    ];
+    let file = data.path().join("said.jsonl");
+    let lines: Vec<String> = said.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let data_arg = data.path().display().to_string();
+    let imported = cairn_tests::cairn(&[
+        "memory",
+        "import",
+        &file.display().to_string(),
+        "--data",
+        &data_arg,
+    ]);
+    assert!(imported.status.success(), "{imported:?}");
+
+    let server = StubServer::start(vec![Reply::openai_chat("The plumber, on Friday.")]);
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    let mut host = host_answered_by(&server, &plugins, data.path(), &[]);
+    host.type_line("What did we talk about yesterday?");
+    host.wait_for("cairn> The plumber, on Friday.", Duration::from_secs(30));
+    let (status, log) = host.stop();
+    assert!(status.success(), "{log}");
+
+    // Until 2026-12-04 recall abstained (nothing in the question to be relevant to), and
+    // the model was told nothing of yesterday.
+    let seen = server.seen();
+    let system = seen[0].json()["messages"][0]["content"]
+        .as_str()
+        .expect("a system message")
+        .to_string();
+    let recalled = system
+        .split("## Relevant memory")
+        .nth(1)
+        .unwrap_or_else(|| panic!("nothing recalled: {system}"));
+    assert!(recalled.contains("The plumber comes on Friday"), "{system}");
+    assert!(
+        !recalled.contains("Lisbon"),
+        "what was said a month ago is not yesterday: {system}"
+    );
+}
