@@ -1183,6 +1183,17 @@ fn a_plugins_hourly_llm_budget_holds_across_a_restart() {
     );
 }
 
+/// `cairn memory import` of `entries` (export records) into the data dir `data`.
+fn import_memories(data: &std::path::Path, entries: &[Value]) {
+    let file = data.join("import.jsonl");
+    let lines: Vec<String> = entries.iter().map(Value::to_string).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
+    let file = file.display().to_string();
+    let data = data.display().to_string();
+    let imported = cairn_tests::cairn(&["memory", "import", &file, "--data", &data]);
+    assert!(imported.status.success(), "{imported:?}");
+}
+
 #[test]
 fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
     let data = tempfile::tempdir().expect("data");
@@ -1195,17 +1206,7 @@ fn a_turn_sees_the_recent_turns_of_its_session_and_the_users_core_memories() {
         "subject": null, "predicate": null, "valid_from": now, "valid_to": null,
         "recorded_at": now, "superseded_by": null, "forgotten_at": null
     });
-    let file = data.path().join("core.jsonl");
-    std::fs::write(&file, format!("{core}\n")).expect("write");
-    let data_arg = data.path().display().to_string();
-    let imported = cairn_tests::cairn(&[
-        "memory",
-        "import",
-        &file.display().to_string(),
-        "--data",
-        &data_arg,
-    ]);
-    assert!(imported.status.success());
+    import_memories(data.path(), &[core]);
 
     let server = StubServer::start(vec![
         Reply::openai_chat("Noted."),
@@ -1283,18 +1284,7 @@ fn a_turn_asking_what_was_said_yesterday_is_given_what_was_said_then() {
             yesterday - 30 * 86_400_000,
         ),
     ];
-    let file = data.path().join("said.jsonl");
-    let lines: Vec<String> = said.iter().map(Value::to_string).collect();
-    std::fs::write(&file, lines.join("\n") + "\n").expect("write");
-    let data_arg = data.path().display().to_string();
-    let imported = cairn_tests::cairn(&[
-        "memory",
-        "import",
-        &file.display().to_string(),
-        "--data",
-        &data_arg,
-    ]);
-    assert!(imported.status.success(), "{imported:?}");
+    import_memories(data.path(), &said);
 
     let server = StubServer::start(vec![Reply::openai_chat("The plumber, on Friday.")]);
     let plugins = PluginDir::new();
