@@ -139,7 +139,7 @@ pub struct PluginHandle {
     id: Arc<str>,
     commands: Sender<Command>,
     /// Each lane's queue, in the order of [`Lane::of`].
-    lanes: Arc<[Arc<CallQueue>]>,
+    queues: Arc<[Arc<CallQueue>]>,
     /// The index of the lane this handle's calls go to.
     lane: usize,
 }
@@ -154,7 +154,7 @@ impl PluginHandle {
     /// for a channel that serves webhooks, the main one otherwise.
     pub fn inbound(&self) -> PluginHandle {
         Self {
-            lane: (self.lanes.len() - 1).min(1),
+            lane: (self.queues.len() - 1).min(1),
             ..self.clone()
         }
     }
@@ -224,7 +224,7 @@ impl PluginHandle {
             }),
             abandon: Box::new(move |fault| answer_with(Err(CallError::Fault(fault)))),
         };
-        let Err(job) = self.lanes[self.lane].push(job) else {
+        let Err(job) = self.queues[self.lane].push(job) else {
             return Ok(answer);
         };
         if self.commands.send(Command::Call(self.lane, job)).is_err() {
@@ -298,7 +298,7 @@ impl Supervised {
             handle: PluginHandle {
                 id,
                 commands,
-                lanes: queues,
+                queues,
                 lane: 0,
             },
             thread: Some(thread),
