@@ -22,6 +22,8 @@ mod languages;
 mod memory;
 #[path = "bench/postgres.rs"]
 mod on_postgres;
+#[path = "bench/time_recall.rs"]
+mod time_recall;
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -114,7 +116,8 @@ fn main() -> Result<()> {
     );
 
     // `cargo xtask bench SECTION` runs one section: plugins, buffer, route, e2e, journal,
-    // hosts, claim, cognition, memory; `dispatch` runs the journal's dispatch rows alone.
+    // hosts, claim, cognition, memory; `dispatch` runs the journal's dispatch rows alone,
+    // `time-recall` memory's time-only recall row alone.
     let only = std::env::args().nth(1);
     let wanted = |section: &str| only.as_deref().is_none_or(|o| o == section);
     if wanted("plugins") {
@@ -161,6 +164,10 @@ fn main() -> Result<()> {
             .and_then(|v| v.parse().ok())
             .unwrap_or(1_000_000);
         memory::memory_rows(&mut rows, scratch.path(), largest)?;
+    }
+    if wanted("memory") || only.as_deref() == Some("time-recall") {
+        eprintln!("bench: time-only recall");
+        time_recall::time_recall_rows(&mut rows, scratch.path())?;
     }
     print_and_save(&rows)
 }

@@ -47,6 +47,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../migrations/memory/0004_one_session_table.sql"),
         include_str!("../../../../migrations/memory/0005_int8_vectors.sql"),
         include_str!("../../../../migrations/memory/0006_hydration_marker.sql"),
+        include_str!("../../../../migrations/memory/0007_user_index_by_valid_time.sql"),
     ],
 };
 

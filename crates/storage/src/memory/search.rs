@@ -137,21 +137,19 @@ impl SqliteMemory {
         })
     }
 
+    /// With a user in scope, the user's own entries and the shared ones (no user) are read as
+    /// two walks of the `(user_id, valid_from)` index, newest first, each stopping at
+    /// `limit`, and merged: one read of `user_id = ? OR user_id IS NULL` gathers all of the
+    /// user's entries in the span and sorts them, which at 200,000 of them took 100 ms.
     pub(super) fn newest(
         &self,
         query: &RecallQuery,
         limit: usize,
     ) -> Result<Vec<MemoryEntry>, StorageError> {
-        let filters = recall_filters(query);
-        let sql = format!(
-            "SELECT {ENTRY_COLUMNS} FROM entries e WHERE {}
-             ORDER BY e.valid_from DESC, e.seq DESC LIMIT {}",
-            filters.clause(),
-            limit.max(1)
-        );
+        let (sql, values) = newest_sql(query, limit);
         self.read(|conn| {
             conn.prepare_cached(&sql)?
-                .query_map(params_from_iter(filters.values.iter()), row_to_entry)?
+                .query_map(params_from_iter(values.iter()), row_to_entry)?
                 .collect()
         })
     }
@@ -176,6 +174,42 @@ impl SqliteMemory {
     }
 }
 
+/// The statement reading the `limit` entries passing `query`'s filters said last, with its
+/// parameters.
+///
+/// With a user in scope, the user's own entries and the shared ones (no user) are read as
+/// two walks of the `(user_id, valid_from)` index, newest first, each stopping at `limit`,
+/// and merged: one read of `user_id = ? OR user_id IS NULL` gathers all of the user's
+/// entries in the span and sorts them, which at 200,000 of them took 100 ms.
+fn newest_sql(query: &RecallQuery, limit: usize) -> (String, Vec<Value>) {
+    let order = format!("ORDER BY valid_from DESC, seq DESC LIMIT {}", limit.max(1));
+    let Some(user) = &query.scope.user_id else {
+        let filters = recall_filters(query);
+        let sql = format!(
+            "SELECT {ENTRY_COLUMNS} FROM entries e WHERE {} {order}",
+            filters.clause()
+        );
+        return (sql, filters.values);
+    };
+    let filters = recall_filters(&without_user(query));
+    let walk = |user_clause: &str| {
+        format!(
+            "SELECT * FROM (SELECT {ENTRY_COLUMNS} FROM entries e
+              WHERE {user_clause} AND {} {order})",
+            filters.clause()
+        )
+    };
+    let sql = format!(
+        "{} UNION ALL {} {order}",
+        walk("e.user_id = ?"),
+        walk("e.user_id IS NULL")
+    );
+    let mut values = vec![Value::Text(user.clone())];
+    values.extend(filters.values.iter().cloned());
+    values.extend(filters.values);
+    (sql, values)
+}
+
 /// The entries among a JSON array of seqs that pass `filters`. The seqs go in as one array,
 /// so the statement's text (and its cached plan) depends only on the filters' shape, not on
 /// how many candidates there are. The CROSS JOIN makes SQLite look each candidate up by its
@@ -189,6 +223,14 @@ fn candidates_sql(filters: &Filters) -> String {
          WHERE {}",
         filters.clause()
     )
+}
+
+/// `query` with no user in its scope: its other filters, for a read that names the user
+/// itself.
+pub(crate) fn without_user(query: &RecallQuery) -> RecallQuery {
+    let mut others = query.clone();
+    others.scope.user_id = None;
+    others
 }
 
 /// The query's filters as SQL: scope, kinds, categories, session, valid time, liveness.
@@ -351,6 +393,40 @@ mod tests {
                 && !plan.iter().any(|step| step.contains("entries_user")),
             "{plan:?}"
         );
+    }
+
+    #[test]
+    fn what_was_said_in_a_span_is_two_walks_of_the_users_index_by_valid_time() {
+        let dir = tempfile::tempdir().expect("dir");
+        let conn =
+            crate::open(&dir.path().join("memory.db"), &super::super::MIGRATIONS).expect("open");
+        let query = RecallQuery {
+            scope: Scope {
+                agent_id: Some("main".into()),
+                user_id: Some("octocat".into()),
+                session_id: None,
+            },
+            since: Some(10),
+            until: Some(90),
+            ..RecallQuery::default()
+        };
+        let (sql, values) = newest_sql(&query, 5);
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("prepare")
+            .query_map(params_from_iter(values), |r| r.get(3))
+            .expect("plan")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        let walks = plan
+            .iter()
+            .filter(|step| {
+                step.contains(
+                    "USING INDEX entries_user (user_id=? AND valid_from>? AND valid_from<?)",
+                )
+            })
+            .count();
+        assert_eq!(walks, 2, "{plan:?}");
     }
 
     /// `telling_words` over a scope where each word matches `frequency(word)` entries and

@@ -43,6 +43,7 @@ on_each_backend!(
     rescoring_changes_a_live_entry_with_an_audit_row_and_leaves_the_forgotten_alone,
     a_word_in_most_of_a_busy_scopes_entries_is_left_out_of_its_search,
     a_word_in_more_entries_than_a_search_may_rank_finds_its_newest,
+    what_was_said_in_a_span_merges_the_users_own_and_shared_entries_newest_first,
     a_fact_supersedes_the_live_fact_with_its_subject_and_predicate,
     purging_a_link_of_a_supersede_chain_leaves_one_current_fact,
     a_fact_said_before_the_current_one_is_stored_as_its_past,
@@ -359,6 +360,49 @@ fn a_word_in_more_entries_than_a_search_may_rank_finds_its_newest(memory: &dyn S
         words_matching_at_most(memory, &["bench", "octocat"], "octocat", 3),
         ["b1047", "b1048", "b1049"]
     );
+}
+
+/// What was said in a span is read from the user's own entries and the shared ones (no
+/// user) apart, each newest first, and merged: newest first by valid time, then by save
+/// order; other users' entries, and entries outside the span or no longer valid, stay out.
+fn what_was_said_in_a_span_merges_the_users_own_and_shared_entries_newest_first(
+    memory: &dyn Stores,
+) {
+    let said = |id: &str, user: Option<&str>, at: i64| {
+        let mut entry = episode(id, user.unwrap_or("nobody"), id);
+        entry.scope.user_id = user.map(str::to_string);
+        entry.valid_from = at;
+        entry.recorded_at = at;
+        memory.insert(entry, None, "test").wait().expect("stored");
+    };
+    said("own-1", Some("octocat"), 10);
+    said("shared-2", None, 20);
+    said("own-3", Some("octocat"), 30);
+    said("other-4", Some("mona"), 40);
+    said("own-5", Some("octocat"), 50);
+    said("shared-5", None, 50);
+    said("own-9", Some("octocat"), 90);
+    let newest = |since, until, limit| -> Vec<String> {
+        let query = RecallQuery {
+            scope: Scope {
+                agent_id: Some("main".into()),
+                user_id: Some("octocat".into()),
+                session_id: None,
+            },
+            since: Some(since),
+            until: Some(until),
+            ..RecallQuery::default()
+        };
+        let found = memory.newest_matching(&query, limit).expect("read");
+        found.into_iter().map(|entry| entry.id).collect()
+    };
+    assert_eq!(
+        newest(10, 90, 10),
+        ["shared-5", "own-5", "own-3", "shared-2", "own-1"],
+        "the span ends before 90; at 50 the later saved first"
+    );
+    assert_eq!(newest(0, 100, 2), ["own-9", "shared-5"]);
+    assert_eq!(newest(15, 45, 1), ["own-3"]);
 }
 
 /// A word many users share is matched within the scope, so the search does not look up

@@ -33,6 +33,7 @@ pub const MIGRATIONS: Migrations = Migrations {
         include_str!("../../../../../migrations/postgres/memory/0001_entries.sql"),
         include_str!("../../../../../migrations/postgres/memory/0002_sessions.sql"),
         include_str!("../../../../../migrations/postgres/memory/0003_hydration_marker.sql"),
+        include_str!("../../../../../migrations/postgres/memory/0004_user_index_by_valid_time.sql"),
     ],
 };
 

@@ -10,7 +10,7 @@ use super::PgMemory;
 use super::entries::{ENTRY_COLUMNS, Filters, row_to_entry};
 use crate::StorageError;
 use crate::memory::FullTextMatch;
-use crate::memory::search::{TellingWords, UNRANKED_MATCH, telling_words};
+use crate::memory::search::{TellingWords, UNRANKED_MATCH, telling_words, without_user};
 
 /// `ts_rank_cd`'s normalisation: the rank divided by the document's length in words, so a
 /// long entry that repeats a word does not outrank a short one about it (BM25 normalises
@@ -62,22 +62,49 @@ impl PgMemory {
         })
     }
 
+    /// With a user in scope, the user's own entries and the shared ones are two walks of the
+    /// `(user_id, valid_from)` index, each stopping at `limit`, merged (see the SQLite
+    /// store's `newest`).
     pub(super) fn newest(
         &self,
         query: &RecallQuery,
         limit: usize,
     ) -> Result<Vec<MemoryEntry>, StorageError> {
-        let mut filters = Filters::after(0);
-        recall_filters(&mut filters, query);
-        let sql = format!(
-            "SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE {}
-             ORDER BY e.valid_from DESC, e.seq DESC LIMIT {}",
-            filters.clause(),
-            limit.max(1)
-        );
+        let limit = limit.max(1);
+        let order = format!("ORDER BY valid_from DESC, seq DESC LIMIT {limit}");
+        let user = query.scope.user_id.clone();
+        let mut filters = Filters::after(usize::from(user.is_some()));
+        let sql = match &user {
+            None => {
+                recall_filters(&mut filters, query);
+                format!(
+                    "SELECT {ENTRY_COLUMNS} FROM memory_entries e WHERE {} {order}",
+                    filters.clause()
+                )
+            }
+            Some(_) => {
+                recall_filters(&mut filters, &without_user(query));
+                let walk = |user_clause: &str| {
+                    format!(
+                        "(SELECT {ENTRY_COLUMNS} FROM memory_entries e
+                           WHERE {user_clause} AND {} {order})",
+                        filters.clause()
+                    )
+                };
+                format!(
+                    "{} UNION ALL {} {order}",
+                    walk("e.user_id = $1"),
+                    walk("e.user_id IS NULL")
+                )
+            }
+        };
         self.reads.read(move |client| {
+            let leading: Vec<&(dyn postgres::types::ToSql + Sync)> = match &user {
+                Some(user) => vec![user],
+                None => vec![],
+            };
             client
-                .query(&sql, &filters.params_after(&[]))?
+                .query(&sql, &filters.params_after(&leading))?
                 .iter()
                 .map(row_to_entry)
                 .collect()
