@@ -357,11 +357,21 @@ fn count_matches(conn: &Connection, expression: &str, cap: usize) -> rusqlite::R
 mod tests {
     use super::*;
 
-    #[test]
-    fn candidates_are_looked_up_by_seq_whatever_the_filters() {
+    /// The steps of SQLite's plan for `sql` with `values`, on a fresh memory.db.
+    fn plan_of(sql: &str, values: Vec<Value>) -> Vec<String> {
         let dir = tempfile::tempdir().expect("dir");
         let conn =
             crate::open(&dir.path().join("memory.db"), &super::super::MIGRATIONS).expect("open");
+        conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .expect("prepare")
+            .query_map(params_from_iter(values), |r| r.get(3))
+            .expect("plan")
+            .collect::<Result<_, _>>()
+            .expect("rows")
+    }
+
+    #[test]
+    fn candidates_are_looked_up_by_seq_whatever_the_filters() {
         let query = RecallQuery {
             scope: Scope {
                 agent_id: Some("main".into()),
@@ -376,18 +386,9 @@ mod tests {
             ..RecallQuery::default()
         };
         let filters = recall_filters(&query);
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {}", candidates_sql(&filters)))
-            .expect("prepare")
-            .query_map(
-                params_from_iter(
-                    std::iter::once(Value::Text("[1,2]".into())).chain(filters.values),
-                ),
-                |r| r.get(3),
-            )
-            .expect("plan")
-            .collect::<Result<_, _>>()
-            .expect("rows");
+        let mut values = vec![Value::Text("[1,2]".into())];
+        values.extend(filters.values.iter().cloned());
+        let plan = plan_of(&candidates_sql(&filters), values);
         assert!(
             plan.iter().any(|step| step.contains("INTEGER PRIMARY KEY"))
                 && !plan.iter().any(|step| step.contains("entries_user")),
@@ -397,9 +398,6 @@ mod tests {
 
     #[test]
     fn what_was_said_in_a_span_is_two_walks_of_the_users_index_by_valid_time() {
-        let dir = tempfile::tempdir().expect("dir");
-        let conn =
-            crate::open(&dir.path().join("memory.db"), &super::super::MIGRATIONS).expect("open");
         let query = RecallQuery {
             scope: Scope {
                 agent_id: Some("main".into()),
@@ -411,13 +409,7 @@ mod tests {
             ..RecallQuery::default()
         };
         let (sql, values) = newest_sql(&query, 5);
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
-            .expect("prepare")
-            .query_map(params_from_iter(values), |r| r.get(3))
-            .expect("plan")
-            .collect::<Result<_, _>>()
-            .expect("rows");
+        let plan = plan_of(&sql, values);
         let walks = plan
             .iter()
             .filter(|step| {
