@@ -208,7 +208,7 @@ fn is_unwritable(path: &Path, error: &rusqlite::Error) -> bool {
 
 /// Whether a file can be made in `dir` (its mode bits do not tell: a read-only mount keeps
 /// them); the probe is removed at once.
-fn can_write_in(dir: &Path) -> bool {
+pub(crate) fn can_write_in(dir: &Path) -> bool {
     let probe = dir.join(format!(".cairn-write-probe-{}", std::process::id()));
     let made = std::fs::OpenOptions::new()
         .write(true)

@@ -425,6 +425,70 @@ fn a_read_only_data_dir_is_said_to_be_one_not_taken_for_an_empty_one() {
     }
 }
 
+#[test]
+fn memory_is_read_from_a_read_only_view_of_a_data_dir_a_killed_host_left() {
+    if cairn_tests::storage::reads_sqlite_files(
+        "memory_is_read_from_a_read_only_view_of_a_data_dir_a_killed_host_left",
+    ) {
+        return;
+    }
+    let data = tempfile::tempdir().expect("data");
+    let now = cairn::store::now_ms();
+    let entry = serde_json::json!({
+        "type": "entry", "id": "mem_tea", "kind": "core",
+        "content": "The user likes green tea", "category": "core",
+        "scope": {"agent_id": null, "user_id": null, "session_id": null},
+        "importance": 5, "tags": [], "issue_refs": [], "pr_refs": [], "sources": [],
+        "subject": null, "predicate": null, "valid_from": now, "valid_to": null,
+        "recorded_at": now, "superseded_by": null, "forgotten_at": null
+    });
+    let file = data.path().join("import.jsonl");
+    std::fs::write(&file, format!("{entry}\n")).expect("write");
+    let at = data.path().display().to_string();
+    let imported = cairn(&[
+        "memory",
+        "import",
+        &file.display().to_string(),
+        "--data",
+        &at,
+    ]);
+    assert!(imported.status.success(), "{imported:?}");
+    let dir = PluginDir::new();
+    dir.bundled("cli");
+    let mut host = Host::start(dir.path(), data.path(), &[]);
+    host.wait_for("cairn is running", LONG);
+    host.kill9();
+    // The killed host leaves its logs and shared-memory indexes, and host.db as its first
+    // run made it (with an empty table an older Cairn kept sessions in, which memory's
+    // next open drops): until 2026-12-04 every memory command on a read-only view of it
+    // failed, "database legacy is locked", trying to drop that table through memory.db.
+    assert!(
+        leftover_logs(data.path())
+            .iter()
+            .any(|f| f.to_string_lossy().ends_with("host.db-shm")),
+        "the kill left no index beside host.db"
+    );
+    let Some(view) = ReadOnlyView::mount(data.path()) else {
+        eprintln!("*** SKIPPED: cannot bind-mount read-only here (needs root) ***");
+        return;
+    };
+    let at = view.dir.path().display().to_string();
+    for command in [&["memory", "search", "green tea"][..], &["memory", "list"]] {
+        let mut args = command.to_vec();
+        args.extend(["--data", &at]);
+        let out = cairn(&args);
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{command:?}: {stderr}");
+        assert!(
+            stdout.contains("The user likes green tea"),
+            "{command:?}: {stdout}"
+        );
+    }
+}
+
 /// The write-ahead logs and shared-memory indexes left in `data` (recursively).
 fn leftover_logs(data: &Path) -> Vec<PathBuf> {
     all_files(data)

@@ -390,16 +390,15 @@ impl SqliteMemory {
         crate::check_integrity(&conn, &path)?;
         // memory.db is sound: damage found from here on is host.db's.
         let host_db = data_dir.join(crate::host::FILE);
-        sessions::adopt_host_sessions(&conn, &host_db).map_err(|e| {
-            if crate::is_damage(&e) {
-                return StorageError::open(&host_db, e);
+        if let Err(e) = sessions::adopt_host_sessions(&conn, &host_db) {
+            // In a data dir this process cannot write to (a read-only mount of one a killed
+            // host left, say) nothing can be moved or dropped; when host.db has no sessions
+            // left to move, memory is read as it is.
+            let read_only = !crate::can_write_in(data_dir);
+            if !read_only || sessions::host_sessions_waiting(&host_db)? {
+                return Err(Self::adoption_failed(&path, &host_db, e, read_only));
             }
-            StorageError::Migrate {
-                path: path.clone(),
-                version: MIGRATIONS.scripts.len(),
-                message: format!("moving sessions out of host.db: {e}"),
-            }
-        })?;
+        }
         let (writer, reader) = crate::start_writer(&path, &MIGRATIONS, "memory-writer", conn)?;
         let readers = ReaderPool::new(&path, &MIGRATIONS, reader);
         Ok(Self {
@@ -407,6 +406,24 @@ impl SqliteMemory {
             writer,
             readers,
         })
+    }
+
+    /// Why moving host.db's sessions in failed: damage of host.db, a data dir that cannot
+    /// be written (`read_only`), or the move itself.
+    fn adoption_failed(
+        path: &Path,
+        host_db: &Path,
+        error: rusqlite::Error,
+        read_only: bool,
+    ) -> StorageError {
+        if crate::is_damage(&error) || read_only {
+            return StorageError::open(host_db, error);
+        }
+        StorageError::Migrate {
+            path: path.to_path_buf(),
+            version: MIGRATIONS.scripts.len(),
+            message: format!("moving sessions out of host.db: {error}"),
+        }
     }
 
     /// The database file.

@@ -322,6 +322,21 @@ pub(super) fn adopt_host_sessions(conn: &Connection, host_db: &Path) -> rusqlite
     merged
 }
 
+/// Whether `host_db` still holds sessions of an older Cairn to move in, by a read-only
+/// look (for a data dir that cannot be written, where [`adopt_host_sessions`] cannot run).
+pub(super) fn host_sessions_waiting(host_db: &Path) -> Result<bool, StorageError> {
+    let Some(conn) = crate::open_read_only(host_db)? else {
+        return Ok(false);
+    };
+    let look = |sql: &str| -> Result<bool, StorageError> {
+        conn.query_row(sql, [], |r| r.get(0))
+            .map_err(|e| StorageError::open(host_db, e))
+    };
+    Ok(look(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'lifecycle_sessions'",
+    )? && look("SELECT EXISTS (SELECT 1 FROM lifecycle_sessions)")?)
+}
+
 fn merge_legacy_sessions(conn: &Connection) -> rusqlite::Result<()> {
     let legacy: bool = conn.prepare_cached("SELECT count(*) > 0 FROM legacy.sqlite_master WHERE type = 'table' AND name = 'lifecycle_sessions'")?.query_row([], |r| r.get(0))?;
     if !legacy {
