@@ -6,7 +6,8 @@
 //! The channel sees the path below `/channels/<plugin-id>` (`/` for the bare and the
 //! trailing-slash forms). It listens on `http.listen` (127.0.0.1 by default) and starts only when some channel's
 //! manifest asks for a webhook. Requests to a channel that asked for none get 404; while the
-//! plugin is restarting or quarantined, 503; a plugin fault during the call, 500; a body over
+//! plugin is restarting or quarantined, 503; a plugin fault during the call, 500; an answer
+//! whose status is not a final HTTP status (200–599), 502; a body over
 //! `http.max_body_bytes`, 413; a request not received and answered within
 //! `http.request_timeout_ms`, 408. The host's own answers are JSON, `{"error": "…"}`, as the
 //! bundled channels' are.
@@ -25,7 +26,7 @@ use tokio::sync::watch;
 use crate::plugin::runtime::CallError;
 use crate::plugin::supervisor::PluginHandle;
 use cairn_vocab::ErrorKind;
-use cairn_vocab::channel::HttpRequest;
+use cairn_vocab::channel::{HttpRequest, HttpResponse};
 
 /// HTTP settings (`http:` in `cairn.yaml`).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -209,6 +210,38 @@ fn refused_body(rejection: &BytesRejection) -> Response {
     error_json(status, text)
 }
 
+/// The channel's answer as the sender gets it. A status HTTP has no room for as a final
+/// answer (1xx, or outside 100–599) is the host's 502 and a warning, not the channel's
+/// headers and body: hyper would send 600–999 as they are and anything else as a bare 500
+/// under the channel's body (until 2026-12-04).
+fn answered(channel: &str, answer: HttpResponse) -> Response {
+    let final_status = StatusCode::from_u16(answer.status)
+        .ok()
+        .filter(|status| (200..600).contains(&status.as_u16()));
+    let Some(status) = final_status else {
+        tracing::warn!(
+            channel = %channel,
+            status = answer.status,
+            "the channel answered a webhook with a status that is not a final HTTP status"
+        );
+        return error_json(
+            StatusCode::BAD_GATEWAY,
+            format!(
+                "the channel answered with HTTP status {}, not a final status (200–599)",
+                answer.status
+            ),
+        );
+    };
+    let mut response = Response::new(Body::from(answer.body));
+    *response.status_mut() = status;
+    for (name, value) in answer.headers {
+        if let (Ok(name), Ok(value)) = (HeaderName::try_from(name), HeaderValue::try_from(value)) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}
+
 async fn forward(
     channels: Channels,
     id: String,
@@ -243,19 +276,7 @@ async fn forward(
         .call(move |instance| instance.handle_webhook(&request))
         .await
     {
-        Ok(answer) => {
-            let mut response = Response::new(Body::from(answer.body));
-            *response.status_mut() =
-                StatusCode::from_u16(answer.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-            for (name, value) in answer.headers {
-                if let (Ok(name), Ok(value)) =
-                    (HeaderName::try_from(name), HeaderValue::try_from(value))
-                {
-                    response.headers_mut().append(name, value);
-                }
-            }
-            response
-        }
+        Ok(answer) => answered(&id, answer),
         Err(CallError::Plugin(error)) if error.kind == ErrorKind::Unavailable => {
             error_json(StatusCode::SERVICE_UNAVAILABLE, error.message)
         }

@@ -68,6 +68,54 @@ fn a_fault_of_a_webhook_channels_inbound_instance_restarts_the_plugin_once() {
 }
 
 #[test]
+fn a_webhook_answer_with_a_status_http_has_no_room_for_is_the_hosts_502() {
+    let dir = PluginDir::new();
+    dir.plugin(
+        "steady",
+        "channel",
+        "steady",
+        "channel: {poll_interval_ms: 1000, webhook: true}\ncapabilities: {kv: true}\n",
+    );
+    let data = tempfile::tempdir().expect("data");
+    let mut host = Host::start(
+        dir.path(),
+        data.path(),
+        &[("CAIRN_HTTP_LISTEN", "127.0.0.1:0")],
+    );
+    host.wait_for("cairn is running", LONG);
+    let url = format!("http://127.0.0.1:{}/channels/steady/", host.webhook_port());
+    let answer = |status: &str| {
+        let mut answer = http_client()
+            .post(&url)
+            .header("x-answer-status", status)
+            .send("hello")
+            .expect("post");
+        let code = answer.status().as_u16();
+        (code, answer.body_mut().read_to_string().expect("body"))
+    };
+    // Until 2026-12-04 999 went out as it was, and 42 or 150 as a bare 500 under the
+    // channel's `{"ok":true}`.
+    for invalid in ["999", "600", "1000", "42", "0", "150"] {
+        let (code, body) = answer(invalid);
+        assert_eq!(code, 502, "{invalid}: {body}");
+        assert!(
+            body.contains(&format!("HTTP status {invalid}, not a final status")),
+            "{invalid}: {body}"
+        );
+    }
+    assert_eq!(answer("201"), (201, r#"{"ok":true}"#.to_string()));
+    assert_eq!(answer("599").0, 599);
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert_eq!(
+        count_lines(&log, "not a final HTTP status"),
+        6,
+        "one warning per answer: {log}"
+    );
+    assert!(!log.contains("plugin faulted"), "{log}");
+}
+
+#[test]
 fn the_bundled_counter_counts_its_starts_across_runs() {
     let dir = PluginDir::new();
     dir.bundled("counter");

@@ -4,6 +4,9 @@
 //! `mode: trap-webhook`, on every webhook request instead. With
 //! `mode: push-probe` its first poll pushes payloads of every JSON type and asks the host to
 //! stop (which it may not, holding no terminal), logging each answer as `steady: probe …`.
+//! A webhook request is answered 204, or with the status its `x-answer-status` header asks
+//! for and a JSON body (any number, for tests of what the host does with a status HTTP has
+//! no room for).
 
 wit_bindgen::generate!({
     path: "../../../wit/v0.1",
@@ -57,14 +60,26 @@ impl Guest for Steady {
         Ok(())
     }
 
-    fn handle_webhook(_request: HttpRequest) -> HttpResponse {
+    fn handle_webhook(request: HttpRequest) -> HttpResponse {
         if TRAP_ON_WEBHOOK.load(Ordering::Relaxed) {
             panic!("steady: trapping in handle-webhook on purpose");
         }
-        HttpResponse {
-            status: 204,
-            headers: Vec::new(),
-            body: Vec::new(),
+        let asked = request
+            .headers
+            .iter()
+            .find(|(name, _)| name == "x-answer-status")
+            .and_then(|(_, value)| value.parse().ok());
+        match asked {
+            Some(status) => HttpResponse {
+                status,
+                headers: vec![("content-type".into(), "application/json".into())],
+                body: br#"{"ok":true}"#.to_vec(),
+            },
+            None => HttpResponse {
+                status: 204,
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
         }
     }
 }
