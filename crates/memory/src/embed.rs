@@ -177,7 +177,10 @@ pub fn provider_from_config(config: &EmbeddingConfig) -> ChosenProvider {
                     let auto = config.provider == ProviderKind::Auto;
                     ChosenProvider {
                         provider: auto.then(|| Arc::new(HashEmbedder::new(config.dims)) as Arc<_>),
-                        warning: Some(format!("{e}; recall is lexical meanwhile")),
+                        warning: Some(format!(
+                            "{e}; {}; recall is lexical meanwhile",
+                            local_model::INSTALL_HINT
+                        )),
                         stands_in_for: auto.then(|| e.to_string()),
                     }
                 }

@@ -51,6 +51,9 @@ pub struct LocalMemory {
     embedder: Option<Arc<dyn EmbeddingProvider>>,
     /// Why the embedder is not the one configured, and how to fix it.
     embedding_warning: Option<String>,
+    /// The local model asked for when it could not load (absent or broken): its vectors
+    /// are kept and counted (`memory stats`), and the entries without one wait for it.
+    awaited_model: Option<(String, String)>,
     index: VectorIndex,
     index_loaded: OnceLock<()>,
     /// The store's mark the index has caught up to (a shared store: see
@@ -83,6 +86,16 @@ impl LocalMemory {
         let chosen = embed::provider_from_config(&config.embeddings);
         let chosen = keeping_model_vectors(chosen, store.as_ref())?;
         let (embedder, embedding_warning) = (chosen.provider, chosen.warning);
+        let asks_local = matches!(
+            config.embeddings.provider,
+            embed::ProviderKind::Local | embed::ProviderKind::Auto
+        );
+        let awaited_model = (embedder.is_none() && asks_local).then(|| {
+            (
+                "local".to_string(),
+                embed::local_model::MODEL_NAME.to_string(),
+            )
+        });
         let window = config.recall.scan_limit;
         let memory = Arc::new(Self {
             data_dir: data_dir.to_path_buf(),
@@ -90,6 +103,7 @@ impl LocalMemory {
             store,
             embedder,
             embedding_warning,
+            awaited_model,
             index: VectorIndex::new(window),
             index_loaded: OnceLock::new(),
             index_mark: AtomicI64::new(0),
@@ -314,9 +328,18 @@ impl LocalMemory {
         Ok(self.store.count(scope)?)
     }
 
-    /// Counts for `cairn memory stats`.
+    /// The model [`Self::stats`] counts vectors and the backlog for: the one in use, or the
+    /// local model asked for while it cannot load; whether it is loaded.
+    pub fn counted_model(&self) -> Option<((String, String), bool)> {
+        match self.model() {
+            Some(model) => Some((model, true)),
+            None => self.awaited_model.clone().map(|model| (model, false)),
+        }
+    }
+
+    /// Counts for `cairn memory stats`: vectors and backlog of [`Self::counted_model`].
     pub fn stats(&self) -> Result<MemoryStats, MemoryError> {
-        let model = self.model();
+        let model = self.counted_model().map(|(model, _)| model);
         Ok(self
             .store
             .stats(model.as_ref().map(|(p, m)| (p.as_str(), m.as_str())))?)

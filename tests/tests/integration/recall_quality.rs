@@ -341,6 +341,40 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
         why.contains("keeping the 3 vectors of all-MiniLM-L6-v2"),
         "{why}"
     );
+    // The kept vectors and what waits for the model are counted for it (until 2026-12-04
+    // stats counted for no model, 0 / 0), and the install command is said once.
+    let late = NewMemory::new(MemoryKind::Episode, "Biscuit chewed my slippers.");
+    let late = cairn::memory::record(&late, "mem_late".into(), now);
+    let late_file = data.path().join("late.jsonl");
+    let line = serde_json::to_string(&ExportRecord::Entry(Box::new(late))).expect("json");
+    std::fs::write(&late_file, line + "\n").expect("write");
+    let late_file = late_file.display().to_string();
+    let imported = cairn_local(data.path(), &["import", &late_file], &auto_gone);
+    assert!(imported.status.success(), "{imported:?}");
+    for env in [&auto_gone[..], &gone[..], &[broken[0], auto_gone[1]][..]] {
+        let waiting = cairn_local(data.path(), &["stats", "--json"], env);
+        let waiting: serde_json::Value =
+            serde_json::from_slice(&waiting.stdout).expect("stats json");
+        assert_eq!(
+            (&waiting["embedded"], &waiting["embedding_backlog"]),
+            (&3.into(), &1.into()),
+            "{env:?}: {waiting}"
+        );
+        let counted = &waiting["embeddings"];
+        assert_eq!(
+            counted["counted_for"], "local all-MiniLM-L6-v2",
+            "{waiting}"
+        );
+        assert_eq!(counted["counted_model_loaded"], false, "{waiting}");
+        let why = counted["warning"].as_str().unwrap_or_default();
+        assert_eq!(why.matches("cargo xtask install-model").count(), 1, "{why}");
+    }
+    let text = cairn_local(data.path(), &["stats"], &auto_gone);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("3 / 1 (of all-MiniLM-L6-v2, not loaded: the backlog waits for it)"),
+        "{text}"
+    );
     let reindex = cairn_local(data.path(), &["reindex", "--force"], &auto_gone);
     assert_eq!(reindex.status.code(), Some(2), "{reindex:?}");
     let lunch = cairn_local(
@@ -353,9 +387,10 @@ fn the_binary_recalls_by_meaning_with_the_local_model_and_lexically_without_it()
     let back: serde_json::Value = serde_json::from_slice(&back.stdout).expect("stats json");
     assert_eq!(
         (&back["embedded"], &back["embedding_backlog"]),
-        (&3.into(), &0.into()),
+        (&3.into(), &1.into()),
         "{back}"
     );
+    assert_eq!(back["embeddings"]["counted_model_loaded"], true, "{back}");
 }
 
 /// Copy the installed model into `models_dir` with 4 KiB of its weights overwritten by

@@ -76,12 +76,12 @@ pub struct LocalModelEmbedder {
 }
 
 impl LocalModelEmbedder {
-    /// Load the model from `dir`; the error names the missing or corrupt file and how to
-    /// install the model.
+    /// Load the model from `dir`; the error names the missing or corrupt file (a message
+    /// reporting it adds [`INSTALL_HINT`]).
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let broken = |message: String| EmbedError::Provider {
             provider: format!("local model {MODEL_NAME}"),
-            message: format!("{message}; {INSTALL_HINT}"),
+            message,
         };
         let encoder = SentenceEncoder::load(dir, MAX_TOKENS).map_err(|e| broken(e.to_string()))?;
         let weights = dir.join("model.safetensors");

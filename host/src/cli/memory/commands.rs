@@ -167,9 +167,15 @@ pub(super) fn stats(memory: &CommandMemory, json: &bool) -> Result<()> {
     }
     let stats = memory.local.stats().map_err(memory_failure)?;
     let (embeddings, warning) = memory.local.embeddings_in_use();
+    let counted = memory.local.counted_model();
     if *json {
         let mut value = serde_json::to_value(&stats)?;
-        value["embeddings"] = json!({"in_use": embeddings, "warning": warning});
+        value["embeddings"] = json!({
+            "in_use": embeddings,
+            "warning": warning,
+            "counted_for": counted.as_ref().map(|((provider, model), _)| format!("{provider} {model}")),
+            "counted_model_loaded": counted.as_ref().map(|(_, loaded)| *loaded),
+        });
         print_json(&value)?;
     } else {
         println!("embeddings:               {embeddings}");
@@ -180,8 +186,16 @@ pub(super) fn stats(memory: &CommandMemory, json: &bool) -> Result<()> {
         println!("live entries by category: {:?}", stats.live_by_category);
         println!("superseded (kept):        {}", stats.superseded);
         println!("forgotten (until purge):  {}", stats.forgotten);
+        // While the model asked for cannot load, its vectors are kept and the backlog
+        // waits for it: say so, rather than count for no model (0 / 0 until 2026-12-04).
+        let waiting = match &counted {
+            Some(((_, model), false)) => {
+                format!(" (of {model}, not loaded: the backlog waits for it)")
+            }
+            _ => String::new(),
+        };
         println!(
-            "embedded / backlog:       {} / {}",
+            "embedded / backlog:       {} / {}{waiting}",
             stats.embedded, stats.embedding_backlog
         );
         println!("embedding cache rows:     {}", stats.embedding_cache);
