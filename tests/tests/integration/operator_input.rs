@@ -734,11 +734,31 @@ fn a_refused_import_or_hydration_into_a_new_data_dir_leaves_no_trace() {
         "snapshot.md line 3: `## (user ann)` holds nothing to remember",
     );
     assert!(!data.exists(), "{:?}", entries(parent.path()));
+    // A file holding nothing (blank lines, a snapshot's title alone) brings nothing: until
+    // 2026-12-04 it made the data dir and an empty memory.db, `imported 0 memories`.
+    let blank = parent.path().join("blank.jsonl");
+    std::fs::write(&blank, "\n  \n").expect("write");
+    let title = parent.path().join("title.md");
+    std::fs::write(&title, "# Cairn memory snapshot\n").expect("write");
+    let (blank, title) = (blank.display().to_string(), title.display().to_string());
+    for args in [
+        &["memory", "import", &blank, "--data", &d][..],
+        &["memory", "import", "--json", &blank, "--data", &d],
+        &["memory", "snapshot", "--hydrate", &title, "--data", &d],
+    ] {
+        refused(args, "holds no memories");
+        refused(args, "which has no memory.db, so none was made");
+    }
+    assert!(!data.exists(), "{:?}", entries(parent.path()));
     // An empty data dir stays empty too.
     std::fs::create_dir(&data).expect("data dir");
     refused(
         &["memory", "import", &path, "--data", &d],
         "nothing was imported",
+    );
+    refused(
+        &["memory", "import", &blank, "--data", &d],
+        "holds no memories",
     );
     assert!(entries(&data).is_empty(), "{:?}", entries(&data));
 }

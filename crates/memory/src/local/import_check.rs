@@ -42,6 +42,11 @@ struct OutsideSuccessor {
 }
 
 impl CheckedImport {
+    /// Whether the file held no record (empty, or blank lines only).
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
     /// Read `input` (JSONL, as `cairn memory export` writes it); the first bad line is the
     /// error, named by its number.
     pub fn parse(input: &str) -> Result<Self, MemoryError> {

@@ -103,6 +103,11 @@ pub struct CheckedSnapshot {
 }
 
 impl CheckedSnapshot {
+    /// Whether the snapshot holds no core memory (its sections, if any, all empty).
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.additions.is_empty()
+    }
+
     /// Read the snapshot at `path`; every section is checked, and the first bad one is the
     /// error, naming the file and line. A file with no section that does not begin as a
     /// snapshot does (`# …`) is refused: it is most likely another file.

@@ -328,10 +328,49 @@ pub fn run(
     if no_memory_yet && !command.fills_memory() {
         refuse_without_memory_db(&config.data_dir)?;
     }
+    if no_memory_yet {
+        refuse_filling_with_nothing(&config.data_dir, command, prepared.as_ref())?;
+    }
     let memory = CommandMemory::open(config, plugins)?;
     let outcome = dispatch(config, &memory, command, prepared);
     memory.close();
     outcome.map(|()| ExitCode::SUCCESS)
+}
+
+/// Refuse an import or hydration that holds nothing into a data dir without memory.db:
+/// it would only make the data dir and an empty memory.db (at a mistyped `--data`, say;
+/// until 2026-12-04 it did, reporting `imported 0 memories`).
+fn refuse_filling_with_nothing(
+    data_dir: &Path,
+    command: &MemoryCommand,
+    prepared: Option<&Prepared>,
+) -> Result<()> {
+    let (file, expected) = match (command, prepared) {
+        (MemoryCommand::Import { file, .. }, Some(Prepared::Import(checked)))
+            if checked.is_empty() =>
+        {
+            (file, "a JSONL file as `cairn memory export` writes it")
+        }
+        (
+            MemoryCommand::Snapshot {
+                hydrate: Some(file),
+                ..
+            },
+            Some(Prepared::Hydration(checked)),
+        ) if checked.is_empty() => (file, "a snapshot with core memories"),
+        _ => return Ok(()),
+    };
+    let file = if file.as_os_str() == "-" {
+        "standard input".to_string()
+    } else {
+        file.display().to_string()
+    };
+    Err(BadInput(format!(
+        "{file} holds no memories (expected {expected}): nothing to bring into {}, \
+         which has no memory.db, so none was made",
+        data_dir.display()
+    ))
+    .into())
 }
 
 /// Refuse a command that needs memory on a data dir without memory.db (the caller saw
