@@ -63,6 +63,69 @@ fn generate_and_build(root: &Path, id: &str, kind: &str, language: &str) -> Path
     dir
 }
 
+/// A C handler's `on-events` (API 0.2.1), as the README gives it: each event handled by
+/// the generated `on_event` (which frees it); on a failure, how many were handled, and the
+/// rest freed.
+const C_ON_EVENTS: &str = r#"
+bool exports_cairn_plugin_handler_plugin_on_events(exports_cairn_plugin_handler_plugin_list_event_t *events,
+                                                   exports_cairn_plugin_handler_plugin_run_failure_t *err) {
+    for (size_t i = 0; i < events->len; i++) {
+        if (!exports_cairn_plugin_handler_plugin_on_event(&events->ptr[i], &err->error)) {
+            err->handled = (uint32_t)i;
+            for (size_t rest = i + 1; rest < events->len; rest++) {
+                exports_cairn_plugin_handler_plugin_event_free(&events->ptr[rest]);
+            }
+            free(events->ptr);
+            return false;
+        }
+    }
+    free(events->ptr);
+    return true;
+}
+"#;
+
+#[test]
+fn a_c_handler_moved_to_0_2_1_is_told_the_function_it_lacks_and_runs_with_it() {
+    let projects = tempfile::tempdir().expect("temp dir");
+    let dir = generate_and_build(projects.path(), "tally", "handler", "c");
+    let dir_arg = dir.display().to_string();
+    let manifest = dir.join("tally.yaml");
+    let yaml = std::fs::read_to_string(&manifest).expect("manifest");
+    std::fs::write(&manifest, yaml.replace("api: ^0.2", "api: ^0.2.1")).expect("manifest");
+    // Until 2026-12-04 the hint said only to install clang, lld and wasi-libc.
+    let refused = plugin_command(&["plugin", "build", &dir_arg], None);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("means the source lacks a function")
+            && stderr.contains("exports_cairn_plugin_handler_plugin_on_events (declared in"),
+        "{stderr}"
+    );
+    let source = dir.join("plugin.c");
+    let mut code = std::fs::read_to_string(&source).expect("source");
+    code.push_str(C_ON_EVENTS);
+    std::fs::write(&source, code).expect("source");
+    plugin_ok(&["plugin", "build", &dir_arg]);
+    let checked = plugin_ok(&["plugins", "check", &dir_arg]);
+    assert!(checked.contains(", api 0.2.1)"), "{checked}");
+
+    let plugins = PluginDir::new();
+    plugins.bundled("cli");
+    for file in ["tally.yaml", "tally.wasm"] {
+        std::fs::copy(dir.join(file), plugins.path().join(file)).expect("copy");
+    }
+    let data = tempfile::tempdir().expect("data dir");
+    let mut host = Host::start(plugins.path(), data.path(), &[]);
+    host.wait_for("cairn is running", Duration::from_secs(120));
+    for line in ["one", "two", "three"] {
+        host.type_line(line);
+    }
+    host.wait_for("event #3: message.received", Duration::from_secs(60));
+    let (exit, log) = host.stop();
+    assert!(exit.success(), "{log}");
+    assert!(!log.contains("plugin faulted"), "{log}");
+}
+
 #[test]
 fn a_project_builds_against_the_api_its_manifest_names_and_check_reads_the_component() {
     let projects = tempfile::tempdir().expect("temp dir");

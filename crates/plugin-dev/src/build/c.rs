@@ -40,10 +40,16 @@ pub(super) fn build(target: &BuildTarget) -> Result<(), DevError> {
         .args(files_ending(&bindings, "_component_type.o")?)
         .args(["-Wl,--strip-debug", "-o"])
         .arg(&core);
+    let exports = exported_functions(&bindings)?;
     run(
         &mut command,
         &target.dir,
-        &format!("see clang's message above; a missing <stdio.h> or wasm-ld means: {INSTALL}"),
+        &format!(
+            "see clang's message above; `undefined symbol: exports_…` means the source lacks \
+             a function the manifest's world and API export: it must define {} (declared in \
+             build/bindings); a missing <stdio.h> or wasm-ld means: {INSTALL}",
+            exports.join(", ")
+        ),
     )?;
     componentize(&core, &target.output)
 }
@@ -75,6 +81,25 @@ fn generate_bindings(target: &BuildTarget, out: &Path) -> Result<(), DevError> {
         std::fs::write(&path, contents).map_err(io_error(&path))?;
     }
     Ok(())
+}
+
+/// The functions the plugin's source must define: those the generated headers in
+/// `bindings` list under `// Exported Functions from …` (a 0.2.1 handler's include
+/// `…_on_events`, which a source written for 0.2.0 lacks).
+fn exported_functions(bindings: &Path) -> Result<Vec<String>, DevError> {
+    let mut names = Vec::new();
+    for header in files_ending(bindings, ".h")? {
+        let text = std::fs::read_to_string(&header).map_err(io_error(&header))?;
+        let mut lines = text.lines();
+        while lines.any(|line| line.starts_with("// Exported Functions from")) {
+            let section = lines.by_ref().take_while(|line| !line.trim().is_empty());
+            names.extend(section.filter_map(|declaration| {
+                let (head, _) = declaration.split_once('(')?;
+                head.split_whitespace().last().map(str::to_string)
+            }));
+        }
+    }
+    Ok(names)
 }
 
 /// The core module as a component, its WASI imports adapted to WASI 0.2.
