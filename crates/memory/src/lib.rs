@@ -41,7 +41,7 @@ pub use cairn_vocab::memory::{
 };
 pub use cairn_vocab::session::Session;
 pub use embed::EmbeddingConfig;
-pub use local::{CheckedImport, CheckedSnapshot, LocalMemory};
+pub use local::{CheckedImport, CheckedSnapshot, LocalMemory, link_target};
 pub use recall::{RecallConfig, RecallHit, RecallQuery, ScoreParts};
 pub use service::MemoryService;
 

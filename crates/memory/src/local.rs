@@ -11,7 +11,7 @@ mod successors;
 pub use embedding::TurnInFlight;
 pub use import_check::CheckedImport;
 pub use search::VectorSource;
-pub use transfer::CheckedSnapshot;
+pub use transfer::{CheckedSnapshot, link_target};
 mod transfer;
 
 use std::collections::HashMap;

@@ -798,3 +798,96 @@ fn an_import_that_would_drop_a_field_or_double_an_id_writes_nothing(data: &str) 
     let after = cairn(&["memory", "export", "--data", data]);
     assert_eq!(after.stdout, exported.stdout, "memory unchanged");
 }
+
+/// An export or snapshot `--output` never replaces what it must not: a store of the data
+/// dir (until 2026-12-04 `--output <data>/memory.db` wrote JSONL over every memory), any
+/// other SQLite database, a device or a FIFO (each was replaced by a regular file, exit 0).
+/// Through a symbolic link it replaces the file the link names and keeps the link.
+#[test]
+fn an_export_never_replaces_a_database_a_device_or_a_fifo_and_writes_through_a_link() {
+    if storage::reads_sqlite_files(
+        "an_export_never_replaces_a_database_a_device_or_a_fifo_and_writes_through_a_link",
+    ) {
+        return;
+    }
+    let parent = tempfile::tempdir().expect("parent");
+    let data = parent.path().join("data");
+    let d = data.display().to_string();
+    let file = parent.path().join("one.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"type":"entry","id":"ep_1","kind":"episode","content":"I live in Lisbon","category":"conversation","scope":{"agent_id":"main","user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":1796419060254,"valid_to":null,"recorded_at":1796419060759,"superseded_by":null,"forgotten_at":null}
+"#,
+    )
+    .expect("write");
+    let imported = cairn(&[
+        "memory",
+        "import",
+        &file.display().to_string(),
+        "--data",
+        &d,
+    ]);
+    assert!(imported.status.success(), "{imported:?}");
+    let memory_db = data.join("memory.db");
+    let before = std::fs::read(&memory_db).expect("memory.db");
+    let other_db = parent.path().join("other.db");
+    std::fs::copy(&memory_db, &other_db).expect("copy");
+    let fifo = parent.path().join("fifo");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .expect("mkfifo")
+            .success()
+    );
+    let path = |p: &Path| p.display().to_string();
+    for (output, expected) in [
+        (path(&memory_db), "is one of the data dir's own files"),
+        (
+            path(&data.join("memory.db-wal")),
+            "is one of the data dir's own files",
+        ),
+        (path(&other_db), "is an SQLite database"),
+        (path(&fifo), "is not a regular file"),
+        ("/dev/null".to_string(), "is not a regular file"),
+    ] {
+        for command in ["export", "snapshot"] {
+            refused(
+                &["memory", command, "--output", &output, "--data", &d],
+                &format!("--output: {output}: {expected}"),
+            );
+        }
+    }
+    assert_eq!(std::fs::read(&memory_db).expect("memory.db"), before);
+    // A limit past what SQL takes is all of them (until 2026-12-04 `datatype mismatch`).
+    let listed = cairn(&[
+        "memory",
+        "list",
+        "--limit",
+        "9223372036854775808",
+        "--data",
+        &d,
+    ]);
+    assert!(
+        listed.status.success()
+            && String::from_utf8_lossy(&listed.stdout).contains("I live in Lisbon"),
+        "{listed:?}"
+    );
+    let fifo_type = std::fs::symlink_metadata(&fifo).expect("fifo").file_type();
+    assert!(std::os::unix::fs::FileTypeExt::is_fifo(&fifo_type));
+
+    let target = parent.path().join("latest.jsonl");
+    std::fs::write(&target, "old\n").expect("write");
+    let link = parent.path().join("link.jsonl");
+    std::os::unix::fs::symlink("latest.jsonl", &link).expect("symlink");
+    let exported = cairn(&["memory", "export", "--output", &path(&link), "--data", &d]);
+    assert!(exported.status.success(), "{exported:?}");
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink()
+    );
+    let written = std::fs::read_to_string(&target).expect("target");
+    assert!(written.contains("I live in Lisbon"), "{written}");
+}

@@ -172,7 +172,27 @@ impl From<std::io::Error> for ReplaceError {
     }
 }
 
-/// Replace the file at `path` with what `write` writes, so that a crash or power loss at
+/// The file `path` names once symbolic links are followed (itself when it is none, or
+/// when nothing is there), so a file written through a link replaces what it points to,
+/// not the link (until 2026-12-04 the link itself was replaced). A loop of links is an
+/// error.
+pub fn link_target(path: &Path) -> std::io::Result<PathBuf> {
+    let mut current = path.to_path_buf();
+    for _ in 0..40 {
+        let is_link = std::fs::symlink_metadata(&current).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return Ok(current);
+        }
+        let named = std::fs::read_link(&current)?;
+        current = match current.parent() {
+            Some(parent) if named.is_relative() => parent.join(named),
+            _ => named,
+        };
+    }
+    Err(std::io::Error::other("too many levels of symbolic links"))
+}
+
+/// Replace the file at `path` (see [`link_target`]) with what `write` writes, so that a crash or power loss at
 /// any moment leaves the old file or the new one, whole: written beside it, flushed,
 /// renamed over it, and the directory flushed so the rename itself is durable. A failure
 /// leaves no temporary file behind.
@@ -180,6 +200,8 @@ fn replace_durably<T>(
     path: &Path,
     write: impl FnOnce(&mut dyn std::io::Write) -> Result<T, ReplaceError>,
 ) -> Result<T, MemoryError> {
+    let path =
+        &link_target(path).map_err(|e| MemoryError::Write(format!("{}: {e}", path.display())))?;
     let mut name = path.file_name().unwrap_or_default().to_os_string();
     name.push(".tmp");
     let temporary = path.with_file_name(name);

@@ -275,27 +275,97 @@ pub(super) fn purge(
 }
 
 /// Refuse an `--output` path no file can be written at (a directory, or in a directory
-/// that does not exist) before anything is written or opened.
-pub(super) fn check_output(path: &Path) -> Result<()> {
-    if path.is_dir() {
-        return Err(BadInput(format!(
-            "--output: {} is a directory; expected the path of a file",
-            path.display()
-        ))
-        .into());
+/// that does not exist) or that must not be replaced, before anything is written or opened:
+/// a device, FIFO or socket, a database (any SQLite file: a data dir's memory.db written
+/// over with JSONL loses every memory), or one of `data_dir`'s own files. A symbolic link
+/// is judged by the file it names, which is what is replaced.
+pub(super) fn check_output(path: &Path, data_dir: &Path) -> Result<()> {
+    let refuse = |problem: String| -> Result<()> {
+        Err(BadInput(format!("--output: {}: {problem}", path.display())).into())
+    };
+    let target = cairn_memory::link_target(path)
+        .map_err(|e| BadInput(format!("--output: {}: {e}", path.display())))?;
+    if target.is_dir() {
+        return refuse("is a directory; expected the path of a file".into());
     }
-    let directory = path.parent().filter(|p| !p.as_os_str().is_empty());
+    let directory = target.parent().filter(|p| !p.as_os_str().is_empty());
     if let Some(directory) = directory
         && !directory.is_dir()
     {
-        return Err(BadInput(format!(
-            "--output: {}: the directory {} does not exist",
-            path.display(),
+        return refuse(format!(
+            "the directory {} does not exist",
             directory.display()
-        ))
-        .into());
+        ));
+    }
+    if let Ok(metadata) = std::fs::metadata(&target)
+        && !metadata.is_file()
+    {
+        return refuse(
+            "is not a regular file (a device, FIFO or socket), which the file written \
+             beside it and renamed over it would replace; expected the path of a file"
+                .into(),
+        );
+    }
+    if is_data_dir_file(&target, data_dir) {
+        return refuse(format!(
+            "is one of the data dir's own files ({}), which it would replace; expected a \
+             path outside the databases",
+            data_dir.display()
+        ));
+    }
+    if holds_a_database(&target) {
+        return refuse(
+            "is an SQLite database, which it would replace (every record in it lost); \
+             expected a new file or an earlier export"
+                .into(),
+        );
     }
     Ok(())
+}
+
+/// The files of a data dir that an export must never replace: its databases, their WAL
+/// and shared-memory files, and the lock.
+const DATA_DIR_FILES: [&str; 6] = [
+    cairn_storage::memory::FILE,
+    cairn_storage::host::FILE,
+    cairn_storage::buffer::FILE,
+    cairn_storage::journal::FILE,
+    cairn_storage::cache::FILE,
+    "cairn.lock",
+];
+
+/// Whether `target` is one of [`DATA_DIR_FILES`] (or a database's `-wal`, `-shm` or
+/// `-journal`) in `data_dir`.
+fn is_data_dir_file(target: &Path, data_dir: &Path) -> bool {
+    let (Some(name), Some(parent)) = (target.file_name(), target.parent()) else {
+        return false;
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let same_dir = match (
+        std::fs::canonicalize(parent),
+        std::fs::canonicalize(data_dir),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    let name = name.to_string_lossy();
+    let base = ["-wal", "-shm", "-journal"]
+        .iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .unwrap_or(&name);
+    same_dir && DATA_DIR_FILES.contains(&base)
+}
+
+/// Whether the file at `path` begins as an SQLite database does.
+fn holds_a_database(path: &Path) -> bool {
+    let mut header = [0u8; 16];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut header))
+        .is_ok_and(|()| &header == b"SQLite format 3\0")
 }
 
 /// `cairn memory export`.

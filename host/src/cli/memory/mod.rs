@@ -198,7 +198,9 @@ pub(crate) fn parse_time(text: &str) -> Result<i64, String> {
 /// A count of results: 1 or more.
 fn parse_limit(text: &str) -> Result<usize, String> {
     match text.parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
+        // More than any memory.db can hold is all of them (SQL takes at most i64::MAX:
+        // until 2026-12-04 a larger `--limit` failed `datatype mismatch`).
+        Ok(n) if n >= 1 => Ok(n.min(i64::MAX as usize)),
         _ => Err(format!("`{text}`: expected a whole number of 1 or more")),
     }
 }
@@ -324,7 +326,7 @@ pub fn run(
     }
     let on_sqlite = matches!(config.storage(), Ok(crate::config::Storage::Sqlite));
     let no_memory_yet = on_sqlite && !config.data_dir.join(cairn_storage::memory::FILE).exists();
-    let prepared = prepare(command, no_memory_yet)?;
+    let prepared = prepare(command, &config.data_dir, no_memory_yet)?;
     if no_memory_yet && !command.fills_memory() {
         refuse_without_memory_db(&config.data_dir)?;
     }
@@ -410,10 +412,14 @@ enum Prepared {
     Hydration(CheckedSnapshot),
 }
 
-/// Check the file `command` writes, if any, and read and check what it brings into memory,
+/// Check the file `command` writes, if any (see [`commands::check_output`]), and read and check what it brings into memory,
 /// if it brings anything (`no_memory_yet`: into a data dir without memory.db, so every
 /// entry an import refers to must be in it).
-fn prepare(command: &MemoryCommand, no_memory_yet: bool) -> Result<Option<Prepared>> {
+fn prepare(
+    command: &MemoryCommand,
+    data_dir: &Path,
+    no_memory_yet: bool,
+) -> Result<Option<Prepared>> {
     if let MemoryCommand::Export {
         output: Some(path), ..
     }
@@ -421,7 +427,7 @@ fn prepare(command: &MemoryCommand, no_memory_yet: bool) -> Result<Option<Prepar
         output: Some(path), ..
     } = command
     {
-        commands::check_output(path)?;
+        commands::check_output(path, data_dir)?;
     }
     Ok(match command {
         MemoryCommand::Import { file, .. } => Some(Prepared::Import(commands::read_import(
