@@ -285,3 +285,52 @@ fn a_missing_toolchain_or_a_bad_argument_is_named_with_what_to_do() {
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("expected one plugin manifest"), "{stderr}");
 }
+
+/// A manifest whose `component` names the project's source, its manifest or a directory
+/// is refused (exit 2, naming the field) and nothing is replaced: until 2026-12-04 the
+/// build wrote the component over `plugin.c`.
+#[test]
+fn a_build_never_writes_its_component_over_the_source_or_the_manifest() {
+    let projects = tempfile::tempdir().expect("temp dir");
+    let dir = projects.path().join("careful");
+    let dir_arg = dir.display().to_string();
+    plugin_ok(&[
+        "plugin", "new", "careful", "--kind", "handler", "--lang", "c", "--dir", &dir_arg,
+    ]);
+    let manifest = dir.join("careful.yaml");
+    let yaml = std::fs::read_to_string(&manifest).expect("manifest");
+    let source = std::fs::read(dir.join("plugin.c")).expect("source");
+    for (component, what) in [
+        ("plugin.c", "is a file that is no WebAssembly binary"),
+        ("careful.yaml", "is a file that is no WebAssembly binary"),
+        ("wit", "is a directory"),
+    ] {
+        let edited: String = yaml
+            .lines()
+            .map(|line| {
+                if line.starts_with("component:") {
+                    format!("component: {component}\n")
+                } else {
+                    format!("{line}\n")
+                }
+            })
+            .collect();
+        std::fs::write(&manifest, &edited).expect("edit");
+        let out = plugin_command(&["plugin", "build", &dir_arg], None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{component}: {stderr}");
+        assert!(
+            stderr.contains(&format!(
+                "careful.yaml: component: {} {what}, which the build would replace",
+                dir.join(component).display()
+            )),
+            "{stderr}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&manifest).expect("manifest"),
+            edited
+        );
+        assert_eq!(std::fs::read(dir.join("plugin.c")).expect("source"), source);
+        assert!(dir.join("wit").is_dir());
+    }
+}

@@ -51,6 +51,7 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
     // Toolchains run inside the project: a relative path would mean another place to them.
     let dir = &std::path::absolute(dir).map_err(io_error(dir))?;
     let manifest = project_manifest(dir)?;
+    check_replaceable(&manifest)?;
     let language = Language::detect(dir)?;
     // The toolchain writes beside the component, which is replaced only by a whole new one:
     // a build that fails (or cannot start) leaves the last working component in place, and
@@ -91,6 +92,38 @@ pub fn build(dir: &Path) -> Result<Built, DevError> {
         component: manifest.component,
         bytes,
     })
+}
+
+/// Refuse a manifest whose `component` names something a build must not replace: a
+/// directory, or a file that is no WebAssembly binary — the project's source or its
+/// manifest, say (until 2026-12-04 the build wrote the component over `plugin.c`).
+fn check_replaceable(manifest: &Manifest) -> Result<(), DevError> {
+    let component = &manifest.component;
+    let problem = match std::fs::metadata(component) {
+        Err(_) => return Ok(()),
+        Ok(m) if m.is_dir() => "is a directory".to_string(),
+        Ok(m) if !m.is_file() => "is not a regular file".to_string(),
+        Ok(m) if m.len() == 0 => return Ok(()),
+        Ok(_) if is_wasm(component) => return Ok(()),
+        Ok(_) => "is a file that is no WebAssembly binary".to_string(),
+    };
+    Err(DevError::Manifest(vec![manifest::ManifestError {
+        file: manifest.file.clone(),
+        field: "component".into(),
+        message: format!(
+            "{} {problem}, which the build would replace; expected the path of the \
+             component (.wasm) to write",
+            component.display()
+        ),
+    }]))
+}
+
+/// Whether the file at `path` begins as a WebAssembly binary does (`\0asm`).
+fn is_wasm(path: &Path) -> bool {
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+        .is_ok_and(|()| &magic == b"\0asm")
 }
 
 /// Where the toolchain writes the component before it replaces `component`:

@@ -152,11 +152,15 @@ pub(super) const COMPONENT_HEADER: [u8; 8] = [0x00, 0x61, 0x73, 0x6d, 0x0d, 0x00
 
 pub(super) fn check_component_file(path: &Path) -> Result<(), String> {
     let mut header = [0u8; 8];
-    let mut file =
-        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
-    if !file.metadata().map(|m| m.is_file()).unwrap_or(false) {
+    // Looked at before it is opened: opening a FIFO waits for a writer (until 2026-12-04
+    // `cairn plugins check` hung on one).
+    let metadata =
+        std::fs::metadata(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    if !metadata.is_file() {
         return Err(format!("{} is not a file", path.display()));
     }
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     file.read_exact(&mut header).map_err(|_| {
         format!(
             "{} is not a WebAssembly component (too short)",

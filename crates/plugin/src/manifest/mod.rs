@@ -449,6 +449,38 @@ mod tests {
         "id: counter\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.1\n";
 
     #[test]
+    fn a_description_is_one_line_without_control_characters() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for (description, found) in [
+            ("\"two\\nlines\"", "holds a line break"),
+            ("\"\\e[31mred\"", "holds the control character U+001B"),
+        ] {
+            let body = format!("{GOOD}description: {description}\n");
+            let path = write_manifest(dir.path(), "p.yaml", &body);
+            let errors = load_file(&path).expect_err("refused");
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert_eq!(errors[0].field, "description");
+            assert!(errors[0].message.contains(found), "{errors:?}");
+        }
+        // A folded block's closing line break is the block's, not the text's.
+        let body = format!("{GOOD}description: >\n  one line\n  folded\n");
+        let manifest = load_file(&write_manifest(dir.path(), "p.yaml", &body)).expect("valid");
+        assert_eq!(manifest.description.as_deref(), Some("one line folded"));
+    }
+
+    #[test]
+    fn a_fifo_as_the_component_is_no_file_and_is_not_waited_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo.wasm");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo");
+        let body = GOOD.replace("ok.wasm", "fifo.wasm");
+        let errors = load_file(&write_manifest(dir.path(), "p.yaml", &body)).expect_err("a fifo");
+        assert_eq!(errors[0].field, "component", "{errors:?}");
+        assert!(errors[0].message.contains("is not a file"), "{errors:?}");
+    }
+
+    #[test]
     fn a_good_manifest_loads_with_defaults() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = write_manifest(dir.path(), "counter.yaml", GOOD);

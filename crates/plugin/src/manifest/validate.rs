@@ -28,6 +28,11 @@ pub(super) fn validate(
             )
         })
         .ok();
+    // A folded or literal YAML block ends with a line break: that one is not the text's.
+    let description = raw.description.as_deref().map(|d| d.trim_end().to_string());
+    if let Some(description) = &description {
+        validate_description(description, problems);
+    }
     let (api, api_version) = validate_api(&raw, problems);
     let component = validate_component(&raw, &file, component, problems);
     let depends_on = validate_dependencies(&raw, problems);
@@ -40,7 +45,7 @@ pub(super) fn validate(
         id: raw.id,
         version: version?,
         kind: raw.kind,
-        description: raw.description,
+        description,
         component,
         api: api?,
         api_version: api_version?,
@@ -52,6 +57,23 @@ pub(super) fn validate(
         limits: raw.limits,
         config,
     })
+}
+
+/// `description` is the one line `cairn plugins list` prints: a line break or a control
+/// character (an escape that colours the operator's terminal) is refused (until 2026-12-04
+/// it was printed as it was, breaking the table).
+fn validate_description(description: &str, problems: &mut Problems<'_>) {
+    let Some(found) = description.chars().find(|c| c.is_control()) else {
+        return;
+    };
+    let what = match found {
+        '\n' | '\r' => "a line break".to_string(),
+        other => format!("the control character U+{:04X}", u32::from(other)),
+    };
+    problems.add(
+        "description",
+        format!("holds {what}; expected one line of text without control characters"),
+    );
 }
 
 /// The API requirement, and the newest host API version satisfying it.
