@@ -2,11 +2,16 @@
 //! user so that a recall scoped to one user scores only that user's vectors and the shared
 //! ones. Each user keeps at most a window of vectors in memory (the recall scan limit), so
 //! neither a recall's time nor the host's memory grows with a user's history; older vectors
-//! stay in the store, read back for the few lexical candidates that need them.
+//! stay in the store, read back for the few lexical candidates that need them. Vectors are
+//! held as memory stores them, int8 with a scale each (a quarter of f32's size, and a
+//! recall ranks the same before and after a restart); a scan scores the query against them
+//! as they are.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::sync::RwLock;
+
+use cairn_storage::memory::quantize_int8;
 
 use super::cosine;
 use crate::Scope;
@@ -29,7 +34,10 @@ const EMPTY: i64 = i64::MIN;
 struct Shelf {
     seqs: Vec<i64>,
     scopes: Vec<IndexedScope>,
-    vectors: Vec<f32>,
+    /// Each slot's vector as int8 codes, `dims` per slot ([`quantize_int8`]).
+    codes: Vec<i8>,
+    /// Each slot's scale: a code times it is the component.
+    scales: Vec<f32>,
     /// The oldest slot once the ring is full (0 before).
     oldest: usize,
     /// Slots marked [`EMPTY`].
@@ -43,9 +51,56 @@ impl Shelf {
         (0..len).map(move |back| (self.oldest + len - 1 - back) % len)
     }
 
-    fn vector(&self, slot: usize, dims: usize) -> &[f32] {
-        &self.vectors[slot * dims..(slot + 1) * dims]
+    fn codes(&self, slot: usize, dims: usize) -> &[i8] {
+        &self.codes[slot * dims..(slot + 1) * dims]
     }
+
+    /// The vector of `slot`, back as f32s.
+    fn vector(&self, slot: usize, dims: usize) -> Vec<f32> {
+        let scale = self.scales[slot];
+        self.codes(slot, dims)
+            .iter()
+            .map(|&code| f32::from(code) * scale)
+            .collect()
+    }
+
+    /// The cosine of unit vector `query` and the vector of `slot`.
+    fn score(&self, slot: usize, dims: usize, query: &[f32]) -> f32 {
+        dot_with_codes(query, self.codes(slot, dims)) * self.scales[slot]
+    }
+
+    /// Put `vector` (quantized) in `slot`, which exists or is the next one.
+    fn place(&mut self, slot: usize, dims: usize, (scale, codes): (f32, Vec<i8>)) {
+        if slot == self.scales.len() {
+            self.scales.push(scale);
+            self.codes.extend_from_slice(&codes);
+        } else {
+            self.scales[slot] = scale;
+            self.codes[slot * dims..(slot + 1) * dims].copy_from_slice(&codes);
+        }
+    }
+}
+
+/// The dot product of `query` and a vector's int8 codes (times its scale, a cosine). Eight
+/// running sums, as in [`super::cosine`], so the compiler makes SIMD lanes of them.
+fn dot_with_codes(query: &[f32], codes: &[i8]) -> f32 {
+    const LANES: usize = 8;
+    let mut sums = [0.0f32; LANES];
+    let body = query.len() - query.len() % LANES;
+    for (x, y) in query[..body]
+        .chunks_exact(LANES)
+        .zip(codes[..body].chunks_exact(LANES))
+    {
+        for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
+            *sum += x * f32::from(*y);
+        }
+    }
+    let tail: f32 = query[body..]
+        .iter()
+        .zip(&codes[body..])
+        .map(|(x, y)| x * f32::from(*y))
+        .sum();
+    sums.iter().sum::<f32>() + tail
 }
 
 #[derive(Default)]
@@ -90,13 +145,11 @@ impl IndexData {
     /// shelf holds `window`.
     fn shelve(&mut self, window: usize, seq: i64, scope: IndexedScope, vector: &[f32]) {
         let dims = self.dims;
-        self.tally(vector, 1.0);
         let shelf = self.shelves.entry(scope.user).or_default();
         let mut pushed_out_vector = None;
         let slot = if shelf.seqs.len() < window {
             shelf.seqs.push(seq);
             shelf.scopes.push(scope);
-            shelf.vectors.extend_from_slice(vector);
             shelf.seqs.len() - 1
         } else {
             let slot = shelf.oldest;
@@ -106,13 +159,15 @@ impl IndexData {
                 shelf.empty -= 1;
             } else {
                 self.position.remove(&pushed_out);
-                pushed_out_vector = Some(shelf.vector(slot, dims).to_vec());
+                pushed_out_vector = Some(shelf.vector(slot, dims));
             }
             shelf.scopes[slot] = scope;
-            shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
             slot
         };
+        shelf.place(slot, dims, quantize_int8(vector));
+        let held = shelf.vector(slot, dims);
         self.position.insert(seq, (scope.user, slot));
+        self.tally(&held, 1.0);
         if let Some(old) = pushed_out_vector {
             self.tally(&old, -1.0);
         }
@@ -128,7 +183,7 @@ impl IndexData {
         };
         shelf.seqs[slot] = EMPTY;
         shelf.empty += 1;
-        let gone = shelf.vector(slot, self.dims).to_vec();
+        let gone = shelf.vector(slot, self.dims);
         let mostly_empty = shelf.empty * 2 > shelf.seqs.len();
         self.tally(&gone, -1.0);
         if mostly_empty {
@@ -150,7 +205,8 @@ impl IndexData {
             self.position.insert(seq, (user, shelf.seqs.len()));
             shelf.seqs.push(seq);
             shelf.scopes.push(old.scopes[slot]);
-            shelf.vectors.extend_from_slice(old.vector(slot, dims));
+            shelf.scales.push(old.scales[slot]);
+            shelf.codes.extend_from_slice(old.codes(slot, dims));
         }
         if !shelf.seqs.is_empty() {
             self.shelves.insert(user, shelf);
@@ -238,11 +294,12 @@ impl VectorIndex {
                 let Some(shelf) = data.shelves.get_mut(&user) else {
                     return;
                 };
-                let replaced = shelf.vector(slot, dims).to_vec();
-                shelf.vectors[slot * dims..(slot + 1) * dims].copy_from_slice(vector);
+                let replaced = shelf.vector(slot, dims);
+                shelf.place(slot, dims, quantize_int8(vector));
                 shelf.scopes[slot] = indexed;
+                let held = shelf.vector(slot, dims);
                 data.tally(&replaced, -1.0);
-                data.tally(vector, 1.0);
+                data.tally(&held, 1.0);
             }
             Some(_) => {
                 data.unshelve(seq);
@@ -289,7 +346,7 @@ impl VectorIndex {
     pub fn vector(&self, seq: i64) -> Option<Vec<f32>> {
         let data = self.data.read().unwrap_or_else(|p| p.into_inner());
         let (user, slot) = *data.position.get(&seq)?;
-        Some(data.shelves.get(&user)?.vector(slot, data.dims).to_vec())
+        Some(data.shelves.get(&user)?.vector(slot, data.dims))
     }
 
     /// The `k` entries most similar to `query` that pass `filter`, best first.
@@ -319,6 +376,7 @@ impl VectorIndex {
             .exclude_session
             .map(|s| data.names.get(s).copied().unwrap_or(u32::MAX));
         let admits = |key: u32, wanted: Option<u32>| wanted.is_none_or(|w| key == w || key == 0);
+        let mut decoded = Vec::with_capacity(data.dims);
         let mut consider = |shelf: &Shelf, slot: usize| {
             let (seq, scope) = (shelf.seqs[slot], shelf.scopes[slot]);
             if seq == EMPTY
@@ -328,9 +386,15 @@ impl VectorIndex {
             {
                 return;
             }
-            let vector = shelf.vector(slot, data.dims);
+            if let [query] = queries {
+                found[0].offer(seq, shelf.score(slot, data.dims, query));
+                return;
+            }
+            // Several queries: the codes are turned into numbers once, not once per query.
+            decoded.clear();
+            decoded.extend(shelf.codes(slot, data.dims).iter().map(|&c| f32::from(c)));
             for (query, nearest) in queries.iter().zip(&mut found) {
-                nearest.offer(seq, cosine(query, vector));
+                nearest.offer(seq, cosine(query, &decoded) * shelf.scales[slot]);
             }
         };
         match user {
@@ -386,6 +450,38 @@ mod tests {
     use super::*;
     use crate::embed::HashEmbedder;
 
+    /// `vector` as the index holds it: int8, back as f32s.
+    fn held(vector: &[f32]) -> Vec<f32> {
+        let (scale, codes) = quantize_int8(vector);
+        codes.iter().map(|&code| f32::from(code) * scale).collect()
+    }
+
+    #[test]
+    fn a_vector_is_held_in_a_quarter_of_its_size_and_scores_as_stored() {
+        let embedder = HashEmbedder::new(256);
+        let fresh = embedder.vector("my sister Emma lives in Lisbon");
+        let index = VectorIndex::new(10);
+        index.upsert(1, &scope("ana"), &fresh);
+        // The same vector as memory.db gives it back after a restart.
+        index.upsert(2, &scope("bo"), &held(&fresh));
+        let query = embedder.vector("where does Emma live");
+        let score = |user: &str| {
+            let scope = scope(user);
+            let filter = ScanFilter {
+                scope: &scope,
+                exclude_session: None,
+            };
+            index.nearest(&query, &filter, 1)[0].1
+        };
+        assert!((score("ana") - score("bo")).abs() < 1e-6);
+        assert!((score("ana") - cosine(&query, &fresh)).abs() < 0.01);
+        assert_eq!(index.vector(1), Some(held(&fresh)));
+        let data = index.data.read().expect("index");
+        let shelf = &data.shelves[&data.names["ana"]];
+        assert_eq!(shelf.codes.len(), fresh.len(), "one byte per component");
+        assert_eq!(shelf.scales.len(), 1);
+    }
+
     fn scope(user: &str) -> Scope {
         Scope {
             user_id: Some(user.into()),
@@ -426,14 +522,18 @@ mod tests {
         let each = index.nearest_each(&queries, &filter, 4);
         assert_eq!(each.len(), 3);
         for (query, found) in queries.iter().zip(&each) {
-            // Every one of ana's vectors scored, the best four.
+            // Every one of ana's vectors scored as held (int8), the best four.
             let mut expected: Vec<(i64, f32)> = (0..40)
                 .filter(|seq| seq % 3 != 0)
-                .map(|seq| (seq, cosine(query, &vector(seq))))
+                .map(|seq| (seq, cosine(query, &held(&vector(seq)))))
                 .collect();
             expected.sort_by(|a, b| b.1.total_cmp(&a.1));
             expected.truncate(4);
-            assert_eq!(found, &expected);
+            let seqs = |hits: &[(i64, f32)]| hits.iter().map(|h| h.0).collect::<Vec<_>>();
+            assert_eq!(seqs(found), seqs(&expected));
+            for ((_, score), (_, wanted)) in found.iter().zip(&expected) {
+                assert!((score - wanted).abs() < 1e-5, "{score} against {wanted}");
+            }
             assert_eq!(found, &index.nearest(query, &filter, 4));
         }
         assert!(index.nearest_each(&[], &filter, 4).is_empty());
@@ -576,6 +676,6 @@ mod tests {
         }
         assert_eq!(found(&index, &scope("alice"), &query), vec![7, 8, 9, 10]);
         assert_eq!(index.len(), 4);
-        assert_eq!(index.vector(9), Some(embedder.vector("note 9")));
+        assert_eq!(index.vector(9), Some(held(&embedder.vector("note 9"))));
     }
 }

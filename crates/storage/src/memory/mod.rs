@@ -33,6 +33,7 @@ use crate::{Migrations, StorageError, open};
 
 pub use search::{FullTextMatch, SCORED_MATCHES, SCORED_MATCHES_MAX};
 pub use sessions::{Activity, EndedSession};
+pub use vectors::quantize_int8;
 
 /// The store's file in a data dir.
 pub const FILE: &str = "memory.db";

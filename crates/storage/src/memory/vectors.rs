@@ -174,18 +174,26 @@ impl SqliteMemory {
     }
 }
 
-/// A vector as int8: its scale (the largest magnitude / 127) as a little-endian f32, then
-/// one signed byte per component.
-pub(crate) fn encode_int8(vector: &[f32]) -> Vec<u8> {
+/// A vector as int8: one signed byte per component and one scale (the largest magnitude /
+/// 127), a quarter of the f32 size. Memory stores vectors so, and the in-memory index of
+/// the memory crate holds them so, so a recall ranks the same before and after a restart.
+pub fn quantize_int8(vector: &[f32]) -> (f32, Vec<i8>) {
     let largest = vector.iter().fold(0.0f32, |m, x| m.max(x.abs()));
     let scale = if largest > 0.0 { largest / 127.0 } else { 1.0 };
-    let mut bytes = Vec::with_capacity(4 + vector.len());
+    let codes = vector
+        .iter()
+        .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+        .collect();
+    (scale, codes)
+}
+
+/// A vector as stored: the scale of [`quantize_int8`] as a little-endian f32, then one
+/// signed byte per component.
+pub(crate) fn encode_int8(vector: &[f32]) -> Vec<u8> {
+    let (scale, codes) = quantize_int8(vector);
+    let mut bytes = Vec::with_capacity(4 + codes.len());
     bytes.extend_from_slice(&scale.to_le_bytes());
-    bytes.extend(
-        vector
-            .iter()
-            .map(|x| ((x / scale).round().clamp(-127.0, 127.0) as i8) as u8),
-    );
+    bytes.extend(codes.into_iter().map(|code| code as u8));
     bytes
 }
 
