@@ -153,7 +153,11 @@ impl HostConfig {
                 merge(&mut value, from_file);
             }
         }
-        add_keys_named_by_variables(&mut value, std::env::vars().map(|(name, _)| name));
+        refuse_variables_not_utf8()?;
+        // Names that are not UTF-8 are no setting's (std::env::vars() panics on them:
+        // until 2026-12-04 any such variable, `FOO=$'\xff'`, stopped every command).
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        add_keys_named_by_variables(&mut value, names);
         apply_env_overrides(&mut value, "CAIRN", "", &|name| std::env::var(name).ok());
         let mut config = typed(value).map_err(|e| {
             let variable = variable_of(&e.path().to_string());
@@ -405,6 +409,24 @@ const KEYED_SETTINGS: [&str; 1] = ["buffer.channel_priority"];
 /// key `mycat` (a name's `-` cannot be written in a variable: set such a key in the file).
 const OPEN_SETTINGS: [(&str, &str); 1] =
     [("memory.retention_days", "CAIRN_MEMORY_RETENTION_DAYS_")];
+
+/// Refuse a `CAIRN_…` variable whose value is not UTF-8 text, naming it: no setting can
+/// take such a value, and ignoring it would run with a setting the operator meant to change.
+fn refuse_variables_not_utf8() -> Result<(), ConfigError> {
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with("CAIRN_") && value.to_str().is_none() {
+            return Err(ConfigError::Invalid {
+                origin: name.to_string(),
+                message: format!(
+                    "its value is not UTF-8 text ({}); expected the setting as text",
+                    value.to_string_lossy()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Give each [`OPEN_SETTINGS`] mapping the keys set variables name, so that
 /// [`apply_env_overrides`] fills them in.

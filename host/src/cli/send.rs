@@ -111,18 +111,50 @@ fn sender_and_time(args: &SendArgs, payload: &serde_json::Value) -> Result<(Stri
     Ok((sender, said_at))
 }
 
+/// Read a `--json` message from `source`, `named` so in errors: at most `limit` bytes
+/// (`buffer.max_payload_bytes`) and a byte-order mark, as UTF-8 text. A longer input is
+/// refused as soon as the limit is passed (until 2026-12-04 it was read whole first, so
+/// `--json /dev/zero` grew without bound).
+fn read_bounded(source: impl std::io::Read, limit: usize, named: &str) -> Result<String> {
+    const BOM: usize = 3;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut source.take((limit + BOM + 1) as u64), &mut bytes)
+        .map_err(|e| BadInput(format!("{named}: cannot read: {e}")))?;
+    let bom = if bytes.starts_with(b"\xEF\xBB\xBF") {
+        BOM
+    } else {
+        0
+    };
+    if bytes.len() - bom > limit {
+        return Err(BadInput(format!(
+            "message rejected: {named}: more than {limit} bytes; expected at most \
+             buffer.max_payload_bytes ({limit} bytes)"
+        ))
+        .into());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        BadInput(format!(
+            "{named}: byte {} is not UTF-8: expected JSON text",
+            e.utf8_error().valid_up_to() + 1
+        ))
+        .into()
+    })
+}
+
 /// Store the message and print its id; bad input is reported as such (exit 2).
 pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
+    let limit = config.buffer.max_payload_bytes;
     let payload = match (&args.text, &args.json) {
         (Some(text), _) => serde_json::json!({ "text": text }).to_string(),
         (None, Some(path)) if path.as_os_str() == "-" => {
-            let mut body = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut body)
-                .map_err(|e| BadInput(format!("--json -: cannot read stdin: {e}")))?;
-            body
+            read_bounded(std::io::stdin(), limit, "--json -: stdin")?
         }
-        (None, Some(path)) => std::fs::read_to_string(path)
-            .map_err(|e| BadInput(format!("--json {}: cannot read: {e}", path.display())))?,
+        (None, Some(path)) => {
+            let named = format!("--json {}", path.display());
+            let file = std::fs::File::open(path)
+                .map_err(|e| BadInput(format!("{named}: cannot read: {e}")))?;
+            read_bounded(file, limit, &named)?
+        }
         (None, None) => {
             return Err(BadInput("give the message TEXT or --json FILE".into()).into());
         }
@@ -216,7 +248,8 @@ pub fn run(config: &HostConfig, args: &SendArgs) -> Result<ExitCode> {
 /// would be answered and the reply would have nowhere to go. With no host run yet, any
 /// channel is taken.
 fn check_channel(data_dir: &Path, channel: &str) -> Result<()> {
-    let Some(report) = SqliteHost::read_status(data_dir)? else {
+    let Some(report) = SqliteHost::read_status(data_dir).map_err(crate::cli::storage_unusable)?
+    else {
         return Ok(());
     };
     let channels = report.channels();

@@ -891,3 +891,90 @@ fn an_export_never_replaces_a_database_a_device_or_a_fifo_and_writes_through_a_l
     let written = std::fs::read_to_string(&target).expect("target");
     assert!(written.contains("I live in Lisbon"), "{written}");
 }
+
+/// `cairn send --json` reads no more than `buffer.max_payload_bytes` before it refuses (until
+/// 2026-12-04 it read the whole input first: `--json /dev/zero` grew without bound), names
+/// where input stops being UTF-8, and a variable that is not UTF-8 is no panic: a `CAIRN_`
+/// one is refused by name (exit 2), any other is not Cairn's business (until 2026-12-04
+/// `FOO=$'\xff'` made every command panic).
+#[test]
+fn a_message_past_the_payload_limit_or_not_utf8_and_a_variable_not_utf8_are_named() {
+    use std::os::unix::ffi::OsStrExt;
+
+    let parent = tempfile::tempdir().expect("parent");
+    let data = parent.path().join("data");
+    std::fs::create_dir(&data).expect("data dir");
+    let d = data.display().to_string();
+    let limited = |args: &[&str]| {
+        Command::new(cairn_bin())
+            .args(args)
+            .envs(test_env())
+            .env("CAIRN_BUFFER_MAX_PAYLOAD_BYTES", "1000")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run cairn")
+    };
+    let latin1 = parent.path().join("latin1.json");
+    std::fs::write(&latin1, b"{\"text\": \"caf\xE9\"}").expect("write");
+    let latin1 = latin1.display().to_string();
+    for (file, expected) in [
+        (
+            "/dev/zero",
+            "message rejected: --json /dev/zero: more than 1000 bytes; expected at most buffer.max_payload_bytes (1000 bytes)",
+        ),
+        (latin1.as_str(), "byte 14 is not UTF-8: expected JSON text"),
+    ] {
+        let output = limited(&send_json(&d, file));
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{stderr}");
+    }
+    assert_eq!(entries(&data), Vec::<String>::new(), "nothing stored");
+
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"\xFF");
+    let with_variable = |name: &str| {
+        Command::new(cairn_bin())
+            .args(["config", "--data", &d])
+            .envs(test_env())
+            .env(name, not_utf8)
+            .output()
+            .expect("run cairn")
+    };
+    let output = with_variable("SOMEONE_ELSES");
+    assert!(output.status.success(), "{output:?}");
+    let output = with_variable("CAIRN_BUFFER_MAX_PAYLOAD_BYTES");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CAIRN_BUFFER_MAX_PAYLOAD_BYTES: its value is not UTF-8 text"),
+        "{stderr}"
+    );
+}
+
+/// A damaged host.db refuses `cairn send` as bad input (exit 2), as `status` does; until
+/// 2026-12-04 the same message came with exit 1.
+#[test]
+fn send_refuses_a_damaged_host_db_as_bad_input() {
+    if storage::reads_sqlite_files("send_refuses_a_damaged_host_db_as_bad_input") {
+        return;
+    }
+    let data = tempfile::tempdir().expect("data");
+    std::fs::write(data.path().join("host.db"), vec![0x5Au8; 8192]).expect("garbage");
+    let d = data.path().display().to_string();
+    for args in [
+        &[
+            "send",
+            "--channel",
+            "cli",
+            "--conversation",
+            "c",
+            "hi",
+            "--data",
+            &d,
+        ][..],
+        &["status", "--data", &d][..],
+    ] {
+        refused(args, "host.db: the database is damaged");
+    }
+    assert_eq!(entries(data.path()), ["host.db"], "nothing else made");
+}
