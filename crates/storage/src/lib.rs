@@ -478,12 +478,6 @@ const NEW_FILE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// command started beside another on a new data dir could find the file the other had
 /// just made, and refuse it as emptied; found by an operator's test.)
 fn filled_while_new(path: &Path) -> bool {
-    let age = |path: &Path| {
-        std::fs::metadata(path)
-            .and_then(|meta| meta.modified())
-            .ok()
-            .and_then(|at| at.elapsed().ok())
-    };
     let Some(made) = age(path) else {
         return false;
     };
@@ -499,6 +493,23 @@ fn filled_while_new(path: &Path) -> bool {
 }
 
 /// Whether `path` is an empty file with no write-ahead log content beside it.
+/// How long ago the file at `path` was last written, if it can be told.
+fn age(path: &Path) -> Option<std::time::Duration> {
+    std::fs::metadata(path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|at| at.elapsed().ok())
+}
+
+/// Whether the file at `path` was written less than `within` ago (or in the future, as a
+/// clock set back shows it).
+fn made_within(path: &Path, within: std::time::Duration) -> bool {
+    match std::fs::metadata(path).and_then(|meta| meta.modified()) {
+        Ok(at) => at.elapsed().map_or(true, |elapsed| elapsed < within),
+        Err(_) => false,
+    }
+}
+
 fn is_emptied(path: &Path) -> bool {
     let len = |path: &Path| std::fs::metadata(path).map(|meta| meta.len()).ok();
     let mut wal = path.as_os_str().to_owned();
@@ -556,9 +567,20 @@ pub(crate) fn check_integrity(conn: &Connection, path: &Path) -> Result<(), Stor
 /// Open an existing database read-only, without migrating; `None` when the file is missing
 /// or not yet migrated (a host is creating it right now and has nothing to report).
 pub fn open_read_only(path: &Path) -> Result<Option<Connection>, StorageError> {
-    // An empty file is one a host is creating right now, as far as a reader can tell.
-    if !path.exists() || is_emptied(path) {
+    if !path.exists() {
         return Ok(None);
+    }
+    // An empty file made a moment ago is one a host is creating right now; an older one
+    // was emptied, and is refused as a writer refuses it (until 2026-12-04 a reader took
+    // it for no database: `cairn status` on an emptied host.db said no host had run).
+    if is_emptied(path) {
+        if made_within(path, NEW_FILE_WAIT) {
+            return Ok(None);
+        }
+        return Err(StorageError::Damaged {
+            path: path.to_path_buf(),
+            detail: "the file is empty".to_string(),
+        });
     }
     if path.is_dir() {
         return Err(StorageError::NotAFile {

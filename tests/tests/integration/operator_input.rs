@@ -952,10 +952,13 @@ fn a_message_past_the_payload_limit_or_not_utf8_and_a_variable_not_utf8_are_name
 }
 
 /// A damaged host.db refuses `cairn send` as bad input (exit 2), as `status` does; until
-/// 2026-12-04 the same message came with exit 1.
+/// 2026-12-04 the same message came with exit 1. An emptied database is damaged to the
+/// readers as to a host.
 #[test]
-fn send_refuses_a_damaged_host_db_as_bad_input() {
-    if storage::reads_sqlite_files("send_refuses_a_damaged_host_db_as_bad_input") {
+fn send_and_the_readers_refuse_a_damaged_or_emptied_database_as_bad_input() {
+    if storage::reads_sqlite_files(
+        "send_and_the_readers_refuse_a_damaged_or_emptied_database_as_bad_input",
+    ) {
         return;
     }
     let data = tempfile::tempdir().expect("data");
@@ -977,4 +980,28 @@ fn send_refuses_a_damaged_host_db_as_bad_input() {
         refused(args, "host.db: the database is damaged");
     }
     assert_eq!(entries(data.path()), ["host.db"], "nothing else made");
+
+    // An emptied file (no WAL beside it, not made a moment ago) is refused by the readers
+    // too: until 2026-12-04 they took it for no database (`no host has run`, exit 0).
+    for (file, args) in [
+        ("host.db", &["status", "--data", &d][..]),
+        ("buffer.db", &["buffer", "failed", "--data", &d][..]),
+        ("journal.db", &["journal", "tail", "--data", &d][..]),
+    ] {
+        for entry in entries(data.path()) {
+            std::fs::remove_file(data.path().join(entry)).expect("clear");
+        }
+        let emptied = data.path().join(file);
+        std::fs::write(&emptied, b"").expect("empty");
+        let touched = Command::new("touch")
+            .args(["-d", "1 hour ago"])
+            .arg(&emptied)
+            .status()
+            .expect("touch");
+        assert!(touched.success());
+        refused(
+            args,
+            &format!("{file}: the database is damaged (the file is empty)"),
+        );
+    }
 }
