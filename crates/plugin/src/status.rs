@@ -1,8 +1,9 @@
 //! The persisted state of a host's plugins (`host.db` tables `plugin_status` and
 //! `host_run`), written by the running host and read by `cairn status`.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
@@ -22,11 +23,12 @@ impl StatusLog {
         Self { store }
     }
 
-    /// A log that records nowhere, for plugins started outside a host (a CLI command
-    /// serving memory from a backend plugin must not overwrite the states the host on the
-    /// same data dir records).
+    /// A log that keeps its plugins' states in this process only, for plugins started
+    /// outside a host (a CLI command serving memory from a backend plugin must not
+    /// overwrite the states the host on the same data dir records, yet must be able to say
+    /// why its plugin did not start).
     pub fn detached() -> Self {
-        Self::new(Arc::new(Detached))
+        Self::new(Arc::new(Detached::default()))
     }
 
     /// Forget the plugins of an earlier run and record this process as the running host.
@@ -59,8 +61,11 @@ impl StatusLog {
     }
 }
 
-/// Records nothing; see [`StatusLog::detached`].
-struct Detached;
+/// Keeps the latest status of each plugin in memory; see [`StatusLog::detached`].
+#[derive(Default)]
+struct Detached {
+    plugins: Mutex<HashMap<String, PluginStatus>>,
+}
 
 impl StatusStore for Detached {
     fn begin_run(&self, _pid: u32, _plugins_dir: &str) -> Receipt<()> {
@@ -75,7 +80,9 @@ impl StatusStore for Detached {
         Receipt::ready(Ok(()))
     }
 
-    fn record(&self, _status: &PluginStatus) -> Receipt<()> {
+    fn record(&self, status: &PluginStatus) -> Receipt<()> {
+        let mut plugins = self.plugins.lock().unwrap_or_else(|p| p.into_inner());
+        plugins.insert(status.id.clone(), status.clone());
         Receipt::ready(Ok(()))
     }
 
@@ -84,9 +91,12 @@ impl StatusStore for Detached {
     }
 
     fn report(&self) -> Result<StatusReport, StorageError> {
+        let plugins = self.plugins.lock().unwrap_or_else(|p| p.into_inner());
+        let mut plugins: Vec<PluginStatus> = plugins.values().cloned().collect();
+        plugins.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(StatusReport {
             host: None,
-            plugins: Vec::new(),
+            plugins,
             llm_usage: Vec::new(),
         })
     }

@@ -17,7 +17,7 @@ use crate::plugin::PluginHost;
 use crate::plugin::capabilities::HostServices;
 use crate::plugin::kv::PluginKv;
 use crate::plugin::resolve;
-use crate::plugin::status::StatusLog;
+use crate::plugin::status::{PluginState, StatusLog};
 use crate::store::host::SqliteHost;
 use cairn_vocab::plugin::PluginKind;
 
@@ -104,13 +104,33 @@ fn start_backend(
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let status = Arc::new(StatusLog::detached());
     let host = runtime.block_on(PluginHost::start(
         &alone,
         &config.plugin_host(),
         services,
-        Arc::new(StatusLog::detached()),
+        status.clone(),
     ))?;
+    if let Some(cause) = failed_to_start(&status, id) {
+        return Err(BadInput(format!(
+            "memory.backend: the plugin `{id}` ({}) did not start: {cause}",
+            manifest.file.display()
+        ))
+        .into());
+    }
     Ok((runtime, host))
+}
+
+/// Why plugin `id` failed as it started, when it did (its component would not load, or
+/// its `init` faulted), as `status` recorded it.
+fn failed_to_start(status: &StatusLog, id: &str) -> Option<String> {
+    let report = status.report().ok()?;
+    let plugin = report.plugins.into_iter().find(|p| p.id == id)?;
+    (plugin.state == PluginState::Failed).then(|| {
+        plugin
+            .last_error
+            .unwrap_or_else(|| "no cause was recorded".into())
+    })
 }
 
 /// Where the backend plugin is: `--plugins`, else the directory the last host ran.

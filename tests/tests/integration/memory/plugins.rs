@@ -459,3 +459,53 @@ fn plugins_memory_writes_pass_the_autonomy_and_a_rate_per_plugin() {
     assert!(own.contains("probe store-own: ok"), "{own}");
     assert!(forget.contains("probe forget: ok true"), "{forget}");
 }
+
+/// A memory command whose backend plugin cannot start says why, naming the manifest (exit
+/// 2): until 2026-12-04 it said only that the plugin `is not running`.
+#[test]
+fn a_memory_command_says_why_its_backend_plugin_did_not_start() {
+    let plugins = PluginDir::new();
+    // A handler's component where the memory backend's belongs: it loads, but implements
+    // another world.
+    plugins.bundled_with("markdown", |manifest| {
+        manifest.replace("component: markdown.wasm", "component: counter.wasm")
+    });
+    plugins.component("counter");
+    let data = tempfile::tempdir().expect("data dir");
+    // A data dir a host has run on: memory.db is there.
+    let export = data.path().join("one.jsonl");
+    std::fs::write(
+        &export,
+        r#"{"type":"entry","id":"ep_1","kind":"episode","content":"I live in Lisbon","category":"conversation","scope":{"agent_id":"main","user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":1796419060254,"valid_to":null,"recorded_at":1796419060759,"superseded_by":null,"forgotten_at":null}
+"#,
+    )
+    .expect("write");
+    let imported = cairn(&[
+        "memory",
+        "import",
+        &export.display().to_string(),
+        "--data",
+        &data_arg(data.path()),
+    ]);
+    assert!(imported.status.success(), "{imported:?}");
+    let config = data.path().join("cairn.yaml");
+    std::fs::write(&config, "memory:\n  backend: markdown\n").expect("write config");
+    let output = cairn(&[
+        "--config",
+        &config.display().to_string(),
+        "memory",
+        "list",
+        "--plugins",
+        &plugins.path().display().to_string(),
+        "--data",
+        &data_arg(data.path()),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("memory.backend: the plugin `markdown` (")
+            && stderr.contains("markdown.yaml) did not start: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains("memory-backend"), "the cause: {stderr}");
+}
