@@ -211,27 +211,93 @@ fn load_checked(file: &Path, component: ComponentFile) -> Result<Manifest, Vec<M
     };
     // An editor's byte-order mark is not part of the YAML.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    let (mended_text, huge) = mend_huge_integers(text);
+    for (field, number) in &huge {
+        problems.add(
+            field.clone(),
+            format!(
+                "`{number}` is too large a number for any field (at most 18446744073709551615)"
+            ),
+        );
+    }
+    let text = mended_text.as_str();
+    let outcome = parse_and_validate(text, &mut problems, component);
+    if huge.is_empty() {
+        return outcome;
+    }
+    // What the stand-in numbers caused is not the file's problem: theirs is said above.
+    let errors = outcome.err().unwrap_or_default();
+    let (said, rest) = errors.split_at(huge.len().min(errors.len()));
+    let caused = |e: &ManifestError| huge.iter().any(|(field, _)| within(&e.field, field));
+    Err(said
+        .iter()
+        .chain(rest.iter().filter(|e| !caused(e)))
+        .cloned()
+        .collect())
+}
+
+/// Parse the manifest `text` and validate it, adding to `problems` (which may hold
+/// problems already): the manifest when none was found.
+fn parse_and_validate(
+    text: &str,
+    problems: &mut Problems<'_>,
+    component: ComponentFile,
+) -> Result<Manifest, Vec<ManifestError>> {
     let document = match check_yaml_shape(text) {
         Ok(document) => document,
         Err(message) => {
             problems.add("", message);
-            return Err(problems.errors);
+            return Err(std::mem::take(&mut problems.errors));
         }
     };
     let raw: RawManifest = match serde_yaml::from_str(text) {
         Ok(raw) => raw,
         Err(e) => {
             let error = e.to_string();
-            add_parse_error(&error, &mut problems);
-            report_further_parse_errors(document, &error, component, &mut problems);
-            return Err(problems.errors);
+            add_parse_error(&error, problems);
+            report_further_parse_errors(document, &error, component, problems);
+            return Err(std::mem::take(&mut problems.errors));
         }
     };
-    let manifest = validate(raw, &mut problems, component);
+    let manifest = validate(raw, problems, component);
     match manifest {
         Some(manifest) if problems.errors.is_empty() => Ok(manifest),
-        _ => Err(problems.errors),
+        _ => Err(std::mem::take(&mut problems.errors)),
     }
+}
+
+/// The manifest `text` with each integer too large for YAML's values (2⁶⁴ or more, which
+/// serde_yaml cannot hold, so the whole file read as "not valid YAML" and hid every other
+/// problem; until 2026-12-04) replaced by `0`, and each such field with its number.
+fn mend_huge_integers(text: &str) -> (String, Vec<(String, String)>) {
+    let mut text = text.to_string();
+    let mut huge = Vec::new();
+    for _ in 0..FURTHER_PARSE_ERRORS {
+        let Err(error) = serde_yaml::from_str::<serde_yaml::Value>(&text) else {
+            break;
+        };
+        let message = error.to_string();
+        let Some(at) = error.location().map(|l| l.index()) else {
+            break;
+        };
+        if !(message.contains(" as u128") || message.contains(" as i128")) {
+            break;
+        }
+        // Where the parser says the number starts (checked: never cut inside a character).
+        let Some(rest) = text.get(at..) else {
+            break;
+        };
+        let length = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '-' || c == '+' || c == '_'))
+            .unwrap_or(rest.len());
+        if !rest[..length].bytes().any(|b| b.is_ascii_digit()) {
+            break;
+        }
+        let (field, _) = split_serde_error(&message);
+        huge.push((field, text[at..at + length].to_string()));
+        text.replace_range(at..at + length, "0");
+    }
+    (text, huge)
 }
 
 /// Where a manifest stops being UTF-8: its first bad byte's line and column.
@@ -459,6 +525,10 @@ fn stand_in(key: &str) -> Option<&'static str> {
         "api" => "^0.2",
         "name" => "stand-in",
         "cron" => "* * * * *",
+        // Inside `capabilities` (until 2026-12-04 a bad `access` or `mode` was reported
+        // missing too, and hid every further problem of the file).
+        "access" => "read",
+        "mode" => "ro",
         _ => return None,
     })
 }

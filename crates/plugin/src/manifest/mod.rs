@@ -449,6 +449,65 @@ mod tests {
         "id: counter\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.1\n";
 
     #[test]
+    fn a_bad_access_or_mode_is_named_once_and_hides_no_other_problem() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = format!(
+            "{GOOD}capabilities:\n  memory: {{access: write, scopes: [user:*]}}\n  \
+             files: [{{name: ws, mode: rx}}]\n  env: [lower]\n  llm: yes\n"
+        );
+        let errors = load_file(&write_manifest(dir.path(), "p.yaml", &body)).expect_err("refused");
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert!(
+            errors.iter().all(|e| !e.message.contains("missing field")),
+            "{errors:?}"
+        );
+        for field in [
+            "capabilities.memory.access",
+            "capabilities.files[0].mode",
+            "capabilities.llm",
+            "capabilities.env[0]",
+        ] {
+            assert!(
+                fields.iter().any(|f| f.starts_with(field)),
+                "{field}: {errors:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_number_too_large_for_yaml_is_named_by_its_field_and_hides_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = "id: Bad_Id\nversion: 1.0.0\nkind: handler\ncomponent: ok.wasm\napi: ^0.2\n\
+                    limits:\n  memory_mb: 18446744073709551616\n  timeout_ms: 0\n\
+                    config: {big: 99999999999999999999999}\n";
+        let errors = load_file(&write_manifest(dir.path(), "p.yaml", body)).expect_err("refused");
+        let said = |field: &str, text: &str| {
+            errors
+                .iter()
+                .any(|e| e.field == field && e.message.contains(text))
+        };
+        assert!(
+            said(
+                "limits.memory_mb",
+                "`18446744073709551616` is too large a number"
+            ),
+            "{errors:?}"
+        );
+        assert!(
+            said("config.big", "`99999999999999999999999` is too large"),
+            "{errors:?}"
+        );
+        assert!(said("id", "not a valid plugin id"), "{errors:?}");
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.field.starts_with("limits.timeout_ms")),
+            "{errors:?}"
+        );
+        assert_eq!(errors.len(), 4, "nothing about the stand-ins: {errors:?}");
+    }
+
+    #[test]
     fn a_description_is_one_line_without_control_characters() {
         let dir = tempfile::tempdir().expect("tempdir");
         for (description, found) in [
