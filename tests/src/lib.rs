@@ -478,6 +478,28 @@ pub fn cairn(args: &[&str]) -> std::process::Output {
     cairn_command(args).output().expect("run cairn")
 }
 
+/// Import one episode of user `ana` ("I live in Lisbon", id `ep_1`) into the data dir
+/// `data` through `cairn memory import`, as an export holds it: a data dir with memory.db
+/// in it, as a host leaves it.
+pub fn import_one_memory(data: &Path) {
+    let file = data.with_extension("one-memory.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"type":"entry","id":"ep_1","kind":"episode","content":"I live in Lisbon","category":"conversation","scope":{"agent_id":"main","user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":1796419060254,"valid_to":null,"recorded_at":1796419060759,"superseded_by":null,"forgotten_at":null}
+"#,
+    )
+    .expect("write the export");
+    let imported = cairn(&[
+        "memory",
+        "import",
+        &file.display().to_string(),
+        "--data",
+        &data.display().to_string(),
+    ]);
+    let _ = std::fs::remove_file(&file);
+    assert!(imported.status.success(), "{imported:?}");
+}
+
 /// The `cairn` command [`cairn`] runs, for a test that starts several at once: the tests'
 /// settings, stdin closed, and on a PostgreSQL run the storage of the data dir `--data`
 /// names.

@@ -378,18 +378,27 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() {
         return 0.0;
     }
-    // Eight running sums instead of one: the compiler turns them into SIMD lanes (a single
-    // float sum must be added in order, one element at a time).
+    dot(a, b)
+}
+
+/// The dot product of `a` and `b` (f32s, or a vector's int8 codes, which the index holds),
+/// which must be as long as `a`. Eight running sums instead of one: the compiler turns them into
+/// SIMD lanes (a single float sum must be added in order, one element at a time).
+pub(crate) fn dot<T: Copy + Into<f32>>(a: &[f32], b: &[T]) -> f32 {
     const LANES: usize = 8;
     let mut sums = [0.0f32; LANES];
     let (a_body, a_tail) = a.split_at(a.len() - a.len() % LANES);
     let (b_body, b_tail) = b.split_at(a_body.len());
     for (x, y) in a_body.chunks_exact(LANES).zip(b_body.chunks_exact(LANES)) {
         for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
-            *sum += x * y;
+            *sum += x * (*y).into();
         }
     }
-    let tail: f32 = a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum();
+    let tail: f32 = a_tail
+        .iter()
+        .zip(b_tail)
+        .map(|(x, y)| x * (*y).into())
+        .sum();
     sums.iter().sum::<f32>() + tail
 }
 

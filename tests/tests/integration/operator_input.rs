@@ -813,21 +813,7 @@ fn an_export_never_replaces_a_database_a_device_or_a_fifo_and_writes_through_a_l
     let parent = tempfile::tempdir().expect("parent");
     let data = parent.path().join("data");
     let d = data.display().to_string();
-    let file = parent.path().join("one.jsonl");
-    std::fs::write(
-        &file,
-        r#"{"type":"entry","id":"ep_1","kind":"episode","content":"I live in Lisbon","category":"conversation","scope":{"agent_id":"main","user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":1796419060254,"valid_to":null,"recorded_at":1796419060759,"superseded_by":null,"forgotten_at":null}
-"#,
-    )
-    .expect("write");
-    let imported = cairn(&[
-        "memory",
-        "import",
-        &file.display().to_string(),
-        "--data",
-        &d,
-    ]);
-    assert!(imported.status.success(), "{imported:?}");
+    cairn_tests::import_one_memory(&data);
     let memory_db = data.join("memory.db");
     let before = std::fs::read(&memory_db).expect("memory.db");
     let other_db = parent.path().join("other.db");

@@ -66,7 +66,7 @@ impl Shelf {
 
     /// The cosine of unit vector `query` and the vector of `slot`.
     fn score(&self, slot: usize, dims: usize, query: &[f32]) -> f32 {
-        dot_with_codes(query, self.codes(slot, dims)) * self.scales[slot]
+        super::dot(query, self.codes(slot, dims)) * self.scales[slot]
     }
 
     /// Put `vector` (quantized) in `slot`, which exists or is the next one.
@@ -79,28 +79,6 @@ impl Shelf {
             self.codes[slot * dims..(slot + 1) * dims].copy_from_slice(&codes);
         }
     }
-}
-
-/// The dot product of `query` and a vector's int8 codes (times its scale, a cosine). Eight
-/// running sums, as in [`super::cosine`], so the compiler makes SIMD lanes of them.
-fn dot_with_codes(query: &[f32], codes: &[i8]) -> f32 {
-    const LANES: usize = 8;
-    let mut sums = [0.0f32; LANES];
-    let body = query.len() - query.len() % LANES;
-    for (x, y) in query[..body]
-        .chunks_exact(LANES)
-        .zip(codes[..body].chunks_exact(LANES))
-    {
-        for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
-            *sum += x * f32::from(*y);
-        }
-    }
-    let tail: f32 = query[body..]
-        .iter()
-        .zip(&codes[body..])
-        .map(|(x, y)| x * f32::from(*y))
-        .sum();
-    sums.iter().sum::<f32>() + tail
 }
 
 #[derive(Default)]

@@ -473,21 +473,7 @@ fn a_memory_command_says_why_its_backend_plugin_did_not_start() {
     plugins.component("counter");
     let data = tempfile::tempdir().expect("data dir");
     // A data dir a host has run on: memory.db is there.
-    let export = data.path().join("one.jsonl");
-    std::fs::write(
-        &export,
-        r#"{"type":"entry","id":"ep_1","kind":"episode","content":"I live in Lisbon","category":"conversation","scope":{"agent_id":"main","user_id":"ana","session_id":null},"importance":5,"tags":[],"issue_refs":[],"pr_refs":[],"sources":[],"subject":null,"predicate":null,"valid_from":1796419060254,"valid_to":null,"recorded_at":1796419060759,"superseded_by":null,"forgotten_at":null}
-"#,
-    )
-    .expect("write");
-    let imported = cairn(&[
-        "memory",
-        "import",
-        &export.display().to_string(),
-        "--data",
-        &data_arg(data.path()),
-    ]);
-    assert!(imported.status.success(), "{imported:?}");
+    cairn_tests::import_one_memory(data.path());
     let config = data.path().join("cairn.yaml");
     std::fs::write(&config, "memory:\n  backend: markdown\n").expect("write config");
     let output = cairn(&[
